@@ -1,0 +1,137 @@
+"""The consumers registered on one queue and the choice of who gets the next message.
+
+Owns: registration order, consumer priorities (x-priority), round-robin between consumers of the
+same priority, and single active consumer (SAC).
+
+* Round robin: consumers of one priority sit in a deque; the first one (from the front) that
+  ``can_deliver()`` gets the message and moves to the back. A consumer that cannot deliver is
+  skipped but keeps its place, so it is first in line once it has credit again.
+* Priorities: the highest priority with a consumer that can deliver wins; lower priorities are
+  served only while every higher one is blocked ("RabbitMQ: Consumer Priorities").
+* SAC: only the active consumer is ever chosen. The first consumer registered becomes active; when
+  it is removed the remaining consumer with the highest priority, earliest registered, becomes
+  active ("RabbitMQ: Consumers (single active consumer)"; rabbitmq-server
+  ``rabbit_queue_consumers:get_consumer/1``).
+
+Consumers are tracked by identity (``id``), so they need not be hashable.
+
+Must not know: messages, entries, channels, credit accounting (``can_deliver`` is the consumer's).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["ConsumerSet"]
+
+
+class ConsumerSet:
+    """Consumers of one queue (see module docstring). ``pick()`` is the hot-path call.
+
+    ``add`` raises ``ValueError`` when the same consumer object is added twice; ``remove`` returns
+    False for an unknown consumer. Iteration yields consumers in registration order.
+    """
+
+    __slots__ = ("_all", "_levels", "_prios", "_sac", "active")
+
+    def __init__(self, single_active: bool = False) -> None:
+        self._all: dict[int, tuple[Any, int]] = {}  # id -> (consumer, priority); insertion order
+        self._levels: dict[int, deque[Any]] = {}
+        self._prios: list[int] = []  # priorities present, ascending; served from the end
+        self._sac = single_active
+        #: The single active consumer (SAC queues only), ``None`` when there is none.
+        self.active: Any = None
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def __bool__(self) -> bool:
+        return bool(self._all)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (c for c, _ in self._all.values())
+
+    def __contains__(self, consumer: object) -> bool:
+        return id(consumer) in self._all
+
+    def add(self, consumer: Any) -> None:
+        """Register ``consumer`` (reads ``consumer.priority`` once; ``ValueError`` if present)."""
+        key = id(consumer)
+        if key in self._all:
+            raise ValueError(f"consumer {getattr(consumer, 'tag', consumer)!r} already registered")
+        priority = int(getattr(consumer, "priority", 0) or 0)
+        self._all[key] = (consumer, priority)
+        level = self._levels.get(priority)
+        if level is None:
+            level = self._levels[priority] = deque()
+            insort(self._prios, priority)
+        level.append(consumer)
+        if self._sac and self.active is None:
+            self.active = consumer
+
+    def remove(self, consumer: Any) -> bool:
+        """Unregister ``consumer``; returns False when it was not registered.
+
+        For SAC, when the active consumer is removed the next one is activated (see module doc).
+        """
+        item = self._all.pop(id(consumer), None)
+        if item is None:
+            return False
+        priority = item[1]
+        level = self._levels[priority]
+        for i, c in enumerate(level):
+            if c is consumer:
+                del level[i]
+                break
+        if not level:
+            del self._levels[priority]
+            self._prios.remove(priority)
+        if self._sac and self.active is consumer:
+            self.active = self._next_active()
+        return True
+
+    def _next_active(self) -> Any:
+        best: Any = None
+        best_priority = 0
+        for c, priority in self._all.values():  # registration order: the first wins ties
+            if best is None or priority > best_priority:
+                best, best_priority = c, priority
+        return best
+
+    def pick(self) -> Any:
+        """The consumer that gets the next message, or ``None`` when none can deliver.
+
+        Calls ``can_deliver()`` on candidates in order; the chosen one moves to the back of its
+        priority's rotation. Does not deliver anything.
+        """
+        if self._sac:
+            active = self.active
+            return active if active is not None and active.can_deliver() else None
+        prios = self._prios
+        levels = self._levels
+        for i in range(len(prios) - 1, -1, -1):
+            level = levels[prios[i]]
+            first = level[0]
+            if first.can_deliver():
+                if len(level) > 1:
+                    level.rotate(-1)
+                return first
+            for j in range(1, len(level)):
+                c = level[j]
+                if c.can_deliver():
+                    del level[j]
+                    level.append(c)
+                    return c
+        return None
+
+    def clear(self) -> list[Any]:
+        """Unregister everyone; returns them in registration order."""
+        out = list(self)
+        self._all.clear()
+        self._levels.clear()
+        self._prios.clear()
+        self.active = None
+        return out

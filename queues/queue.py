@@ -1,0 +1,534 @@
+"""One AMQP queue: ready messages, unacked bookkeeping, consumers, TTL, length limits, DLX.
+
+Owns: the life of a message inside one queue, following RabbitMQ classic queues -- enqueue or
+hand straight to a consumer on publish, synchronous dispatch (round robin, consumer priorities,
+single active consumer), Basic.Get, ack / requeue (back to its original place) / reject, per-queue
+and per-message TTL (expired at the head), x-max-length / x-max-length-bytes with the three
+overflow behaviours, priorities, and dead-lettering (the queue builds the dead-lettered message;
+the core routes it).
+
+Must not know: sockets, channels, frames, timers, exchanges/bindings, threads or event loops.
+Time comes from the injected ``clock`` (ms, monotonic) and ``wall_clock`` (s since epoch, only for
+x-death ``time``). The core owns delivery tags, prefetch/credit (behind ``Consumer.can_deliver``),
+the x-expires timer, exclusivity and auto-delete decisions, and routing of dead letters.
+
+Re-entrancy: consumers' ``deliver`` and the ``dead_letter``/``on_discard`` callbacks may call back
+into the queue (ack, publish, requeue, remove_consumer...). The queue's state is consistent before
+each callback; a ``dispatch`` requested while one is running is folded into the running one.
+
+Sources: AMQP 0-9-1 §1.8 (basic class); "RabbitMQ: TTL", "RabbitMQ: Dead Letter Exchanges",
+"RabbitMQ: Queue Length Limit", "RabbitMQ: Priority Queue", "RabbitMQ: Consumer Priorities",
+"RabbitMQ: Consumers (single active consumer)", "RabbitMQ: Queues (exclusive, auto-delete)";
+rabbitmq-server ``rabbit_amqqueue_process.erl``.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+from queues.arguments import (
+    OVERFLOW_DROP_HEAD,
+    OVERFLOW_REJECT_PUBLISH_DLX,
+    QueueSettings,
+    message_ttl_or_none,
+)
+from queues.consumers import ConsumerSet
+from queues.dead_letter import REASON_EXPIRED, REASON_MAXLEN, REASON_REJECTED, make_dead_letter
+from queues.entry import QueueEntry
+from queues.errors import QueueDeleted, UnknownEntry
+from queues.message import Message
+from queues.ready_list import PriorityReadyList, ReadyList
+
+__all__ = ["Consumer", "DeadLetterCallback", "DiscardCallback", "PublishResult", "Queue"]
+
+#: ``dead_letter(message, exchange, routing_keys)``: route the already-built dead-lettered
+#: ``message`` (x-death added, expiration removed, ``message.exchange == exchange``) through
+#: ``exchange`` with exactly ``routing_keys`` (do not re-read CC/BCC headers).
+DeadLetterCallback = Callable[[Message, str, list[str]], None]
+#: ``on_discard(entry, reason)``: ``entry`` left the queue without being delivered/acked; reason is
+#: "expired", "maxlen", "rejected", "purged" or "deleted". Called after any dead-lettering.
+DiscardCallback = Callable[[QueueEntry, str], None]
+
+REASON_PURGED = "purged"
+REASON_DELETED = "deleted"
+
+
+class Consumer(Protocol):
+    """A Basic.Consume subscription, implemented by the core (channel side).
+
+    * ``tag`` -- consumer tag (str). ``no_ack`` -- Basic.Consume no-ack: the queue forgets an
+      entry as soon as it is delivered to such a consumer (it never becomes unacked).
+    * ``priority`` -- x-priority consumer argument (int, default 0); higher is served first while
+      it can deliver ("RabbitMQ: Consumer Priorities"). Read once, when the consumer is added.
+    * ``can_deliver()`` -- True when the consumer has credit now (prefetch, channel flow,
+      connection output buffer). Called on the hot path; must be cheap and side-effect free.
+    * ``deliver(queue, entry)`` -- send Basic.Deliver now (``entry.redelivered`` is the flag). For
+      an ack-mode consumer the entry is already counted as unacked when this is called and stays so
+      until the core calls ``ack``/``requeue``/``reject``. Must not raise.
+    """
+
+    tag: str
+    no_ack: bool
+    priority: int
+
+    def can_deliver(self) -> bool: ...
+
+    def deliver(self, queue: Queue, entry: QueueEntry) -> None: ...
+
+
+class PublishResult(enum.Enum):
+    """Outcome of ``Queue.publish``.
+
+    ``ROUTED``: the queue took the message (enqueued, delivered, or immediately expired/dropped by
+    its own rules -- RabbitMQ still confirms those). ``REJECTED``: refused by x-overflow
+    reject-publish / reject-publish-dlx; the core nacks a confirm-mode publisher.
+    Source: "RabbitMQ: Queue Length Limit" (Overflow Behaviour).
+    """
+
+    ROUTED = "routed"
+    REJECTED = "rejected"
+
+
+_ROUTED = PublishResult.ROUTED
+_REJECTED = PublishResult.REJECTED
+
+
+class Queue:
+    """One queue (see module docstring). All methods are synchronous and do no I/O.
+
+    Construction: ``Queue(name, settings, *, durable=False, exclusive_owner=None,
+    auto_delete=False, arguments=None, clock, wall_clock=time.time, dead_letter=None,
+    on_discard=None)``. ``settings`` comes from ``parse_arguments(arguments)``; ``arguments`` is
+    kept verbatim for Queue.Declare equivalence checks. ``clock()`` returns ms (monotonic).
+    ``dead_letter`` (see ``DeadLetterCallback``) is called only when the queue has an
+    x-dead-letter-exchange; without it dead letters are dropped. ``exclusive_owner`` and
+    ``auto_delete`` are stored for the core, which decides deletion (auto-delete: when
+    ``consumer_count`` drops to 0 after having had a consumer; "RabbitMQ: Queues").
+
+    Counters: ``message_count`` (ready), ``message_bytes`` (body bytes of ready), ``unacked_count``
+    (delivered to ack-mode consumers or fetched with Basic.Get no_ack=False, not settled),
+    ``consumer_count``. Every published, accepted entry is at any time exactly one of: ready,
+    unacked, or gone (delivered no-ack, acked, dead-lettered/dropped, purged, deleted).
+    """
+
+    __slots__ = (
+        "name", "durable", "exclusive_owner", "auto_delete", "arguments", "settings",
+        "_clock", "_wall_clock", "_dead_letter", "_on_discard",
+        "_ready", "_bytes", "_unacked", "_consumers", "_next_seq", "_dispatching", "_deleted",
+        "_ttl", "_max_length", "_max_bytes", "_limited", "_drop_head", "_max_priority",
+        "_dlx", "_dlrk",
+    )
+
+    def __init__(self, name: str, settings: QueueSettings, *, durable: bool = False,
+                 exclusive_owner: object | None = None, auto_delete: bool = False,
+                 arguments: Mapping[str, object] | None = None, clock: Callable[[], int],
+                 wall_clock: Callable[[], float] = time.time,
+                 dead_letter: DeadLetterCallback | None = None,
+                 on_discard: DiscardCallback | None = None) -> None:
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = dict(arguments) if arguments else {}
+        self.settings = settings
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._dead_letter = dead_letter
+        self._on_discard = on_discard
+        self._max_priority = settings.max_priority
+        self._ready: ReadyList | PriorityReadyList = (
+            ReadyList() if settings.max_priority is None else PriorityReadyList())
+        self._bytes = 0
+        self._unacked: dict[int, QueueEntry] = {}
+        self._consumers = ConsumerSet(settings.single_active_consumer)
+        self._next_seq = 0
+        self._dispatching = False
+        self._deleted = False
+        self._ttl = settings.message_ttl
+        self._max_length = settings.max_length
+        self._max_bytes = settings.max_length_bytes
+        self._limited = settings.max_length is not None or settings.max_length_bytes is not None
+        self._drop_head = self._limited and settings.overflow == OVERFLOW_DROP_HEAD
+        self._dlx = settings.dead_letter_exchange
+        self._dlrk = settings.dead_letter_routing_key
+
+    # --- counters ---------------------------------------------------------------------------
+
+    @property
+    def message_count(self) -> int:
+        """Ready messages (Queue.DeclareOk / Basic.GetOk message-count)."""
+        return len(self._ready)
+
+    @property
+    def message_bytes(self) -> int:
+        """Body bytes of ready messages (what x-max-length-bytes limits)."""
+        return self._bytes
+
+    @property
+    def unacked_count(self) -> int:
+        """Entries handed to ack-mode consumers / Basic.Get and not yet settled."""
+        return len(self._unacked)
+
+    @property
+    def consumer_count(self) -> int:
+        """Registered consumers (Queue.DeclareOk consumer-count)."""
+        return len(self._consumers)
+
+    @property
+    def active_consumer(self) -> Consumer | None:
+        """The single active consumer of an x-single-active-consumer queue, else ``None``."""
+        return self._consumers.active
+
+    @property
+    def deleted(self) -> bool:
+        """True once ``delete()`` has been called."""
+        return self._deleted
+
+    def consumers(self) -> tuple[Consumer, ...]:
+        """The registered consumers in registration order."""
+        return tuple(self._consumers)
+
+    def ready_entries(self) -> list[QueueEntry]:
+        """A snapshot of the ready entries in delivery order (diagnostics, tests)."""
+        return list(self._ready)
+
+    def unacked_entries(self) -> list[QueueEntry]:
+        """A snapshot of the unacked entries in delivery order."""
+        return list(self._unacked.values())
+
+    # --- publish ----------------------------------------------------------------------------
+
+    def publish(self, message: Message) -> PublishResult:
+        """Accept ``message`` routed to this queue; deliver it at once if a consumer can take it.
+
+        Order of rules (RabbitMQ ``rabbit_amqqueue_process``): (1) with x-overflow reject-publish
+        or reject-publish-dlx, refuse when one more ready message would exceed x-max-length or
+        x-max-length-bytes -- even if a consumer could take it -- returning ``REJECTED``
+        (reject-publish-dlx also dead-letters it, reason "maxlen"); (2) if no message is ready and
+        a consumer can deliver, hand it over directly; (3) otherwise enqueue, then with drop-head
+        drop (dead-letter "maxlen") from the head until within limits, then drop expired heads
+        (a TTL-0 message that could not be delivered at once expires immediately), then dispatch.
+
+        TTL: the lower of x-message-ttl and the message's ``expiration`` (ms; unparsable = none),
+        measured from now. Priority: ``min(message.priority, x-max-priority)``.
+        Raises ``QueueDeleted`` after ``delete()``.
+        """
+        if self._deleted:
+            raise QueueDeleted(self.name)
+        if self._limited and not self._drop_head and self._would_overflow(len(message.body)):
+            if self.settings.overflow == OVERFLOW_REJECT_PUBLISH_DLX:
+                self._dead_letter_message(message, REASON_MAXLEN)
+            return _REJECTED
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        ttl = self._ttl
+        expiration = message.expiration
+        if expiration is not None:
+            message_ttl = message_ttl_or_none(expiration)
+            if message_ttl is not None and (ttl is None or message_ttl < ttl):
+                ttl = message_ttl
+        max_priority = self._max_priority
+        if max_priority is None:
+            entry = QueueEntry(message, seq, None if ttl is None else self._clock() + ttl)
+        else:
+            priority = message.priority
+            entry = QueueEntry(message, seq, None if ttl is None else self._clock() + ttl,
+                               priority if priority < max_priority else max_priority)
+        ready = self._ready
+        if not ready:
+            if self._consumers and not self._dispatching:
+                consumer = self._consumers.pick()
+                if consumer is not None:
+                    # Guard so that a publish made from inside deliver() queues up behind this one.
+                    self._dispatching = True
+                    try:
+                        self._deliver(consumer, entry)
+                    finally:
+                        self._dispatching = False
+                    if ready:
+                        self.dispatch()
+                    return _ROUTED
+            ready.append(entry)
+            self._bytes += len(message.body)
+            self._after_enqueue(entry.expires_at is not None)
+            return _ROUTED
+        ready.append(entry)
+        self._bytes += len(message.body)
+        self._after_enqueue(entry.expires_at is not None)
+        if self._consumers:
+            self.dispatch()
+        return _ROUTED
+
+    def _would_overflow(self, body_size: int) -> bool:
+        max_length = self._max_length
+        if max_length is not None and len(self._ready) + 1 > max_length:
+            return True
+        max_bytes = self._max_bytes
+        return max_bytes is not None and self._bytes + body_size > max_bytes
+
+    def _after_enqueue(self, check_expiry: bool) -> None:
+        """Apply drop-head limits, then expire heads when something may have expired."""
+        if self._drop_head:
+            ready = self._ready
+            max_length = self._max_length
+            max_bytes = self._max_bytes
+            while ready and ((max_length is not None and len(ready) > max_length)
+                             or (max_bytes is not None and self._bytes > max_bytes)):
+                entry = ready.popleft()
+                self._bytes -= len(entry.message.body)
+                self._discard(entry, REASON_MAXLEN)
+                check_expiry = True
+        if check_expiry:
+            self.expire()
+
+    # --- delivery ---------------------------------------------------------------------------
+
+    def _deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
+        entry.delivery_count += 1
+        if not consumer.no_ack:
+            self._unacked[entry.seq] = entry
+        consumer.deliver(self, entry)
+
+    def dispatch(self) -> int:
+        """Deliver ready messages to consumers that can take them; returns how many were delivered.
+
+        Loops until the queue is empty or no consumer can deliver: expired heads are dropped /
+        dead-lettered ("expired") on the way; the next consumer is chosen by ``ConsumerSet.pick``
+        (highest consumer priority first, round robin within a priority, SAC). The core calls this
+        whenever a consumer regains credit (Basic.Ack, Basic.Qos, Channel.Flow, socket drained).
+        A call made while a dispatch is running (from a callback) returns 0 and the running one
+        picks up the new state.
+        """
+        if self._dispatching or self._deleted:
+            return 0
+        ready = self._ready
+        consumers = self._consumers
+        if not ready or not consumers:
+            return 0
+        self._dispatching = True
+        delivered = 0
+        try:
+            pick = consumers.pick
+            clock = self._clock
+            while ready:
+                head = ready.peek()
+                assert head is not None
+                if head.expires_at is not None and clock() >= head.expires_at:
+                    ready.popleft()
+                    self._bytes -= len(head.message.body)
+                    self._discard(head, REASON_EXPIRED)
+                    continue
+                consumer = pick()
+                if consumer is None:
+                    break
+                ready.popleft()
+                self._bytes -= len(head.message.body)
+                self._deliver(consumer, head)
+                delivered += 1
+        finally:
+            self._dispatching = False
+        return delivered
+
+    def get(self, no_ack: bool) -> QueueEntry | None:
+        """Basic.Get: remove and return the next ready, non-expired entry, or ``None`` if empty.
+
+        Expired heads met on the way are dropped / dead-lettered ("expired"). With
+        ``no_ack=False`` the entry becomes unacked; with ``no_ack=True`` the queue forgets it.
+        Increments ``entry.delivery_count``. Raises ``QueueDeleted`` after ``delete()``.
+        Source: AMQP 0-9-1 §1.8.3.10 (Basic.Get); "RabbitMQ: TTL".
+        """
+        if self._deleted:
+            raise QueueDeleted(self.name)
+        ready = self._ready
+        while ready:
+            entry = ready.popleft()
+            self._bytes -= len(entry.message.body)
+            if entry.expires_at is not None and self._clock() >= entry.expires_at:
+                self._discard(entry, REASON_EXPIRED)
+                continue
+            entry.delivery_count += 1
+            if not no_ack:
+                self._unacked[entry.seq] = entry
+            return entry
+        return None
+
+    # --- settlement -------------------------------------------------------------------------
+
+    def _take_unacked(self, entry: QueueEntry) -> None:
+        if self._unacked.get(entry.seq) is not entry:
+            raise UnknownEntry(f"entry seq={entry.seq} is not unacked in queue {self.name!r}")
+        del self._unacked[entry.seq]
+
+    def ack(self, entry: QueueEntry) -> None:
+        """Settle an unacked entry (Basic.Ack). ``UnknownEntry`` if it is not unacked here.
+
+        After ``delete()`` this is a no-op (RabbitMQ ignores acks for a deleted queue).
+        """
+        if self._deleted:
+            return
+        self._take_unacked(entry)
+
+    def requeue(self, entry: QueueEntry) -> None:
+        """Put an unacked entry back (Basic.Reject/Nack requeue=true, cancel/close with unacked).
+
+        Same as ``requeue_many([entry])``.
+        """
+        self.requeue_many((entry,))
+
+    def requeue_many(self, entries: Iterable[QueueEntry]) -> None:
+        """Put unacked entries back at their original places (by ``seq``), then dispatch once.
+
+        Each entry gets ``redelivered=True``. Afterwards drop-head limits apply (RabbitMQ
+        ``requeue_and_run``), expired heads are dropped / dead-lettered, and ready messages are
+        dispatched. All entries are checked first: ``UnknownEntry`` (nothing changed) if any is
+        not unacked here or appears twice. No-op after ``delete()``.
+        """
+        if self._deleted:
+            return
+        batch = list(entries)
+        unacked = self._unacked
+        seen: set[int] = set()
+        for entry in batch:
+            if unacked.get(entry.seq) is not entry or entry.seq in seen:
+                raise UnknownEntry(f"entry seq={entry.seq} is not unacked in queue {self.name!r}")
+            seen.add(entry.seq)
+        if not batch:
+            return
+        batch.sort(key=_seq_key, reverse=True)  # highest first: lower ones then go in front
+        ready = self._ready
+        for entry in batch:
+            del unacked[entry.seq]
+            entry.redelivered = True
+            ready.insert(entry)
+            self._bytes += len(entry.message.body)
+        self._after_enqueue(True)
+        self.dispatch()
+
+    def reject(self, entry: QueueEntry) -> None:
+        """Basic.Reject/Nack requeue=false: dead-letter ("rejected") if the queue has a DLX, else drop.
+
+        ``UnknownEntry`` if the entry is not unacked here. No-op after ``delete()``.
+        Source: "RabbitMQ: Dead Letter Exchanges".
+        """
+        if self._deleted:
+            return
+        self._take_unacked(entry)
+        self._discard(entry, REASON_REJECTED)
+
+    # --- housekeeping -----------------------------------------------------------------------
+
+    def purge(self) -> int:
+        """Queue.Purge: drop all ready messages (not unacked ones); returns how many.
+
+        Purged messages are not dead-lettered (RabbitMQ); ``on_discard`` sees reason "purged".
+        """
+        entries = self._ready.clear()
+        self._bytes = 0
+        for entry in entries:
+            self._notify_discard(entry, REASON_PURGED)
+        return len(entries)
+
+    def expire(self) -> int:
+        """Drop / dead-letter ("expired") the expired messages at the head(s) now; returns how many.
+
+        Only heads are examined (each priority's head in a priority queue), as RabbitMQ does; call
+        again at ``next_expiry()``. The core runs the timer.
+        """
+        ready = self._ready
+        if not ready:
+            return 0
+        removed = 0
+        while True:
+            expired = ready.pop_expired(self._clock())
+            if not expired:
+                return removed
+            removed += len(expired)
+            for entry in expired:
+                self._bytes -= len(entry.message.body)
+            for entry in expired:
+                self._discard(entry, REASON_EXPIRED)
+
+    def next_expiry(self) -> int | None:
+        """When (``clock`` ms) the earliest head expires, ``None`` if no head has a TTL.
+
+        The core schedules a timer for this moment and then calls ``expire()``.
+        """
+        return self._ready.next_expiry()
+
+    def delete(self) -> list[QueueEntry]:
+        """Queue.Delete (or auto-delete / exclusive-owner close): returns the dropped ready entries.
+
+        Ready messages are dropped, not dead-lettered (RabbitMQ); ``on_discard`` sees "deleted".
+        Consumers are unregistered (fetch ``consumers()`` first to send Basic.Cancel). Unacked
+        entries stay with the core's channels; later ack/requeue/reject of them are no-ops.
+        ``len(result)`` is the Queue.DeleteOk message-count. Idempotent.
+        """
+        if self._deleted:
+            return []
+        self._deleted = True
+        entries = self._ready.clear()
+        self._bytes = 0
+        self._unacked.clear()
+        self._consumers.clear()
+        for entry in entries:
+            self._notify_discard(entry, REASON_DELETED)
+        return entries
+
+    # --- consumers --------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Register a consumer (Basic.Consume), then dispatch.
+
+        With x-single-active-consumer the first consumer becomes active; others wait.
+        Raises ``QueueDeleted`` after ``delete()``, ``ValueError`` if already registered.
+        """
+        if self._deleted:
+            raise QueueDeleted(self.name)
+        self._consumers.add(consumer)
+        self.dispatch()
+
+    def remove_consumer(self, consumer: Consumer) -> bool:
+        """Unregister a consumer (Basic.Cancel, channel close); returns False if it was unknown.
+
+        With SAC, if it was active the next consumer (highest priority, then earliest registered)
+        becomes active and dispatch continues. The core separately requeues the consumer's unacked
+        entries (``requeue_many``) and decides on auto-delete when ``consumer_count`` is 0.
+        """
+        removed = self._consumers.remove(consumer)
+        if removed:
+            self.dispatch()
+        return removed
+
+    # --- dead-lettering ---------------------------------------------------------------------
+
+    def _discard(self, entry: QueueEntry, reason: str) -> None:
+        """``entry`` has left the queue for ``reason``: dead-letter it if configured, notify."""
+        if self._dlx is not None:
+            self._dead_letter_message(entry.message, reason)
+        if self._on_discard is not None:
+            self._on_discard(entry, reason)
+
+    def _notify_discard(self, entry: QueueEntry, reason: str) -> None:
+        if self._on_discard is not None:
+            self._on_discard(entry, reason)
+
+    def _dead_letter_message(self, message: Message, reason: str) -> None:
+        dlx = self._dlx
+        callback = self._dead_letter
+        if dlx is None or callback is None:
+            return
+        dead, routing_keys = make_dead_letter(
+            message, reason=reason, queue=self.name, dead_letter_exchange=dlx,
+            dead_letter_routing_key=self._dlrk, now=self._wall_clock())
+        callback(dead, dlx, routing_keys)
+
+    def __repr__(self) -> str:
+        return (f"Queue({self.name!r}, ready={len(self._ready)}, unacked={len(self._unacked)}, "
+                f"consumers={len(self._consumers)})")
+
+
+def _seq_key(entry: QueueEntry) -> int:
+    return entry.seq
