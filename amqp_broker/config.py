@@ -1,0 +1,141 @@
+"""Configuration: defaults < TOML file (``--config``) < ``AMQP_BROKER_*`` environment < CLI flags.
+
+Keys (TOML top level, env ``AMQP_BROKER_<KEY upper>``, CLI ``--key-with-dashes``):
+host (str, 127.0.0.1), port (int, 5672), data_dir (path, ``<project>/data``), node_name (str),
+log_level (debug|info|warning|error), heartbeat (s, 60), frame_max (bytes, 131072), channel_max
+(2047), memory_high_watermark (bytes; 0 = off; a float < 1 is a fraction of RAM, RabbitMQ's
+vm_memory_high_watermark; default 0.4). Users in TOML as ``[[users]]`` tables with name, password,
+vhosts, loopback_only; default guest/guest from loopback only (RabbitMQ "Access Control").
+Raises ``ConfigError`` for an unreadable file, an unknown key or a value of the wrong type.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .core.settings import BrokerSettings, User
+
+__all__ = ["Config", "ConfigError", "load_config", "build_parser", "DEFAULT_DATA_DIR"]
+
+DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+class ConfigError(ValueError):
+    """A configuration value or file is invalid (message says which)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the process needs to start."""
+
+    host: str = "127.0.0.1"
+    port: int = 5672
+    data_dir: str = str(DEFAULT_DATA_DIR)
+    node_name: str = field(default_factory=lambda: f"amqp-broker@{socket.gethostname()}")
+    log_level: str = "info"
+    heartbeat: int = 60
+    frame_max: int = 131072
+    channel_max: int = 2047
+    memory_high_watermark: float = 0.4
+    users: tuple[User, ...] = (User("guest", "guest", ("*",), loopback_only=True),)
+
+    def broker_settings(self) -> BrokerSettings:
+        """The core's settings derived from this config."""
+        wm = self.memory_high_watermark
+        if 0 < wm < 1:
+            wm = wm * _total_memory()
+        return BrokerSettings(node_name=self.node_name, frame_max=self.frame_max,
+                              channel_max=self.channel_max, heartbeat=self.heartbeat,
+                              users=self.users, memory_high_watermark_bytes=int(wm))
+
+
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 << 30
+
+
+_SCALARS = {f.name: f.type for f in fields(Config) if f.name != "users"}
+_TYPES = {"str": str, "int": int, "float": float}
+
+
+def _coerce(key: str, value: Any) -> Any:
+    want = _TYPES[_SCALARS[key]]
+    if isinstance(value, want) and not isinstance(value, bool):
+        return value
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return want(value)
+        except ValueError:
+            pass
+    raise ConfigError(f"{key}: expected {want.__name__}, got {value!r}")
+
+
+def _users(raw: Any) -> tuple[User, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError("users: expected an array of tables")
+    out = []
+    for item in raw:
+        try:
+            out.append(User(str(item["name"]), str(item["password"]),
+                            tuple(item.get("vhosts", ["*"])), bool(item.get("loopback_only", False))))
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"users: bad entry {item!r}") from exc
+    return tuple(out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``amqp-broker`` argument parser."""
+    p = argparse.ArgumentParser(prog="amqp-broker",
+                                description="AMQP 0-9-1 message broker (RabbitMQ-compatible).")
+    p.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="AMQP port (default 5672; 0 picks a free one)")
+    p.add_argument("--data-dir", help="directory for broker data (default <project>/data)")
+    p.add_argument("--node-name", help="this node's name (default amqp-broker@<hostname>)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--heartbeat", type=int, help="heartbeat interval offered to clients, s")
+    p.add_argument("--frame-max", type=int, help="largest frame offered to clients, bytes")
+    p.add_argument("--memory-high-watermark", type=float,
+                   help="memory alarm threshold: bytes, or a fraction of RAM when < 1 (0 = off)")
+    return p
+
+
+def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Parse CLI ``argv`` over env ``environ`` over the TOML file over defaults."""
+    args = build_parser().parse_args(argv)
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    cfg_file = args.config or env.get("AMQP_BROKER_CONFIG")
+    if cfg_file:
+        try:
+            with open(cfg_file, "rb") as f:
+                data = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {cfg_file}: {exc}") from exc
+        for key, value in data.items():
+            key = key.replace("-", "_")
+            if key == "users":
+                values["users"] = _users(value)
+            elif key in _SCALARS:
+                values[key] = _coerce(key, value)
+            else:
+                raise ConfigError(f"unknown configuration key {key!r} in {cfg_file}")
+    for key in _SCALARS:
+        raw = env.get(f"AMQP_BROKER_{key.upper()}")
+        if raw is not None:
+            values[key] = _coerce(key, raw)
+    for key in _SCALARS:
+        raw = getattr(args, key, None)
+        if raw is not None:
+            values[key] = _coerce(key, raw)
+    return replace(Config(), **values)

@@ -1,0 +1,100 @@
+"""The broker: settings, vhosts, live connections, and the deferred-dispatch set.
+
+Owns what is shared by all connections of one node and the periodic ``tick`` (heartbeats, TTL,
+x-expires). ``needs_dispatch`` collects queues whose consumers may have gained credit (acks, drained
+output, flow on); ``run_dispatch`` delivers from them once per batch of input, so an ack burst costs
+one dispatch per queue instead of one per ack. Must not know: sockets; ``clock`` is injected (seconds,
+monotonic). Source: DESIGN.md §2, §5.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pamqp import commands as cmd
+
+from .settings import BrokerSettings
+from .vhost import VirtualHost
+
+if TYPE_CHECKING:
+    from queues.queue import Queue
+
+    from .connection import Connection
+
+__all__ = ["Broker"]
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    """One broker node. ``clock()`` returns seconds (float, monotonic); ``clock_ms()`` ms (int)."""
+
+    def __init__(self, settings: BrokerSettings | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings or BrokerSettings()
+        self.clock = clock
+        self.vhosts: dict[str, VirtualHost] = {n: VirtualHost(self, n) for n in self.settings.vhosts}
+        self.connections: dict[int, Connection] = {}
+        self.needs_dispatch: set[Queue] = set()
+        self.memory_alarm = False
+        self._ids = itertools.count(1)
+
+    def clock_ms(self) -> int:
+        """The clock in whole milliseconds (what queues use for TTL)."""
+        return int(self.clock() * 1000)
+
+    def open_connection(self, peer: tuple[str, int]) -> Connection:
+        """A new connection from ``peer`` (host, port)."""
+        from .connection import Connection
+        conn = Connection(self, peer, next(self._ids))
+        self.connections[conn.id] = conn
+        return conn
+
+    def connection_gone(self, conn: Connection) -> None:
+        """Forget a connection whose socket closed."""
+        self.connections.pop(conn.id, None)
+
+    def run_dispatch(self) -> None:
+        """Dispatch every queue marked in ``needs_dispatch`` (possibly marking more)."""
+        pending = self.needs_dispatch
+        while pending:
+            q = pending.pop()
+            q.dispatch()
+
+    def tick(self) -> None:
+        """Periodic work (call every ~100 ms): heartbeats, handshake timeouts, TTL, x-expires."""
+        now = self.clock()
+        for conn in list(self.connections.values()):
+            conn.tick(now)
+        for vhost in self.vhosts.values():
+            vhost.tick(now)
+        self.run_dispatch()
+
+    # -------------------------------------------------------------------- memory alarm
+    def set_memory_alarm(self, on: bool) -> None:
+        """Raise or clear the memory alarm: publishing connections get Connection.Blocked /
+        Unblocked (RabbitMQ "Blocked Connection Notifications"); the I/O layer stops reading from
+        blocked connections."""
+        if on == self.memory_alarm:
+            return
+        self.memory_alarm = on
+        log.warning("memory alarm %s", "set" if on else "cleared")
+        for conn in self.connections.values():
+            if on:
+                self.block(conn)
+            elif conn.blocked:
+                conn.blocked = False
+                if conn.capabilities.get("connection.blocked"):
+                    conn.send_method(0, cmd.Connection.Unblocked())
+
+    def block(self, conn: Connection) -> None:
+        """Mark ``conn`` blocked (and tell it when it understands connection.blocked)."""
+        if conn.blocked:
+            return
+        conn.blocked = True
+        if conn.capabilities.get("connection.blocked"):
+            conn.send_method(0, cmd.Connection.Blocked("low on memory"))

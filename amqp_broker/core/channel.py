@@ -1,0 +1,155 @@
+"""One AMQP channel: its state and the dispatch of its frames to the per-class handlers.
+
+Owns: delivery tags and unacked deliveries, prefetch (per consumer and ``global`` per channel, as
+RabbitMQ), consumers, flow, the content assembler, confirm mode and tx mode, and the channel close
+handshake. Handlers for each AMQP class live in ``handlers/``; this module only routes to them.
+Errors: a ``ChannelException`` from a handler closes this channel (Channel.Close); a
+``ConnectionException`` propagates to the connection. Source: AMQP 0-9-1 §1.5 (channel), §4.2.6
+(content), RabbitMQ "Consumer Prefetch", "Publisher Confirms", "Channels" guide.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as cmd
+
+from ..protocol import constants as c
+from ..protocol.assembler import ContentAssembler
+from ..protocol.errors import ChannelException, ConnectionException
+from ..protocol.methods import Publish, decode_method, method_ids
+from .confirms import ConfirmTracker
+from .handlers import HANDLERS
+from .handlers.basic import publish_message, settle_unacked
+
+if TYPE_CHECKING:
+    from queues.entry import QueueEntry
+    from queues.queue import Queue
+
+    from .connection import Connection
+    from .consumer import ChannelConsumer
+
+__all__ = ["Channel"]
+
+
+class Channel:
+    """A channel of ``connection`` numbered ``id`` (1..channel_max).
+
+    ``unacked`` maps delivery tag -> (queue, entry, consumer or None for Basic.Get), in tag order.
+    ``tx`` is None outside tx mode, else a list of pending operations; ``confirms`` is None outside
+    confirm mode.
+    """
+
+    def __init__(self, connection: Connection, channel_id: int) -> None:
+        self.connection = connection
+        self.id = channel_id
+        self.vhost = connection.vhost
+        self.closing = False  # we sent Channel.Close and wait for Close-Ok
+        self.flow = True  # Channel.Flow from the client
+        self.assembler = ContentAssembler()
+        self.next_delivery_tag = 1
+        self.unacked: dict[int, tuple[Queue, QueueEntry, ChannelConsumer | None]] = {}
+        self.consumers: dict[str, ChannelConsumer] = {}
+        self.prefetch = 0  # applied to consumers created after Basic.Qos(global=False)
+        self.global_prefetch = 0  # shared by the channel: Basic.Qos(global=True)
+        self.confirms: ConfirmTracker | None = None
+        self.tx: list[tuple[str, Any]] | None = None
+        self.last_queue = ""  # "the last queue declared on this channel" (spec: empty queue name)
+
+    @property
+    def deliverable(self) -> bool:
+        """True while deliveries may be sent (open, flow on)."""
+        return self.flow and not self.closing
+
+    # ----------------------------------------------------------------- frames from the connection
+    def on_method(self, payload: bytes) -> None:
+        """Handle one method frame payload addressed to this channel."""
+        method = decode_method(payload)
+        if self.closing:
+            # After we sent Channel.Close only Close/Close-Ok count (spec §4.2.3 / channel.close).
+            if isinstance(method, cmd.Channel.CloseOk):
+                self.connection.channel_closed(self.id)
+            elif isinstance(method, cmd.Channel.Close):
+                self.connection.send_method(self.id, cmd.Channel.CloseOk())
+                self.connection.channel_closed(self.id)
+            return
+        if self.assembler.expecting_content:
+            raise self.assembler.unexpected("method frame")
+        try:
+            if method.__class__ is Publish:
+                self._check_publish(method)
+                self.assembler.start(method)
+                return
+            handler = HANDLERS.get(method.__class__)
+            if handler is None:
+                cid, mid = method_ids(method)
+                raise ConnectionException(
+                    c.COMMAND_INVALID, f"COMMAND_INVALID - {method.name} not allowed from a client",
+                    cid, mid)
+            handler(self, method)
+        except ChannelException as exc:
+            cid, mid = method_ids(method)
+            self.close_with(exc.for_method(cid, mid))
+        except ConnectionException as exc:
+            cid, mid = method_ids(method)
+            raise exc.for_method(cid, mid) from None
+
+    def on_header(self, payload: bytes) -> None:
+        """Handle a content header frame payload."""
+        if self.closing:
+            return
+        done = self.assembler.header(payload)
+        if done is not None:
+            self._publish(*done)
+
+    def on_body(self, payload: bytes) -> None:
+        """Handle a content body frame payload."""
+        if self.closing:
+            return
+        done = self.assembler.body(payload)
+        if done is not None:
+            self._publish(*done)
+
+    def _check_publish(self, publish: Publish) -> None:
+        if publish.immediate:
+            raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true",
+                                      c.CLASS_BASIC, 40)
+
+    def _publish(self, publish: Publish, header: bytes, body: bytes) -> None:
+        try:
+            publish_message(self, publish, header, body)
+        except ChannelException as exc:
+            self.close_with(exc.for_method(c.CLASS_BASIC, 40))
+
+    # ----------------------------------------------------------------------------- closing
+    def close_with(self, exc: ChannelException) -> None:
+        """Send Channel.Close for ``exc``, release everything, wait for the client's Close-Ok."""
+        self.release()
+        self.closing = True
+        text = exc.reply_text.encode()[:255].decode(errors="ignore")
+        self.connection.send_method(
+            self.id, cmd.Channel.Close(exc.reply_code, text, exc.class_id, exc.method_id))
+
+    def release(self) -> None:
+        """Cancel consumers and requeue unacked deliveries (channel or connection going away)."""
+        self.assembler.reset()
+        self.tx = None
+        vhost = self.vhost
+        for consumer in list(self.consumers.values()):
+            vhost.remove_consumer(consumer)
+        self.consumers.clear()
+        if self.unacked:
+            settle_unacked(self, list(self.unacked), requeue=True)
+
+    # ------------------------------------------------------------------------- confirms
+    def flush_confirms(self) -> None:
+        """Send Basic.Ack/Nack for every settled publish (called once per received chunk)."""
+        tracker = self.confirms
+        if tracker is None or not tracker.pending:
+            return
+        send = self.connection.send_method
+        for tag, multiple, ack in tracker.drain():
+            if ack:
+                send(self.id, cmd.Basic.Ack(tag, multiple))
+            else:
+                send(self.id, cmd.Basic.Nack(tag, multiple, False))

@@ -1,0 +1,389 @@
+"""One client connection, sans-IO: bytes in via ``receive_data``, bytes out via ``take_output``.
+
+Owns the connection lifecycle of AMQP 0-9-1 §2.2.4 / class connection as a small state machine
+(protocol header -> Start/Start-Ok -> Tune/Tune-Ok -> Open/Open-Ok -> open -> Close/Close-Ok), the
+frame loop that hands frames to channels, heartbeats (§4.2.7: a peer silent for two intervals is
+dropped), the output buffer with its high-water mark (credit flow), and Connection.Close on a
+``ConnectionException``. Must not know: sockets or event loops; time comes from ``broker.clock``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pamqp import commands as cmd
+
+from .. import __version__
+from ..protocol import constants as c
+from ..protocol.errors import ConnectionException
+from ..protocol.framing import FrameSplitter
+from ..protocol.methods import decode_method, encode_method, method_ids
+from .auth import MECHANISMS, authenticate, parse_response
+from .channel import Channel
+
+if TYPE_CHECKING:
+    from pamqp.base import Frame
+
+    from queues.queue import Queue
+
+    from .broker import Broker
+    from .vhost import VirtualHost
+
+__all__ = ["Connection", "State"]
+
+log = logging.getLogger(__name__)
+
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": False,
+}
+
+
+class State(enum.Enum):
+    """Where the connection is in its lifecycle."""
+
+    AWAIT_HEADER = 0
+    AWAIT_START_OK = 1
+    AWAIT_TUNE_OK = 2
+    AWAIT_OPEN = 3
+    OPEN = 4
+    CLOSING = 5  # we sent Connection.Close; only Close-Ok (or Close) counts now
+    CLOSED = 6
+
+
+class Connection:
+    """A client connection accepted by the server layer.
+
+    ``peer``: (host, port) of the client. ``on_writable``: called (no arguments) when output goes
+    from empty to non-empty, so the I/O layer can wake its writer. ``closed`` becomes True when the
+    socket should be closed once the pending output is written.
+    """
+
+    def __init__(self, broker: Broker, peer: tuple[str, int], conn_id: int) -> None:
+        self.broker = broker
+        self.peer = peer
+        self.id = conn_id
+        self.name = f"{peer[0]}:{peer[1]}"
+        self.state = State.AWAIT_HEADER
+        self.splitter = FrameSplitter(c.FRAME_MIN_SIZE)
+        self.frame_max = c.FRAME_MIN_SIZE
+        self.channel_max = broker.settings.channel_max
+        self.heartbeat = 0
+        self.high_water = broker.settings.output_high_water
+        self.channels: dict[int, Channel] = {}
+        self.vhost: VirtualHost | None = None
+        self.user = None
+        self.client_properties: dict = {}
+        self.capabilities: dict = {}
+        self.exclusive_queues: set[Queue] = set()
+        self.on_writable: Callable[[], None] | None = None
+        self.closed = False
+        self.blocked = False  # Connection.Blocked sent (memory alarm)
+        self.has_published = False
+        self._out: list[bytes] = []
+        self.output_size = 0
+        self._header = b""
+        now = broker.clock()
+        self.created_at = now
+        self.last_received = now
+        self.last_sent = now
+
+    # ----------------------------------------------------------------------------- output
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` for the peer."""
+        if not self._out:
+            self._out.append(data)
+            self.output_size += len(data)
+            if self.on_writable is not None:
+                self.on_writable()
+            return
+        self._out.append(data)
+        self.output_size += len(data)
+
+    def send_method(self, channel: int, method: Frame) -> None:
+        """Queue one method frame."""
+        self.write(encode_method(channel, method))
+
+    def take_output(self) -> bytes:
+        """All queued bytes (the caller writes them); resets the buffer."""
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        self._out = []
+        self.output_size = 0
+        self.last_sent = self.broker.clock()
+        return data
+
+    def output_drained(self) -> None:
+        """The I/O layer wrote everything: consumers blocked on output credit may go on."""
+        for ch in self.channels.values():
+            for consumer in ch.consumers.values():
+                self.broker.needs_dispatch.add(consumer.queue)
+        self.broker.run_dispatch()
+
+    # ------------------------------------------------------------------------------ input
+    def receive_data(self, data: bytes) -> None:
+        """Process received bytes: every complete frame is handled before this returns."""
+        if self.closed:
+            return
+        self.last_received = self.broker.clock()
+        if self.state is State.AWAIT_HEADER:
+            data = self._protocol_header(data)
+            if not data:
+                return
+        try:
+            for ftype, channel, payload in self.splitter.feed(data):
+                if ftype == c.FRAME_METHOD:
+                    if channel:
+                        ch = self.channels.get(channel)
+                        if ch is None:
+                            self._open_channel(channel, payload)
+                        else:
+                            ch.on_method(payload)
+                    else:
+                        self._connection_method(payload)
+                elif ftype == c.FRAME_BODY or ftype == c.FRAME_HEADER:
+                    ch = self.channels.get(channel)
+                    if ch is None:
+                        if self.state is State.CLOSING:
+                            continue
+                        raise ConnectionException(
+                            c.CHANNEL_ERROR if channel else c.UNEXPECTED_FRAME,
+                            f"{'CHANNEL_ERROR' if channel else 'UNEXPECTED_FRAME'} - content frame "
+                            f"on {'unopened ' if channel else ''}channel {channel}")
+                    if ftype == c.FRAME_BODY:
+                        ch.on_body(payload)
+                    else:
+                        ch.on_header(payload)
+                elif channel:  # heartbeat
+                    raise ConnectionException(c.FRAME_ERROR,
+                                              f"FRAME_ERROR - heartbeat on channel {channel}")
+                if self.closed:
+                    break
+        except ConnectionException as exc:
+            self.close_with(exc)
+        except Exception:  # a bug must cost this connection only, never the broker
+            log.exception("internal error on connection %s", self.name)
+            self.close_with(ConnectionException(c.INTERNAL_ERROR, "INTERNAL_ERROR"))
+        self.after_input()
+
+    def after_input(self) -> None:
+        """End of a batch of input: dispatch what became deliverable, send confirms."""
+        self.broker.run_dispatch()
+        for ch in self.channels.values():
+            if ch.confirms is not None:
+                ch.flush_confirms()
+
+    def _protocol_header(self, data: bytes) -> bytes:
+        self._header += data
+        if len(self._header) < 8:
+            if c.PROTOCOL_HEADER.startswith(self._header):
+                return b""
+        header, rest = self._header[:8], self._header[8:]
+        self._header = b""
+        if header != c.PROTOCOL_HEADER:
+            # Spec §4.2.2: answer with the header we support, then close.
+            self.write(c.PROTOCOL_HEADER)
+            self.closed = True
+            self.state = State.CLOSED
+            return b""
+        self.state = State.AWAIT_START_OK
+        s = self.broker.settings
+        self.send_method(0, cmd.Connection.Start(
+            0, 9, {
+                "product": "amqp-broker",
+                "version": __version__,
+                "platform": "Python",
+                "copyright": "amqp-broker contributors",
+                "information": "Licensed under the Apache License 2.0",
+                "capabilities": CAPABILITIES,
+                "cluster_name": s.cluster_name,
+                "node_name": s.node_name,
+            }, " ".join(MECHANISMS), "en_US"))
+        return rest
+
+    # ------------------------------------------------------------------- connection class
+    def _connection_method(self, payload: bytes) -> None:
+        method = decode_method(payload)
+        state = self.state
+        if state is State.CLOSING:
+            if isinstance(method, cmd.Connection.CloseOk | cmd.Connection.Close):
+                if isinstance(method, cmd.Connection.Close):
+                    self.send_method(0, cmd.Connection.CloseOk())
+                self._finish()
+            return
+        if isinstance(method, cmd.Connection.Close):
+            self.send_method(0, cmd.Connection.CloseOk())
+            self._finish()
+            return
+        cid, mid = method_ids(method)
+        if state is State.AWAIT_START_OK and isinstance(method, cmd.Connection.StartOk):
+            self._start_ok(method)
+        elif state is State.AWAIT_TUNE_OK and isinstance(method, cmd.Connection.TuneOk):
+            self._tune_ok(method)
+        elif state is State.AWAIT_OPEN and isinstance(method, cmd.Connection.Open):
+            self._open(method)
+        elif isinstance(method, cmd.Connection.CloseOk):
+            self._finish()
+        elif state is State.OPEN and isinstance(method, cmd.Connection.UpdateSecret):
+            self.send_method(0, cmd.Connection.UpdateSecretOk())
+        elif cid == c.CLASS_CONNECTION:
+            raise ConnectionException(c.COMMAND_INVALID,
+                                      f"COMMAND_INVALID - unexpected {method.name} in state "
+                                      f"{state.name}", cid, mid)
+        else:
+            raise ConnectionException(c.CHANNEL_ERROR,
+                                      f"CHANNEL_ERROR - {method.name} on channel 0", cid, mid)
+
+    def _start_ok(self, method: cmd.Connection.StartOk) -> None:
+        self.client_properties = method.client_properties or {}
+        caps = self.client_properties.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
+        if method.mechanism not in MECHANISMS:
+            raise ConnectionException(
+                c.ACCESS_REFUSED, f"ACCESS_REFUSED - unsupported mechanism {method.mechanism}",
+                10, 11)
+        creds = parse_response(method.mechanism, method.response)
+        user, why = (None, "ACCESS_REFUSED - malformed credentials") if creds is None else \
+            authenticate(self.broker.settings.users, creds[0], creds[1], self.peer[0])
+        if user is None:
+            log.warning("authentication failed for %s from %s: %s",
+                        creds[0] if creds else "?", self.name, why)
+            raise ConnectionException(c.ACCESS_REFUSED, why, 10, 11)
+        self.user = user
+        s = self.broker.settings
+        self.state = State.AWAIT_TUNE_OK
+        self.send_method(0, cmd.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
+
+    def _tune_ok(self, method: cmd.Connection.TuneOk) -> None:
+        s = self.broker.settings
+        frame_max = method.frame_max or s.frame_max
+        if frame_max < c.FRAME_MIN_SIZE or frame_max > s.frame_max:
+            raise ConnectionException(
+                c.NOT_ALLOWED, f"NOT_ALLOWED - frame_max={frame_max} outside "
+                f"{c.FRAME_MIN_SIZE}..{s.frame_max}", 10, 31)
+        channel_max = method.channel_max or s.channel_max
+        if channel_max > s.channel_max:
+            raise ConnectionException(c.NOT_ALLOWED,
+                                      f"NOT_ALLOWED - channel_max={channel_max} > {s.channel_max}",
+                                      10, 31)
+        self.frame_max = frame_max
+        self.splitter.set_frame_max(frame_max)
+        self.channel_max = channel_max
+        self.heartbeat = method.heartbeat
+        self.state = State.AWAIT_OPEN
+
+    def _open(self, method: cmd.Connection.Open) -> None:
+        vhost = self.broker.vhosts.get(method.virtual_host)
+        allowed = self.user is not None and ("*" in self.user.vhosts
+                                             or method.virtual_host in self.user.vhosts)
+        if vhost is None or not allowed:
+            raise ConnectionException(
+                c.NOT_ALLOWED,
+                f"NOT_ALLOWED - access to vhost '{method.virtual_host}' refused for user "
+                f"'{self.user.name if self.user else ''}'", 10, 40)
+        self.vhost = vhost
+        self.state = State.OPEN
+        self.send_method(0, cmd.Connection.OpenOk())
+        if self.broker.memory_alarm:
+            self.broker.block(self)
+
+    def _open_channel(self, channel_id: int, payload: bytes) -> None:
+        method = decode_method(payload)
+        if self.state is State.CLOSING:
+            return
+        if self.state is not State.OPEN:
+            raise ConnectionException(c.CHANNEL_ERROR,
+                                      f"CHANNEL_ERROR - channel {channel_id} before connection.open")
+        if not isinstance(method, cmd.Channel.Open):
+            cid, mid = method_ids(method)
+            raise ConnectionException(c.CHANNEL_ERROR,
+                                      f"CHANNEL_ERROR - expected 'channel.open' on channel "
+                                      f"{channel_id}", cid, mid)
+        if channel_id > self.channel_max:
+            raise ConnectionException(c.CHANNEL_ERROR,
+                                      f"CHANNEL_ERROR - channel {channel_id} > channel_max "
+                                      f"{self.channel_max}", 20, 10)
+        self.channels[channel_id] = Channel(self, channel_id)
+        self.send_method(channel_id, cmd.Channel.OpenOk())
+
+    def channel_closed(self, channel_id: int) -> None:
+        """Forget a channel whose close handshake finished."""
+        ch = self.channels.pop(channel_id, None)
+        if ch is not None and not ch.closing:
+            ch.release()
+
+    # ------------------------------------------------------------------------------ closing
+    def close_with(self, exc: ConnectionException) -> None:
+        """Send Connection.Close for ``exc`` and release everything; the peer's Close-Ok (or a
+        timeout) ends it. Before Open-Ok there is nothing to release and the socket just closes
+        after the Close is written (RabbitMQ does the same for auth failures)."""
+        if self.state in (State.CLOSING, State.CLOSED):
+            return
+        log.info("closing connection %s: %s", self.name, exc)
+        text = exc.reply_text.encode()[:255].decode(errors="ignore")
+        self.send_method(0, cmd.Connection.Close(exc.reply_code, text, exc.class_id, exc.method_id))
+        handshaking = self.state is not State.OPEN
+        self._release()
+        self.state = State.CLOSING
+        self.closing_since = self.broker.clock()
+        if handshaking:
+            self.closed = True
+
+    def close_forced(self, text: str = "CONNECTION_FORCED - broker forced connection closure") -> None:
+        """Close with 320 CONNECTION_FORCED (broker shutdown, admin action)."""
+        self.close_with(ConnectionException(c.CONNECTION_FORCED, text))
+
+    def _finish(self) -> None:
+        self._release()
+        self.state = State.CLOSED
+        self.closed = True
+
+    def _release(self) -> None:
+        for ch in list(self.channels.values()):
+            ch.release()
+        self.channels.clear()
+        if self.vhost is not None:
+            self.vhost.connection_gone(self)
+
+    def connection_lost(self) -> None:
+        """The socket is gone (peer closed it, I/O error): free everything this connection held."""
+        if self.state is not State.CLOSED:
+            self._release()
+            self.state = State.CLOSED
+        self.closed = True
+        self.broker.connection_gone(self)
+
+    # ---------------------------------------------------------------------------- timers
+    def tick(self, now: float) -> None:
+        """Heartbeats and handshake / close timeouts; ``now`` in seconds from ``broker.clock``."""
+        if self.closed:
+            return
+        if self.state is State.CLOSING:
+            if now - self.closing_since > 5.0:
+                self._finish()
+            return
+        if self.state is not State.OPEN:
+            if now - self.created_at > self.broker.settings.handshake_timeout:
+                log.info("handshake timeout on %s", self.name)
+                self._finish()
+            return
+        hb = self.heartbeat
+        if hb:
+            if now - self.last_received > 2 * hb:
+                log.warning("missed heartbeats from %s, timeout: %ss", self.name, hb)
+                self.connection_lost()
+                return
+            if now - self.last_sent >= hb / 2 and not self._out:
+                self.write(c.HEARTBEAT_FRAME)

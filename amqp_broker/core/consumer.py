@@ -1,0 +1,73 @@
+"""A Basic.Consume subscription: the object a queue hands messages to.
+
+Owns one consumer's credit (its prefetch count and unacked count) and the Basic.Deliver encoding for
+it; implements the ``queues.queue.Consumer`` protocol. Source: AMQP 0-9-1 basic.consume / basic.deliver;
+RabbitMQ "Consumer Prefetch" (per-consumer prefetch, ``global`` per channel) and "Consumer Priorities".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..protocol.delivery import deliver_prefix, encode_deliver, encode_routing
+
+if TYPE_CHECKING:
+    from queues.entry import QueueEntry
+    from queues.queue import Queue
+
+    from .channel import Channel
+
+__all__ = ["ChannelConsumer"]
+
+
+class ChannelConsumer:
+    """One consumer on one channel.
+
+    ``tag``: consumer tag; ``no_ack``: deliveries need no ack; ``prefetch``: per-consumer prefetch
+    count (0: unlimited); ``unacked``: deliveries not yet settled; ``priority``: x-priority argument.
+    """
+
+    __slots__ = ("tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "channel", "queue",
+                 "_prefix", "arguments")
+
+    def __init__(self, channel: Channel, queue: Queue, tag: str, *, no_ack: bool, exclusive: bool,
+                 prefetch: int, priority: int = 0, arguments: dict | None = None) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.priority = priority
+        self.unacked = 0
+        self.arguments = arguments or {}
+        self._prefix = deliver_prefix(tag)
+
+    def can_deliver(self) -> bool:
+        """True when a delivery now respects prefetch, channel flow and connection output credit."""
+        ch = self.channel
+        if not ch.deliverable:
+            return False
+        if self.no_ack:
+            return ch.connection.output_size < ch.connection.high_water
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        if ch.global_prefetch and len(ch.unacked) >= ch.global_prefetch:
+            return False
+        return ch.connection.output_size < ch.connection.high_water
+
+    def deliver(self, queue: Queue, entry: QueueEntry) -> None:
+        """Write Basic.Deliver + content to the connection; track it as unacked unless no_ack."""
+        ch = self.channel
+        tag = ch.next_delivery_tag
+        ch.next_delivery_tag = tag + 1
+        if not self.no_ack:
+            ch.unacked[tag] = (queue, entry, self)
+            self.unacked += 1
+        msg = entry.message
+        routing_raw = msg.routing_raw
+        if routing_raw is None:
+            routing_raw = msg.routing_raw = encode_routing(msg.exchange, msg.routing_key)
+        conn = ch.connection
+        conn.write(encode_deliver(ch.id, self._prefix, tag, entry.redelivered, routing_raw,
+                                  msg.header_payload, msg.body, conn.frame_max))

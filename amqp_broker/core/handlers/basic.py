@@ -1,0 +1,271 @@
+"""Basic class: Qos, Consume, Cancel, Publish (completed content), Get, Ack, Nack, Reject, Recover.
+
+Source: AMQP 0-9-1 class basic with RabbitMQ's semantics: "Consumer Prefetch" (``global=False`` is
+per consumer, ``True`` per channel; prefetch_size is not supported, 540), "Consumer Acknowledgements
+and Publisher Confirms" (multiple acks, nack, unknown delivery tag is 406), "Publishers" (mandatory
+-> Basic.Return 312 NO_ROUTE; unroutable messages are still confirmed), "Sender-selected
+Distribution" (BCC removed before delivery), "Consumer Cancel Notification", "Exclusive consumers".
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as cmd
+
+from queues.message import Message
+
+from ...protocol import constants as c
+from ...protocol.delivery import encode_get_ok, encode_return, encode_routing
+from ...protocol.errors import ChannelException, ConnectionException
+from ..consumer import ChannelConsumer
+from .queue import queue_name
+
+if TYPE_CHECKING:
+    from ...protocol.methods import Publish
+    from ..channel import Channel
+
+
+def qos(ch: Channel, m: cmd.Basic.Qos) -> None:
+    """Basic.Qos -> Qos-Ok. prefetch_size != 0 is 540 NOT_IMPLEMENTED (as RabbitMQ)."""
+    if m.prefetch_size:
+        raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - prefetch_size!=0 "
+                                  f"({m.prefetch_size})", 60, 10)
+    if m.global_:
+        ch.global_prefetch = m.prefetch_count
+    else:
+        ch.prefetch = m.prefetch_count
+    ch.connection.send_method(ch.id, cmd.Basic.QosOk())
+    for consumer in ch.consumers.values():
+        ch.connection.broker.needs_dispatch.add(consumer.queue)
+
+
+def consume(ch: Channel, m: cmd.Basic.Consume) -> None:
+    """Basic.Consume -> Consume-Ok, then deliveries. 530 for a reused consumer tag (connection
+    exception, as RabbitMQ); 403 when the queue has an exclusive consumer or an exclusive consume
+    meets existing consumers; 404/405 from the queue lookup."""
+    vhost = ch.vhost
+    q = vhost.get_queue(queue_name(ch, m.queue), ch.connection)
+    tag = m.consumer_tag or ("amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()
+                             .rstrip("="))
+    if tag in ch.consumers:
+        raise ConnectionException(c.NOT_ALLOWED, f"NOT_ALLOWED - attempt to reuse consumer tag "
+                                  f"'{tag}'", 60, 20)
+    existing = list(q.consumers())
+    if any(getattr(x, "exclusive", False) for x in existing) or (m.exclusive and existing):
+        raise ChannelException(c.ACCESS_REFUSED, f"ACCESS_REFUSED - queue '{q.name}' in vhost "
+                               f"'{vhost.name}' in exclusive use")
+    args = m.arguments or {}
+    priority = args.get("x-priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ChannelException(c.PRECONDITION_FAILED,
+                               "PRECONDITION_FAILED - invalid arg 'x-priority': expected integer")
+    consumer = ChannelConsumer(ch, q, tag, no_ack=m.no_ack, exclusive=m.exclusive,
+                               prefetch=ch.prefetch, priority=priority, arguments=args)
+    ch.consumers[tag] = consumer
+    if not m.nowait:
+        ch.connection.send_method(ch.id, cmd.Basic.ConsumeOk(tag))
+    vhost.touch(q.name)
+    vhost.add_consumer(consumer)
+
+
+def cancel(ch: Channel, m: cmd.Basic.Cancel) -> None:
+    """Basic.Cancel -> Cancel-Ok (also for an unknown tag). Unacked deliveries stay unacked."""
+    consumer = ch.consumers.pop(m.consumer_tag, None)
+    if not m.nowait:
+        ch.connection.send_method(ch.id, cmd.Basic.CancelOk(m.consumer_tag))
+    if consumer is not None:
+        ch.vhost.remove_consumer(consumer)
+
+
+def _strip_bcc(msg: Message) -> Message:
+    headers = msg.headers
+    if headers and "BCC" in headers:
+        props = msg.properties
+        new_headers = {k: v for k, v in headers.items() if k != "BCC"}
+        props = cmd.Basic.Properties(**{k: getattr(props, k) for k in props.__slots__})
+        props.headers = new_headers
+        stripped = msg.with_properties(props)
+        stripped.routing_raw = msg.routing_raw
+        return stripped
+    return msg
+
+
+def publish_message(ch: Channel, publish: Publish, header: bytes, body: bytes) -> None:
+    """A complete Basic.Publish: check the exchange (404, 403 internal), the expiration property
+    (406 when not a non-negative integer), then route and enqueue (or hold it in tx mode)."""
+    vhost = ch.vhost
+    exchange = vhost.routing.get_exchange(publish.exchange)
+    if exchange is None:
+        raise vhost.not_found("exchange", publish.exchange)
+    if exchange.internal:
+        raise ChannelException(c.ACCESS_REFUSED, f"ACCESS_REFUSED - cannot publish to internal "
+                               f"exchange '{publish.exchange}' in vhost '{vhost.name}'")
+    msg = Message(publish.exchange, publish.routing_key, header, body)
+    msg.routing_raw = publish.routing_raw
+    try:
+        expiration = msg.expiration
+    except Exception:
+        raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - malformed content header",
+                                  60, 40) from None
+    if expiration is not None and not (expiration.isdigit() and expiration.isascii()):
+        raise ChannelException(c.PRECONDITION_FAILED,
+                               f"PRECONDITION_FAILED - invalid expiration '{expiration}'")
+    ch.connection.has_published = True
+    if ch.tx is not None:
+        ch.tx.append(("publish", (msg, publish.mandatory)))
+        return
+    deliver_published(ch, msg, publish.mandatory)
+
+
+def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
+    """Route ``msg``, enqueue it, return it when mandatory and unroutable, settle its confirm."""
+    vhost = ch.vhost
+    try:
+        names = vhost.route(msg)
+    except Exception:  # undecodable headers on a headers exchange
+        raise ChannelException(c.PRECONDITION_FAILED,
+                               "PRECONDITION_FAILED - message headers cannot be decoded") from None
+    ok = True
+    if names:
+        if msg.has_headers:
+            msg = _strip_bcc(msg)
+        ok = vhost.enqueue(msg, names)
+    elif mandatory:
+        routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
+        conn = ch.connection
+        conn.write(encode_return(ch.id, c.NO_ROUTE, "NO_ROUTE", routing_raw, msg.header_payload,
+                                 msg.body, conn.frame_max))
+    confirms = ch.confirms
+    if confirms is not None:
+        confirms.settle(confirms.next_seq(), ok)
+
+
+def get(ch: Channel, m: cmd.Basic.Get) -> None:
+    """Basic.Get -> Get-Ok + content, or Get-Empty."""
+    vhost = ch.vhost
+    q = vhost.get_queue(queue_name(ch, m.queue), ch.connection)
+    vhost.touch(q.name)
+    entry = q.get(m.no_ack)
+    conn = ch.connection
+    if entry is None:
+        conn.send_method(ch.id, cmd.Basic.GetEmpty())
+        return
+    tag = ch.next_delivery_tag
+    ch.next_delivery_tag = tag + 1
+    if not m.no_ack:
+        ch.unacked[tag] = (q, entry, None)
+    msg = entry.message
+    routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
+    conn.write(encode_get_ok(ch.id, tag, entry.redelivered, routing_raw, q.message_count,
+                             msg.header_payload, msg.body, conn.frame_max))
+
+
+def _tags(ch: Channel, delivery_tag: int, multiple: bool) -> list[int]:
+    unacked = ch.unacked
+    if multiple:
+        if delivery_tag == 0:
+            return list(unacked)
+        tags = [t for t in unacked if t <= delivery_tag]
+        if delivery_tag not in unacked and not tags:
+            raise _unknown(delivery_tag)
+        return tags
+    if delivery_tag not in unacked:
+        raise _unknown(delivery_tag)
+    return [delivery_tag]
+
+
+def _unknown(tag: int) -> ChannelException:
+    return ChannelException(c.PRECONDITION_FAILED,
+                            f"PRECONDITION_FAILED - unknown delivery tag {tag}")
+
+
+def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
+                   requeue: bool = False) -> None:
+    """Settle deliveries: ack, requeue (back to their place, redelivered), or reject (dead-letter
+    or drop). Frees prefetch credit and marks the queues for dispatch."""
+    unacked = ch.unacked
+    needs_dispatch = ch.connection.broker.needs_dispatch
+    requeues: dict[Any, list] = defaultdict(list) if requeue and not ack else {}
+    for tag in tags:
+        q, entry, consumer = unacked.pop(tag)
+        if consumer is not None:
+            consumer.unacked -= 1
+            needs_dispatch.add(q)
+        if ack:
+            q.ack(entry)
+        elif requeue:
+            requeues[q].append(entry)
+        else:
+            q.reject(entry)
+    for q, entries in requeues.items():
+        q.requeue_many(entries)
+        needs_dispatch.add(q)
+    if ch.global_prefetch:
+        for consumer in ch.consumers.values():
+            needs_dispatch.add(consumer.queue)
+
+
+def ack(ch: Channel, m: cmd.Basic.Ack) -> None:
+    """Basic.Ack (multiple; tag 0 with multiple = all). 406 for an unknown delivery tag."""
+    tags = _tags(ch, m.delivery_tag, m.multiple)
+    if ch.tx is not None:
+        ch.tx.append(("ack", (m.delivery_tag, m.multiple)))
+        return
+    settle_unacked(ch, tags, ack=True)
+
+
+def nack(ch: Channel, m: cmd.Basic.Nack) -> None:
+    """Basic.Nack (RabbitMQ extension): multiple, requeue."""
+    tags = _tags(ch, m.delivery_tag, m.multiple)
+    if ch.tx is not None:
+        ch.tx.append(("nack", (m.delivery_tag, m.multiple, m.requeue)))
+        return
+    settle_unacked(ch, tags, requeue=m.requeue)
+
+
+def reject(ch: Channel, m: cmd.Basic.Reject) -> None:
+    """Basic.Reject: one delivery, requeue or dead-letter."""
+    tags = _tags(ch, m.delivery_tag, False)
+    if ch.tx is not None:
+        ch.tx.append(("nack", (m.delivery_tag, False, m.requeue)))
+        return
+    settle_unacked(ch, tags, requeue=m.requeue)
+
+
+def recover(ch: Channel, m: cmd.Basic.Recover) -> None:
+    """Basic.Recover: requeue every unacked delivery of the channel -> Recover-Ok. (RabbitMQ
+    requeues for requeue=false too.)"""
+    settle_unacked(ch, list(ch.unacked), requeue=True)
+    ch.connection.send_method(ch.id, cmd.Basic.RecoverOk())
+
+
+def recover_async(ch: Channel, m: cmd.Basic.RecoverAsync) -> None:
+    """Basic.RecoverAsync (deprecated): as Recover without the reply."""
+    settle_unacked(ch, list(ch.unacked), requeue=True)
+
+
+def apply_tx_operation(ch: Channel, op: tuple[str, Any]) -> None:
+    """Apply one held tx operation at Tx.Commit (publishes and settlements, in order)."""
+    kind, args = op
+    if kind == "publish":
+        deliver_published(ch, *args)
+        return
+    tag, multiple, *rest = args
+    try:
+        tags = _tags(ch, tag, multiple)
+    except ChannelException:
+        return  # settled meanwhile by an earlier op of the same transaction
+    if kind == "ack":
+        settle_unacked(ch, tags, ack=True)
+    else:
+        settle_unacked(ch, tags, requeue=rest[0])
+
+
+HANDLERS = {cmd.Basic.Qos: qos, cmd.Basic.Consume: consume, cmd.Basic.Cancel: cancel,
+            cmd.Basic.Get: get, cmd.Basic.Ack: ack, cmd.Basic.Nack: nack,
+            cmd.Basic.Reject: reject, cmd.Basic.Recover: recover,
+            cmd.Basic.RecoverAsync: recover_async}

@@ -1,0 +1,41 @@
+"""Broker settings the core needs (pure values; loading them from TOML/env/CLI is ``config.py``'s job).
+
+Source for defaults: RabbitMQ's configuration guide (frame_max 131072, channel_max 2047, heartbeat
+60 s, guest/guest from loopback only, vhost "/").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["BrokerSettings", "User"]
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """An account: ``name``, ``password`` (plain text from config), ``vhosts`` it may open
+    (``("*",)`` for all), ``loopback_only``: refused from non-loopback peers (RabbitMQ "guest")."""
+
+    name: str
+    password: str
+    vhosts: tuple[str, ...] = ("*",)
+    loopback_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """Limits and identities. Units: ``frame_max`` bytes, ``heartbeat`` seconds, ``*_bytes`` bytes,
+    ``handshake_timeout`` seconds, ``output_high_water`` bytes queued for one connection before its
+    consumers stop getting deliveries (credit flow) and its reads pause."""
+
+    node_name: str = "amqp-broker@localhost"
+    cluster_name: str = "amqp-broker"
+    frame_max: int = 131072
+    channel_max: int = 2047
+    heartbeat: int = 60
+    handshake_timeout: float = 10.0
+    output_high_water: int = 4 * 1024 * 1024
+    vhosts: tuple[str, ...] = ("/",)
+    users: tuple[User, ...] = field(
+        default_factory=lambda: (User("guest", "guest", ("*",), loopback_only=True),))
+    memory_high_watermark_bytes: int = 0  # 0: no memory alarm

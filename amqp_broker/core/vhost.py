@@ -1,0 +1,324 @@
+"""A virtual host: its exchanges and bindings (a ``routing.RoutingTable``) and its queues.
+
+Owns the entity operations every path goes through (client methods, and later cluster replay and
+recovery): declare/delete of exchanges and queues with RabbitMQ's equivalence and reserved-name rules,
+bindings, exclusive-queue ownership, auto-delete and x-expires, consumer registration, publishing a
+message to the queues its route finds, and dead-lettering. Errors are ``ChannelException`` with the
+spec's reply codes and RabbitMQ's reply texts. Must not know: frames beyond replying through
+``Connection.send_method``. Source: AMQP 0-9-1 classes exchange/queue; RabbitMQ "Queues", "Exchanges",
+"Dead Letter Exchanges", "Time-To-Live and Expiration".
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as cmd
+
+from queues.arguments import parse_arguments
+from queues.errors import InvalidArgument as QueueInvalidArgument
+from queues.message import Message
+from queues.queue import PublishResult, Queue
+from routing.destination import Destination
+from routing.errors import InvalidArgument as RoutingInvalidArgument
+from routing.errors import UnknownExchangeType
+from routing.table import RoutingTable
+
+from ..protocol import constants as c
+from ..protocol.errors import ChannelException, ConnectionException
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .connection import Connection
+    from .consumer import ChannelConsumer
+
+__all__ = ["VirtualHost"]
+
+log = logging.getLogger(__name__)
+
+SERVED_QUEUE_TYPES = ("classic",)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if not isinstance(value, str) else value
+
+
+class VirtualHost:
+    """All entities of vhost ``name``; ``broker`` gives the clock and the dispatch set."""
+
+    def __init__(self, broker: Broker, name: str) -> None:
+        self.broker = broker
+        self.name = name
+        self.routing = RoutingTable()
+        self.queues: dict[str, Queue] = {}
+        self.queue_last_used: dict[str, float] = {}  # x-expires bookkeeping, seconds
+
+    # ------------------------------------------------------------------------ helpers
+    def not_found(self, kind: str, name: str) -> ChannelException:
+        """404 with RabbitMQ's text: "NOT_FOUND - no queue 'q' in vhost '/'"."""
+        return ChannelException(c.NOT_FOUND, f"NOT_FOUND - no {kind} '{name}' in vhost '{self.name}'")
+
+    def get_queue(self, name: str, conn: Connection | None = None) -> Queue:
+        """The queue named ``name``; 404 when missing, 405 when exclusive to another connection."""
+        q = self.queues.get(name)
+        if q is None:
+            raise self.not_found("queue", name)
+        if conn is not None and q.exclusive_owner is not None and q.exclusive_owner is not conn:
+            raise ChannelException(
+                c.RESOURCE_LOCKED,
+                f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{name}' in vhost "
+                f"'{self.name}'. It could be originally declared on another connection or the "
+                f"exclusive property value does not match that of the original declaration.")
+        return q
+
+    def get_exchange(self, name: str) -> Any:
+        """The exchange named ``name``; 404 when missing."""
+        ex = self.routing.get_exchange(name)
+        if ex is None:
+            raise self.not_found("exchange", name)
+        return ex
+
+    def _inequivalent(self, kind: str, name: str, arg: str, got: Any, have: Any) -> ChannelException:
+        return ChannelException(
+            c.PRECONDITION_FAILED,
+            f"PRECONDITION_FAILED - inequivalent arg '{arg}' for {kind} '{name}' in vhost "
+            f"'{self.name}': received '{_fmt(got)}' but current is '{_fmt(have)}'")
+
+    # ---------------------------------------------------------------------- exchanges
+    def declare_exchange(self, name: str, type_: str, *, passive: bool = False,
+                         durable: bool = False, auto_delete: bool = False, internal: bool = False,
+                         arguments: dict | None = None) -> None:
+        """Exchange.Declare. 403 for "" and new "amq.*" names, 404 passive miss, 406 inequivalent,
+        503 COMMAND_INVALID unknown type (connection exception, as RabbitMQ)."""
+        if not name and not passive:
+            raise ChannelException(c.ACCESS_REFUSED,
+                                   "ACCESS_REFUSED - operation not permitted on the default exchange")
+        existing = self.routing.get_exchange(name)
+        if passive:
+            if existing is None:
+                raise self.not_found("exchange", name)
+            return
+        if existing is not None:
+            if existing.type != type_:
+                raise self._inequivalent("exchange", name, "type", type_, existing.type)
+            if existing.durable != durable:
+                raise self._inequivalent("exchange", name, "durable", durable, existing.durable)
+            if existing.auto_delete != auto_delete:
+                raise self._inequivalent("exchange", name, "auto_delete", auto_delete,
+                                         existing.auto_delete)
+            if existing.internal != internal:
+                raise self._inequivalent("exchange", name, "internal", internal, existing.internal)
+            ae = (arguments or {}).get("alternate-exchange")
+            if ae != existing.arguments.get("alternate-exchange"):
+                raise self._inequivalent("exchange", name, "alternate-exchange", ae,
+                                         existing.arguments.get("alternate-exchange"))
+            return
+        if name.startswith("amq."):
+            raise ChannelException(
+                c.ACCESS_REFUSED, f"ACCESS_REFUSED - exchange name '{name}' contains reserved "
+                f"prefix 'amq.*'")
+        try:
+            self.routing.declare_exchange(name, type_, durable=durable, auto_delete=auto_delete,
+                                          internal=internal, arguments=dict(arguments or {}))
+        except UnknownExchangeType:
+            raise ConnectionException(c.COMMAND_INVALID,
+                                      f"COMMAND_INVALID - unknown exchange type '{type_}'") from None
+        except RoutingInvalidArgument as exc:
+            raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}") from None
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        """Exchange.Delete: idempotent for a missing exchange (RabbitMQ); 403 for "" and amq.*;
+        406 when ``if_unused`` and it is the source of bindings."""
+        if not name or name.startswith("amq."):
+            raise ChannelException(c.ACCESS_REFUSED,
+                                   f"ACCESS_REFUSED - operation not permitted on the exchange "
+                                   f"'{name}'" if name else
+                                   "ACCESS_REFUSED - operation not permitted on the default exchange")
+        ex = self.routing.get_exchange(name)
+        if ex is None:
+            return
+        if if_unused and len(ex.matcher):
+            raise ChannelException(c.PRECONDITION_FAILED,
+                                   f"PRECONDITION_FAILED - exchange '{name}' in vhost '{self.name}' "
+                                   f"in use")
+        self.routing.delete_exchange(name)
+
+    def bind(self, source: str, destination: Destination, binding_key: str,
+             arguments: dict | None, *, unbind: bool = False) -> None:
+        """Queue.Bind/Unbind and Exchange.Bind/Unbind after existence checks (404, 403 for the
+        default exchange, 406 for invalid binding arguments such as a bad x-match)."""
+        if not source or (destination.kind == "exchange" and not destination.name):
+            raise ChannelException(c.ACCESS_REFUSED,
+                                   "ACCESS_REFUSED - operation not permitted on the default exchange")
+        self.get_exchange(source)
+        if destination.kind == "exchange":
+            self.get_exchange(destination.name)
+        try:
+            if unbind:
+                self.routing.unbind(source, destination, binding_key, arguments or {})
+            else:
+                self.routing.bind(source, destination, binding_key, dict(arguments or {}))
+        except RoutingInvalidArgument as exc:
+            raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}") from None
+
+    # ------------------------------------------------------------------------- queues
+    def declare_queue(self, name: str, conn: Connection, *, passive: bool = False,
+                      durable: bool = False, exclusive: bool = False, auto_delete: bool = False,
+                      arguments: dict | None = None) -> Queue:
+        """Queue.Declare (``name`` already generated when the client sent ""). 403 reserved
+        "amq." names, 404 passive miss, 405 exclusive to another connection, 406 inequivalent or
+        invalid arguments, including an x-queue-type we do not serve."""
+        existing = self.queues.get(name)
+        if passive:
+            if existing is None:
+                raise self.not_found("queue", name)
+            q = self.get_queue(name, conn)
+            self.touch(name)
+            return q
+        if existing is not None:
+            q = self.get_queue(name, conn)
+            if q.durable != durable:
+                raise self._inequivalent("queue", name, "durable", durable, q.durable)
+            if (q.exclusive_owner is not None) != exclusive:
+                raise self._inequivalent("queue", name, "exclusive", exclusive,
+                                         q.exclusive_owner is not None)
+            if q.auto_delete != auto_delete:
+                raise self._inequivalent("queue", name, "auto_delete", auto_delete, q.auto_delete)
+            self._check_equivalent_args(name, q.arguments or {}, arguments or {})
+            self.touch(name)
+            return q
+        if name.startswith("amq.") and not name.startswith("amq.gen-"):
+            raise ChannelException(c.ACCESS_REFUSED,
+                                   f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix "
+                                   f"'amq.*'")
+        try:
+            settings = parse_arguments(arguments)
+        except QueueInvalidArgument as exc:
+            raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}") from None
+        if settings.queue_type not in SERVED_QUEUE_TYPES:
+            raise ChannelException(
+                c.PRECONDITION_FAILED,
+                f"PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue '{name}' in vhost "
+                f"'{self.name}': queue type '{settings.queue_type}' is not served by this broker")
+        q = Queue(name, settings, durable=durable, exclusive_owner=conn if exclusive else None,
+                  auto_delete=auto_delete, arguments=dict(arguments or {}),
+                  clock=self.broker.clock_ms, dead_letter=self._dead_letter)
+        q.had_consumers = False  # type: ignore[attr-defined]
+        self.queues[name] = q
+        self.routing.add_queue(name)
+        if exclusive:
+            conn.exclusive_queues.add(q)
+        self.touch(name)
+        return q
+
+    _EQUIV_ARGS = ("x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-overflow",
+                   "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority",
+                   "x-single-active-consumer", "x-queue-type")
+
+    def _check_equivalent_args(self, name: str, have: dict, got: dict) -> None:
+        for key in self._EQUIV_ARGS:
+            h, g = have.get(key), got.get(key)
+            if key == "x-queue-type" and (h or "classic") == (g or "classic"):
+                continue
+            if h != g or type(h) is not type(g) and not (
+                    isinstance(h, int) and isinstance(g, int)):
+                raise self._inequivalent("queue", name, key, g, h)
+
+    def touch(self, name: str) -> None:
+        """Mark queue ``name`` as used now (x-expires counts from the last use)."""
+        self.queue_last_used[name] = self.broker.clock()
+
+    def delete_queue(self, q: Queue, *, notify: bool = True) -> int:
+        """Delete ``q``: unbind it everywhere (auto-delete exchanges may go), cancel its consumers
+        (Basic.Cancel to clients that understand it), drop its ready messages. Returns the ready
+        count it had (Queue.Delete-Ok's message-count)."""
+        if self.queues.get(q.name) is not q:
+            return 0
+        count = q.message_count
+        del self.queues[q.name]
+        self.queue_last_used.pop(q.name, None)
+        self.routing.remove_queue(q.name)
+        for consumer in list(q.consumers()):
+            ch = consumer.channel
+            q.remove_consumer(consumer)
+            ch.consumers.pop(consumer.tag, None)
+            if notify and ch.connection.capabilities.get("consumer_cancel_notify"):
+                ch.connection.send_method(ch.id, cmd.Basic.Cancel(consumer.tag, True))
+        owner = q.exclusive_owner
+        if owner is not None:
+            owner.exclusive_queues.discard(q)
+        q.delete()
+        self.broker.needs_dispatch.discard(q)
+        return count
+
+    def connection_gone(self, conn: Connection) -> None:
+        """Delete the exclusive queues of a closed connection (RabbitMQ "Exclusive Queues")."""
+        for q in list(conn.exclusive_queues):
+            self.delete_queue(q, notify=False)
+        conn.exclusive_queues.clear()
+
+    # ---------------------------------------------------------------------- consumers
+    def add_consumer(self, consumer: ChannelConsumer) -> None:
+        """Register a consumer on its queue (after Consume-Ok was written) and dispatch."""
+        q = consumer.queue
+        q.had_consumers = True  # type: ignore[attr-defined]
+        q.add_consumer(consumer)
+
+    def remove_consumer(self, consumer: ChannelConsumer) -> None:
+        """Unregister a consumer; an auto-delete queue whose last consumer went is deleted."""
+        q = consumer.queue
+        q.remove_consumer(consumer)
+        self.touch(q.name)
+        if q.auto_delete and q.consumer_count == 0 and self.queues.get(q.name) is q:
+            self.delete_queue(q)
+
+    # ------------------------------------------------------------------------ publish
+    def route(self, msg: Message) -> set[str]:
+        """Queue names the message goes to (routing.RoutingTable semantics: e2e, AE, CC/BCC)."""
+        if msg.has_headers:
+            return self.routing.route(msg.exchange, msg.routing_key, lambda: msg.headers,
+                                      has_headers=True)
+        return self.routing.route(msg.exchange, msg.routing_key, None, has_headers=False)
+
+    def enqueue(self, msg: Message, queue_names: set[str]) -> bool:
+        """Put ``msg`` on each named queue; False when any queue refused it (x-overflow
+        reject-publish), which turns into a Basic.Nack for a confirm-mode publisher."""
+        ok = True
+        queues = self.queues
+        for name in queue_names:
+            q = queues.get(name)
+            if q is not None and q.publish(msg) is PublishResult.REJECTED:
+                ok = False
+        return ok
+
+    def _dead_letter(self, message: Message, exchange: str, routing_keys: Any = None) -> None:
+        """Route a dead-lettered message (the queue already added x-death) to its DLX."""
+        if self.routing.get_exchange(exchange) is None:
+            log.debug("dead-letter exchange %r missing; message dropped", exchange)
+            return
+        keys = routing_keys if routing_keys else [message.routing_key]
+        if isinstance(keys, str):
+            keys = [keys]
+        targets: set[str] = set()
+        for key in keys:
+            m = message if key == message.routing_key and message.exchange == exchange else \
+                message.with_properties(message.properties, exchange=exchange, routing_key=key)
+            targets |= self.route(m) if m.exchange == exchange else set()
+        self.enqueue(message if message.exchange == exchange else
+                     message.with_properties(message.properties, exchange=exchange), targets)
+
+    # -------------------------------------------------------------------------- timers
+    def tick(self, now: float) -> None:
+        """Expire messages (TTL) and idle queues (x-expires). ``now`` in seconds."""
+        for q in list(self.queues.values()):
+            if q.next_expiry() is not None:
+                q.expire()
+            expires = q.settings.expires
+            if expires is not None and q.consumer_count == 0:
+                last = self.queue_last_used.get(q.name, now)
+                if (now - last) * 1000 >= expires:
+                    log.info("queue %r expired after %s ms unused", q.name, expires)
+                    self.delete_queue(q)

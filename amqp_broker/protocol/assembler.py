@@ -1,0 +1,112 @@
+"""Per-channel content assembly: Basic.Publish -> content header -> body frames -> one message.
+
+Owns the order rule of AMQP 0-9-1 §4.2.6: after a content-bearing method, the next frames on that
+channel must be its content header and then exactly body-size bytes of body frames. A frame out of
+that order is a 505 UNEXPECTED_FRAME connection exception; a header for another class than basic, or a
+body overrunning the declared size, is 505 as well (RabbitMQ's choice). Modelled on RabbitMQ's
+``rabbit_command_assembler`` (a pure ``process(frame, state)``). Must not know: routing, queues.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from . import constants as c
+from .errors import ConnectionException
+from .methods import Publish
+
+__all__ = ["ContentAssembler"]
+
+_BODY_SIZE = struct.Struct(">HHQ")
+
+
+class ContentAssembler:
+    """Collects one message's content on one channel.
+
+    Usage: ``start(publish)`` after a Basic.Publish; then ``header(payload)`` and ``body(payload)``
+    return the finished ``(publish, header_payload, body)`` once complete, else None.
+    ``expecting_content`` is True between ``start`` and completion; the caller sends every other
+    frame type to ``unexpected`` while it is. Raises ``ConnectionException`` 505 UNEXPECTED_FRAME
+    (order or size violated) and 502 SYNTAX_ERROR (header shorter than 14 bytes).
+    Source: AMQP 0-9-1 §4.2.6, §2.3.5.2.
+    """
+
+    __slots__ = ("_publish", "_header", "_size", "_parts", "_got")
+
+    def __init__(self) -> None:
+        self._publish: Publish | None = None
+        self._header: bytes | None = None
+        self._size = 0
+        self._parts: list[bytes] = []
+        self._got = 0
+
+    @property
+    def expecting_content(self) -> bool:
+        """True while a started message still lacks its header or part of its body."""
+        return self._publish is not None
+
+    def start(self, publish: Publish) -> None:
+        """Begin a message; raises 505 when one is already being assembled."""
+        if self._publish is not None:
+            raise self.unexpected("method frame")
+        self._publish = publish
+        self._header = None
+
+    def header(self, payload: bytes) -> tuple[Publish, bytes, bytes] | None:
+        """Accept the content header payload; returns the message when its body size is 0."""
+        publish = self._publish
+        if publish is None or self._header is not None:
+            raise self.unexpected("content header")
+        if len(payload) < 14:
+            raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - truncated content header",
+                                      c.CLASS_BASIC, 40)
+        class_id, _weight, size = _BODY_SIZE.unpack_from(payload)
+        if class_id != c.CLASS_BASIC:
+            raise ConnectionException(c.UNEXPECTED_FRAME,
+                                      f"UNEXPECTED_FRAME - content header for class {class_id}",
+                                      c.CLASS_BASIC, 40)
+        if size == 0:
+            self._publish = None
+            return publish, payload, b""
+        self._header = payload
+        self._size = size
+        self._parts = []
+        self._got = 0
+        return None
+
+    def body(self, payload: bytes) -> tuple[Publish, bytes, bytes] | None:
+        """Accept one body frame payload; returns the message once body-size bytes arrived."""
+        publish = self._publish
+        header = self._header
+        if publish is None or header is None:
+            raise self.unexpected("content body")
+        got = self._got + len(payload)
+        if got > self._size:
+            raise ConnectionException(
+                c.UNEXPECTED_FRAME,
+                f"UNEXPECTED_FRAME - body of {got} bytes exceeds declared size {self._size}",
+                c.CLASS_BASIC, 40)
+        if got == self._size:
+            body = b"".join(self._parts) + payload if self._parts else payload
+            self._publish = None
+            self._header = None
+            self._parts = []
+            return publish, header, body
+        self._parts.append(payload)
+        self._got = got
+        return None
+
+    def unexpected(self, what: str) -> ConnectionException:
+        """The 505 for a frame that arrived out of order (to be raised by the caller)."""
+        waiting = ("nothing" if self._publish is None
+                   else "content header" if self._header is None else "content body")
+        return ConnectionException(
+            c.UNEXPECTED_FRAME, f"UNEXPECTED_FRAME - expected {waiting}, got {what}",
+            c.CLASS_BASIC, 40 if self._publish is not None else 0)
+
+    def reset(self) -> None:
+        """Drop any partial message (channel closed)."""
+        self._publish = None
+        self._header = None
+        self._parts = []
+        self._got = 0

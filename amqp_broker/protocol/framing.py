@@ -1,0 +1,95 @@
+"""Frame splitting and encoding: a byte stream in, (type, channel, payload) triples out.
+
+Owns the general frame layout (AMQP 0-9-1 §4.2.3: type u8, channel u16, size u32, payload, 0xCE)
+and its limits: a frame larger than the negotiated frame_max, a bad frame-end octet or an unknown
+frame type is a 501 FRAME_ERROR connection exception. Must not know: what a method means, sockets.
+
+``FrameSplitter.feed`` is on the hot path: it slices payloads straight out of the received chunk and
+keeps only an incomplete tail between calls.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from . import constants as c
+from .errors import ConnectionException
+
+__all__ = ["FrameSplitter", "encode_frame", "encode_body_frames"]
+
+_HEAD = struct.Struct(">BHI")
+_unpack_head = _HEAD.unpack_from
+_pack_head = _HEAD.pack
+_KNOWN_TYPES = frozenset((c.FRAME_METHOD, c.FRAME_HEADER, c.FRAME_BODY, c.FRAME_HEARTBEAT))
+
+
+class FrameSplitter:
+    """Buffers received bytes and splits them into frames.
+
+    ``frame_max`` (bytes, whole frame including the 8 bytes of envelope) bounds every frame; it
+    starts at the spec minimum 4096 until Tune-Ok raises it (``set_frame_max``). ``feed(data)``
+    returns a list of ``(frame_type, channel, payload_bytes)``; an incomplete tail is kept.
+    Raises ``ConnectionException`` 501 FRAME_ERROR on an oversized frame, a wrong frame-end octet or
+    an unknown frame type (spec §4.2.3, §2.3.5.1). Source: AMQP 0-9-1 §4.2.3.
+    """
+
+    __slots__ = ("frame_max", "_pending")
+
+    def __init__(self, frame_max: int = c.FRAME_MIN_SIZE) -> None:
+        self.frame_max = frame_max
+        self._pending = b""
+
+    def set_frame_max(self, frame_max: int) -> None:
+        """Negotiated frame_max in bytes (0 means no limit, which we never grant)."""
+        self.frame_max = frame_max
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete frame."""
+        return len(self._pending)
+
+    def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
+        """Append ``data`` and return every complete frame in order (see class docstring)."""
+        if self._pending:
+            data = self._pending + data
+        frames: list[tuple[int, int, bytes]] = []
+        append = frames.append
+        pos = 0
+        end = len(data)
+        limit = self.frame_max - c.FRAME_OVERHEAD
+        while end - pos >= 7:
+            ftype, channel, size = _unpack_head(data, pos)
+            if size > limit:
+                raise ConnectionException(
+                    c.FRAME_ERROR,
+                    f"FRAME_ERROR - frame size {size + c.FRAME_OVERHEAD} > frame_max "
+                    f"{self.frame_max}")
+            stop = pos + 7 + size
+            if stop >= end:
+                break  # incomplete: need the frame-end octet too
+            if data[stop] != c.FRAME_END:
+                raise ConnectionException(c.FRAME_ERROR,
+                                          f"FRAME_ERROR - bad frame end octet {data[stop]:#x}")
+            if ftype not in _KNOWN_TYPES:
+                raise ConnectionException(c.FRAME_ERROR, f"FRAME_ERROR - unknown frame type {ftype}")
+            append((ftype, channel, data[pos + 7:stop]))
+            pos = stop + 1
+        self._pending = data[pos:] if pos < end else b""
+        return frames
+
+
+def encode_frame(frame_type: int, channel: int, payload: bytes) -> bytes:
+    """One frame: envelope + ``payload`` + 0xCE. Source: AMQP 0-9-1 §4.2.3."""
+    return _pack_head(frame_type, channel, len(payload)) + payload + c.FRAME_END_BYTE
+
+
+def encode_body_frames(channel: int, body: bytes, frame_max: int) -> list[bytes]:
+    """Body frames for ``body`` split so that no frame exceeds ``frame_max`` bytes (§4.2.6.2)."""
+    step = frame_max - c.FRAME_OVERHEAD
+    if len(body) <= step:
+        return [_pack_head(c.FRAME_BODY, channel, len(body)) + body + c.FRAME_END_BYTE]
+    out = []
+    for i in range(0, len(body), step):
+        chunk = body[i:i + step]
+        out.append(_pack_head(c.FRAME_BODY, channel, len(chunk)) + chunk + c.FRAME_END_BYTE)
+    return out

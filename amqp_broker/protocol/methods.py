@@ -1,0 +1,137 @@
+"""Method frame codec: pamqp for every method, a hand-written fast path for Basic.Publish.
+
+Owns turning a method frame payload (class-id u16, method-id u16, arguments) into a pamqp command
+object, or for Basic.Publish (the hottest method) into a slim ``Publish`` tuple, and encoding commands
+into whole method frames. Errors: an unknown class/method is 540 NOT_IMPLEMENTED (as RabbitMQ), an
+undecodable argument list is 502 SYNTAX_ERROR; both are connection exceptions (spec "Constants").
+pamqp raises ``UnmarshalingException``, and a bare ``ValueError``/``struct.error`` on short payloads;
+all are caught here. Must not know: channel state.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from pamqp import base, commands
+from pamqp.exceptions import UnmarshalingException
+
+from . import constants as c
+from .errors import ConnectionException
+
+__all__ = ["Publish", "decode_method", "encode_method", "PUBLISH_INDEX", "method_ids"]
+
+PUBLISH_INDEX = 0x003C0028
+_PUBLISH_PREFIX = b"\x00\x3c\x00\x28"
+_HEAD = struct.Struct(">BHI")
+_INDEX = struct.Struct(">I")
+_FIXED_SIZE = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
+_ARG_TYPES = {index: tuple(cls.amqp_type(name) for name in cls.__slots__)
+              for index, cls in commands.INDEX_MAPPING.items()}
+
+
+def _arguments_fit(types: tuple[str, ...], data: bytes) -> bool:
+    """True when ``data`` holds exactly the argument fields ``types`` declare.
+
+    pamqp silently shortens a truncated short/long string and ignores trailing bytes; RabbitMQ's
+    decoder matches the whole argument list exactly, and so does the Basic.Publish fast path.
+    """
+    pos, n, bits = 0, len(data), 0
+    for kind in types:
+        if kind == "bit":
+            if bits % 8 == 0:
+                pos += 1
+            bits += 1
+            continue
+        bits = 0
+        if kind == "shortstr":
+            if pos >= n:
+                return False
+            pos += 1 + data[pos]
+        elif kind == "longstr" or kind == "table":
+            if pos + 4 > n:
+                return False
+            pos += 4 + _INDEX.unpack_from(data, pos)[0]
+        else:
+            pos += _FIXED_SIZE[kind]
+    return pos == n
+
+
+class Publish(NamedTuple):
+    """Basic.Publish arguments (spec §1.8.3.7 / class basic, method publish).
+
+    ``routing_raw`` is ``exchange`` and ``routing_key`` as the two short strings that came in, kept so
+    Basic.Deliver can reuse them without re-encoding.
+    """
+
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+    routing_raw: bytes
+
+
+def _syntax_error(what: str, index: int) -> ConnectionException:
+    return ConnectionException(c.SYNTAX_ERROR, f"SYNTAX_ERROR - {what}", index >> 16,
+                               index & 0xFFFF)
+
+
+def _decode_publish(payload: bytes) -> Publish:
+    # class u16, method u16, ticket u16, exchange shortstr, routing-key shortstr, bits octet
+    try:
+        elen = payload[6]
+        rpos = 7 + elen
+        rlen = payload[rpos]
+        bits_at = rpos + 1 + rlen
+        bits = payload[bits_at]
+    except IndexError:
+        raise _syntax_error("truncated basic.publish", PUBLISH_INDEX) from None
+    if len(payload) != bits_at + 1:
+        raise _syntax_error("basic.publish has trailing bytes", PUBLISH_INDEX)
+    try:
+        exchange = payload[7:rpos].decode()
+        routing_key = payload[rpos + 1:bits_at].decode()
+    except UnicodeDecodeError:
+        raise _syntax_error("basic.publish name is not UTF-8", PUBLISH_INDEX) from None
+    return Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[6:bits_at])
+
+
+def decode_method(payload: bytes) -> Publish | base.Frame:
+    """Decode a method frame payload.
+
+    Returns a ``Publish`` for Basic.Publish, else the pamqp command object. Raises
+    ``ConnectionException`` 540 NOT_IMPLEMENTED (unknown class/method) or 502 SYNTAX_ERROR (malformed
+    arguments, or a payload under 4 bytes). Source: AMQP 0-9-1 §2.3.5.2 and §4.2.4.
+    """
+    if payload[:4] == _PUBLISH_PREFIX:
+        return _decode_publish(payload)
+    if len(payload) < 4:
+        raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - method frame shorter than 4 bytes")
+    index = _INDEX.unpack_from(payload)[0]
+    cls = commands.INDEX_MAPPING.get(index)
+    if cls is None:
+        raise ConnectionException(
+            c.NOT_IMPLEMENTED, f"NOT_IMPLEMENTED - unknown method {index >> 16}.{index & 0xFFFF}",
+            index >> 16, index & 0xFFFF)
+    if not _arguments_fit(_ARG_TYPES[index], payload[4:]):
+        raise _syntax_error(f"cannot decode {cls.name}: argument list truncated or too long", index)
+    method = cls()
+    try:
+        method.unmarshal(payload[4:])
+    except (UnmarshalingException, ValueError, struct.error, IndexError, TypeError,
+            UnicodeDecodeError, RecursionError) as exc:
+        raise _syntax_error(f"cannot decode {cls.name}: {exc}", index) from None
+    return method
+
+
+def method_ids(method: base.Frame | Publish) -> tuple[int, int]:
+    """(class_id, method_id) of a decoded method, for error reports."""
+    if isinstance(method, Publish):
+        return c.CLASS_BASIC, 40
+    return method.index >> 16, method.index & 0xFFFF
+
+
+def encode_method(channel: int, method: base.Frame) -> bytes:
+    """A whole method frame for a pamqp command (validated by pamqp; raises ``ValueError``)."""
+    payload = _INDEX.pack(method.index) + method.marshal()
+    return _HEAD.pack(c.FRAME_METHOD, channel, len(payload)) + payload + c.FRAME_END_BYTE

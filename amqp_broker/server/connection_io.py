@@ -1,0 +1,107 @@
+"""Serving one accepted socket: feeds ``core.Connection`` and writes out what it produces.
+
+Two tasks per connection: the reader receives large chunks (256 KiB) and hands each to
+``Connection.receive_data`` synchronously (every frame in the chunk handled, no task per message);
+the writer sleeps until the connection has output, then sends all of it in one ``send``. Back
+pressure: the reader does not read while the connection's own output is above the high-water mark,
+nor while the connection is blocked by the memory alarm after it has published (RabbitMQ's
+connection.blocked), so one client can never make the broker buffer without bound. Source:
+DESIGN.md §5 (figures: one send per chunk, not per frame).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+from anyio.abc import SocketStream
+
+from ..core.broker import Broker
+from ..core.connection import Connection
+
+__all__ = ["serve_connection"]
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 262144
+
+
+class _Link:
+    """Wake-up plumbing between the core connection and the writer task."""
+
+    __slots__ = ("wake", "drained", "done")
+
+    def __init__(self) -> None:
+        self.wake = anyio.Event()
+        self.drained = anyio.Event()
+        self.done = False
+
+    def on_writable(self) -> None:
+        self.wake.set()
+
+
+async def _writer(conn: Connection, stream: SocketStream, link: _Link) -> None:
+    while True:
+        await link.wake.wait()
+        link.wake = anyio.Event()
+        data = conn.take_output()
+        if data:
+            await stream.send(data)
+        if conn.closed and not conn.output_size:
+            break
+        if not conn.output_size:
+            link.drained.set()
+            link.drained = anyio.Event()
+            conn.output_drained()
+        if conn.output_size:
+            link.wake.set()
+        if link.done:
+            break
+
+
+async def _reader(conn: Connection, stream: SocketStream, link: _Link) -> None:
+    high = conn.high_water
+    while not conn.closed:
+        while conn.output_size > high and not conn.closed:
+            await link.drained.wait()
+        while conn.blocked and conn.has_published and not conn.closed:
+            await anyio.sleep(0.05)
+        try:
+            data = await stream.receive(READ_SIZE)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError, OSError):
+            break
+        conn.receive_data(data)
+
+
+async def serve_connection(broker: Broker, stream: SocketStream) -> None:
+    """Run one client connection until either side closes it."""
+    try:
+        host, port = stream.extra(anyio.abc.SocketAttribute.remote_address)[:2]
+    except Exception:
+        host, port = "?", 0
+    conn = broker.open_connection((str(host), int(port)))
+    link = _Link()
+    conn.on_writable = link.on_writable
+    try:
+        async with anyio.create_task_group() as tg:
+            async def write_then_stop() -> None:
+                try:
+                    await _writer(conn, stream, link)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    pass
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(write_then_stop)
+            await _reader(conn, stream, link)
+            # Reader ended: let the writer flush what is left (e.g. a Connection.Close) briefly.
+            link.done = True
+            link.wake.set()
+            with anyio.move_on_after(2):
+                while conn.output_size:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    finally:
+        conn.on_writable = None
+        conn.connection_lost()
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()

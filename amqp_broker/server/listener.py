@@ -1,0 +1,75 @@
+"""TCP listener and the broker's periodic tasks (tick, memory watch).
+
+``run_broker`` serves until cancelled; each accepted socket gets ``serve_connection``. The memory
+watch reads the process RSS from /proc (Linux) and raises the core's memory alarm above the
+configured high watermark (RabbitMQ "Memory Alarms"). Source: DESIGN.md §2 (server layer).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+
+import anyio
+from anyio.abc import SocketStream
+
+from ..core.broker import Broker
+from .connection_io import serve_connection
+
+__all__ = ["run_broker", "rss_bytes"]
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.1
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process in bytes (0 when /proc is not available)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+async def _ticker(broker: Broker) -> None:
+    while True:
+        await anyio.sleep(TICK_SECONDS)
+        broker.tick()
+
+
+async def _memory_watch(broker: Broker, limit: int) -> None:
+    while True:
+        await anyio.sleep(0.2)
+        broker.set_memory_alarm(rss_bytes() > limit)
+
+
+async def run_broker(broker: Broker, host: str, port: int,
+                     ready: Callable[[int], None] | None = None) -> None:
+    """Listen on ``host``:``port`` (0: any free port) and serve until cancelled; ``ready(port)`` is
+    called once listening."""
+
+    async def handle(stream: SocketStream) -> None:
+        try:
+            sock = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except Exception:
+            pass
+        try:
+            await serve_connection(broker, stream)
+        except Exception:
+            log.exception("connection task failed")
+
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False,
+                                               backlog=1024)
+    bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+    log.info("listening on %s:%s", host, bound)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_ticker, broker)
+        if broker.settings.memory_high_watermark_bytes:
+            tg.start_soon(_memory_watch, broker, broker.settings.memory_high_watermark_bytes)
+        if ready is not None:
+            ready(bound)
+        await listener.serve(handle, task_group=tg)
