@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as cmd
 
 from queues.arguments import parse_arguments
+from queues.dead_letter import is_death_cycle
 from queues.errors import InvalidArgument as QueueInvalidArgument
 from queues.message import Message
 from queues.queue import PublishResult, Queue
@@ -294,21 +295,20 @@ class VirtualHost:
                 ok = False
         return ok
 
-    def _dead_letter(self, message: Message, exchange: str, routing_keys: Any = None) -> None:
-        """Route a dead-lettered message (the queue already added x-death) to its DLX."""
+    def _dead_letter(self, message: Message, exchange: str, routing_keys: list[str]) -> None:
+        """Route a dead-lettered message (the queue already added x-death) through its DLX with
+        each of ``routing_keys``; queues that would close an automatic dead-letter cycle are
+        skipped (RabbitMQ drops those). A missing DLX drops the message, as RabbitMQ."""
         if self.routing.get_exchange(exchange) is None:
             log.debug("dead-letter exchange %r missing; message dropped", exchange)
             return
-        keys = routing_keys if routing_keys else [message.routing_key]
-        if isinstance(keys, str):
-            keys = [keys]
+        headers = message.headers if message.has_headers else None
         targets: set[str] = set()
-        for key in keys:
-            m = message if key == message.routing_key and message.exchange == exchange else \
-                message.with_properties(message.properties, exchange=exchange, routing_key=key)
-            targets |= self.route(m) if m.exchange == exchange else set()
-        self.enqueue(message if message.exchange == exchange else
-                     message.with_properties(message.properties, exchange=exchange), targets)
+        for key in routing_keys:
+            targets |= self.routing.route(exchange, key, headers, has_headers=headers is not None)
+        targets = {name for name in targets if not is_death_cycle(name, message)}
+        if targets:
+            self.enqueue(message, targets)
 
     # -------------------------------------------------------------------------- timers
     def tick(self, now: float) -> None:
