@@ -23,6 +23,7 @@ _FLAG_DELIVERY_MODE = 0x1000
 _FLAG_PRIORITY = 0x0800
 _FLAG_EXPIRATION = 0x0100
 _FLAG_MESSAGE_ID = 0x0080
+_FLAG_USER_ID = 0x0010
 _PROPERTY_FLAGS_AT = 12  # class-id u16 + weight u16 + body-size u64
 
 
@@ -142,6 +143,13 @@ class Message:
         if not self._flags & _FLAG_MESSAGE_ID:
             return None
         return self.properties.message_id
+
+    @property
+    def user_id(self) -> str | None:
+        """The user-id property, None when absent."""
+        if not self._flags & _FLAG_USER_ID:
+            return None
+        return self.properties.user_id
 
     def __repr__(self) -> str:
         return (f"Message(exchange={self.exchange!r}, routing_key={self.routing_key!r}, "

@@ -106,7 +106,7 @@ class Queue:
     ``dead_letter`` (see ``DeadLetterCallback``) is called only when the queue has an
     x-dead-letter-exchange; without it dead letters are dropped. ``exclusive_owner`` and
     ``auto_delete`` are stored for the core, which decides deletion (auto-delete: when
-    ``consumer_count`` drops to 0 after having had a consumer; "RabbitMQ: Queues").
+    ``consumer_count`` drops to 0 and ``had_consumers`` is True; "RabbitMQ: Queues").
 
     Counters: ``message_count`` (ready), ``message_bytes`` (body bytes of ready), ``unacked_count``
     (delivered to ack-mode consumers or fetched with Basic.Get no_ack=False, not settled),
@@ -119,7 +119,7 @@ class Queue:
         "_clock", "_wall_clock", "_dead_letter", "_on_discard",
         "_ready", "_bytes", "_unacked", "_consumers", "_next_seq", "_dispatching", "_deleted",
         "_ttl", "_max_length", "_max_bytes", "_limited", "_drop_head", "_max_priority",
-        "_dlx", "_dlrk",
+        "_dlx", "_dlrk", "had_consumers",
     )
 
     def __init__(self, name: str, settings: QueueSettings, *, durable: bool = False,
@@ -154,6 +154,8 @@ class Queue:
         self._drop_head = self._limited and settings.overflow == OVERFLOW_DROP_HEAD
         self._dlx = settings.dead_letter_exchange
         self._dlrk = settings.dead_letter_routing_key
+        #: True once any consumer was added (RabbitMQ only auto-deletes a queue that had one).
+        self.had_consumers = False
 
     # --- counters ---------------------------------------------------------------------------
 
@@ -488,6 +490,7 @@ class Queue:
         if self._deleted:
             raise QueueDeleted(self.name)
         self._consumers.add(consumer)
+        self.had_consumers = True
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> bool:
