@@ -4,12 +4,16 @@ Owns: the exchange types (direct, fanout, topic, headers), the per-vhost ``Routi
 exchange-to-exchange bindings, alternate exchanges and sender-selected distribution (CC/BCC).
 Must not know: I/O, sockets, asyncio/anyio, ``amqp_broker`` or ``queues``. Routing is pure and
 returns destination *names*; the broker core resolves them to objects and enforces permissions.
+
+Note: the ``queue()``/``exchange()`` destination helpers live in ``routing.destination`` (or use
+``Destination.of_queue``/``Destination.of_exchange``); they are not re-exported here because
+``routing.exchange`` is a submodule name.
 """
 
 from __future__ import annotations
 
 from routing.binding import Binding
-from routing.destination import Destination, exchange, queue
+from routing.destination import Destination
 from routing.errors import (
     AccessRefused,
     InvalidArgument,
@@ -35,7 +39,5 @@ __all__ = [
     "RoutingTable",
     "UnbindResult",
     "UnknownExchangeType",
-    "exchange",
-    "queue",
     "sender_selected_keys",
 ]

@@ -35,6 +35,16 @@ class Destination:
         if self.kind != QUEUE and self.kind != EXCHANGE:
             raise ValueError(f"destination kind must be 'queue' or 'exchange', not {self.kind!r}")
 
+    @classmethod
+    def of_queue(cls, name: str) -> Destination:
+        """The destination of the queue called ``name`` (same as ``queue(name)``)."""
+        return cls(QUEUE, name)
+
+    @classmethod
+    def of_exchange(cls, name: str) -> Destination:
+        """The destination of the exchange called ``name`` (same as ``exchange(name)``)."""
+        return cls(EXCHANGE, name)
+
     @property
     def is_queue(self) -> bool:
         """True if this destination is a queue."""

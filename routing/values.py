@@ -21,6 +21,9 @@ from typing import Any
 
 __all__ = ["field_equal", "freeze_table", "freeze_value"]
 
+# same exact type among these: plain == is already exact (bool vs int differ in type)
+_SIMPLE_TYPES: frozenset[type] = frozenset({str, bytes, int, bool, float, Decimal, datetime})
+
 # categories: values in different categories are never equal
 _BOOL, _INT, _FLOAT, _DECIMAL, _STRING, _ARRAY, _TABLE, _VOID, _TIMESTAMP, _OTHER = range(10)
 
@@ -63,6 +66,9 @@ def field_equal(a: Any, b: Any) -> bool:
 
     Source: RabbitMQ: rabbit_exchange_type_headers (``maps:get(K, M) =:= V``).
     """
+    ta = type(a)
+    if ta is type(b) and ta in _SIMPLE_TYPES:
+        return bool(a == b)
     if a is b:
         return True
     ca = _category(a)
