@@ -1,8 +1,9 @@
 """TCP listener and the broker's periodic tasks (tick, memory watch).
 
 ``run_broker`` serves until cancelled; each accepted socket gets ``serve_connection``. The memory
-watch reads the process RSS from /proc (Linux) and raises the core's memory alarm above the
-configured high watermark (RabbitMQ "Memory Alarms"). Source: DESIGN.md §2 (server layer).
+watch raises the core's memory alarm while the message memory held by queues is above the configured
+high watermark (RabbitMQ "Memory Alarms"; see ``Broker.message_memory``). ``rss_bytes`` reads the
+process RSS from /proc for logs and tests. Source: DESIGN.md §2 (server layer).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = ["run_broker", "rss_bytes"]
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.1
+MEMORY_CHECK_SECONDS = 0.05
 
 
 def rss_bytes() -> int:
@@ -42,8 +44,8 @@ async def _ticker(broker: Broker) -> None:
 
 async def _memory_watch(broker: Broker, limit: int) -> None:
     while True:
-        await anyio.sleep(0.2)
-        broker.set_memory_alarm(rss_bytes() > limit)
+        await anyio.sleep(MEMORY_CHECK_SECONDS)
+        broker.set_memory_alarm(broker.message_memory() > limit)
 
 
 async def run_broker(broker: Broker, host: str, port: int,

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import base64
 import os
+import struct
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
 
 from queues.message import Message
+from routing.errors import InvalidArgument as RoutingInvalidArgument
 
 from ...protocol import constants as c
 from ...protocol.delivery import encode_get_ok, encode_return, encode_routing
@@ -108,12 +110,17 @@ def publish_message(ch: Channel, publish: Publish, header: bytes, body: bytes) -
     msg.routing_raw = publish.routing_raw
     try:
         expiration = msg.expiration
+        user_id = msg.user_id
     except Exception:
         raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - malformed content header",
                                   60, 40) from None
     if expiration is not None and not (expiration.isdigit() and expiration.isascii()):
         raise ChannelException(c.PRECONDITION_FAILED,
                                f"PRECONDITION_FAILED - invalid expiration '{expiration}'")
+    if user_id is not None and user_id != ch.connection.user.name:
+        raise ChannelException(c.PRECONDITION_FAILED,
+                               f"PRECONDITION_FAILED - user_id property set to '{user_id}' but "
+                               f"authenticated user was '{ch.connection.user.name}'")
     ch.connection.has_published = True
     if ch.tx is not None:
         ch.tx.append(("publish", (msg, publish.mandatory)))
@@ -126,9 +133,11 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
     vhost = ch.vhost
     try:
         names = vhost.route(msg)
-    except Exception:  # undecodable headers on a headers exchange
-        raise ChannelException(c.PRECONDITION_FAILED,
-                               "PRECONDITION_FAILED - message headers cannot be decoded") from None
+    except RoutingInvalidArgument as exc:  # CC/BCC not an array
+        raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}") from None
+    except (ValueError, TypeError, struct.error):  # undecodable headers
+        raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - malformed content header",
+                                  60, 40) from None
     ok = True
     if names:
         if msg.has_headers:
