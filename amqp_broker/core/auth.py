@@ -54,14 +54,15 @@ def is_loopback(host: str) -> bool:
 
 
 def authenticate(users: tuple[User, ...], username: str, password: str,
-                 peer_host: str) -> tuple[User | None, str]:
+                 peer_host: str, mechanism: str = "PLAIN") -> tuple[User | None, str]:
     """Check credentials. Returns (user, "") or (None, reason) where reason is RabbitMQ's text."""
     for user in users:
         if user.name == username:
             if not hmac.compare_digest(user.password.encode(), password.encode()):
                 break
             if user.loopback_only and not is_loopback(peer_host):
-                return None, f"user '{username}' can only connect via localhost"
+                return None, (f"ACCESS_REFUSED - user '{username}' can only connect via "
+                              f"localhost")
             return user, ""
-    return None, (f"ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
-                  f"For details see the broker logfile.")
+    return None, (f"ACCESS_REFUSED - Login was refused using authentication mechanism "
+                  f"{mechanism}. For details see the broker logfile.")

@@ -256,7 +256,8 @@ class Connection:
                 10, 11)
         creds = parse_response(method.mechanism, method.response)
         user, why = (None, "ACCESS_REFUSED - malformed credentials") if creds is None else \
-            authenticate(self.broker.settings.users, creds[0], creds[1], self.peer[0])
+            authenticate(self.broker.settings.users, creds[0], creds[1], self.peer[0],
+                         method.mechanism)
         if user is None:
             log.warning("authentication failed for %s from %s: %s",
                         creds[0] if creds else "?", self.name, why)
