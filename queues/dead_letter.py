@@ -158,7 +158,7 @@ def make_dead_letter(message: Message, *, reason: str, queue: str, dead_letter_e
     if dead_letter_routing_key is not None:
         headers.pop("CC", None)
 
-    fields = dict(props)
+    fields: dict[str, Any] = dict(props)
     fields["headers"] = headers
     fields["expiration"] = None
     new_props = commands.Basic.Properties(**fields)

@@ -8,7 +8,7 @@ from queues.consumers import ConsumerSet
 from queues.tests.fakes import FakeConsumer
 
 
-def picks(cs: ConsumerSet, n: int) -> list[str]:
+def picks(cs: ConsumerSet, n: int) -> list[str | None]:
     out = []
     for _ in range(n):
         c = cs.pick()
