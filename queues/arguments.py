@@ -32,6 +32,7 @@ __all__ = [
     "OVERFLOW_REJECT_PUBLISH",
     "OVERFLOW_REJECT_PUBLISH_DLX",
     "QueueSettings",
+    "message_ttl_or_none",
     "parse_arguments",
     "parse_expiration",
 ]

@@ -6,6 +6,8 @@ Expected behaviour: RabbitMQ classic queues (guides cited per test group).
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from queues import PublishResult, Queue, QueueDeleted, UnknownEntry, parse_arguments
@@ -223,6 +225,7 @@ def test_reject_dead_letters_when_dlx():
     assert exchange == "dlx" and keys == ["rk"] and dead.exchange == "dlx"
     death = dead.headers["x-death"][0]
     assert (death["reason"], death["queue"], death["count"]) == ("rejected", "q", 1)
+    assert death["time"] == datetime.datetime.fromtimestamp(1_700_000_000, tz=datetime.UTC)
     assert discards == [(0, "rejected")]
 
 
