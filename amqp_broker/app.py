@@ -16,7 +16,7 @@ from .config import Config
 from .core.broker import Broker
 from .server.listener import run_broker
 
-__all__ = ["run", "serve"]
+__all__ = ["run", "serve", "shutdown"]
 
 log = logging.getLogger("amqp_broker")
 
@@ -30,11 +30,23 @@ async def serve(config: Config, ready: Callable[[int], None] | None = None) -> N
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for signum in signals:
                     log.info("signal %s: shutting down", signal.Signals(signum).name)
+                    await shutdown(broker)
                     tg.cancel_scope.cancel()
                     return
 
         tg.start_soon(stop_on_signal)
         await run_broker(broker, config.host, config.port, ready)
+
+
+async def shutdown(broker: Broker, grace: float = 2.0) -> None:
+    """Close every client connection with 320 CONNECTION_FORCED (as RabbitMQ does on shutdown)
+    and give the writers up to ``grace`` seconds to send it."""
+    for conn in list(broker.connections.values()):
+        conn.close_forced("CONNECTION_FORCED - broker forced connection closure with reason "
+                          "'shutdown'")
+    with anyio.move_on_after(grace):
+        while any(c.output_size for c in broker.connections.values()):
+            await anyio.sleep(0.02)
 
 
 def run(config: Config) -> None:

@@ -1,0 +1,122 @@
+"""The broker process as an operator meets it: command line, configuration sources, shutdown.
+
+Covers: ``amqp-broker --help`` and ``python -m amqp_broker --help`` list the documented flags; the
+port comes from a TOML file, from ``AMQP_BROKER_PORT`` over the file, and from ``--port`` over both;
+a bad config file exits 2 with a message; SIGTERM closes client connections with 320
+CONNECTION_FORCED (RabbitMQ's behaviour on shutdown) and the process exits 0.
+Source: issue "Single-node AMQP 0-9-1 broker" (CLI/env/TOML), AMQP 0-9-1 reply code 320.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pika
+import pytest
+
+FLAGS = ("--config", "--host", "--port", "--data-dir", "--node-name", "--log-level")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 20) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise AssertionError(f"broker exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listening on {port}")
+
+
+def _start(tmp_path, args=(), env_extra=None) -> subprocess.Popen:
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "amqp_broker", "--data-dir",
+                             str(tmp_path / "data"), "--log-level", "warning", *args], env=env)
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    proc.terminate()
+    try:
+        return proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(5)
+
+
+@pytest.fixture(autouse=True)
+def _ours_only(broker):
+    if broker.pid is None:
+        pytest.skip("starts its own broker processes; AMQP_TEST_URI points elsewhere")
+
+
+def test_help_lists_the_documented_flags():
+    out = subprocess.run([sys.executable, "-m", "amqp_broker", "--help"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0
+    for flag in FLAGS:
+        assert flag in out.stdout
+    script = shutil.which("amqp-broker", path=os.path.dirname(sys.executable))
+    assert script is not None, "the amqp-broker console script is not installed"
+    out = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "--data-dir" in out.stdout
+
+
+def test_port_precedence_file_then_env_then_flag(tmp_path):
+    file_port, env_port, flag_port = _free_port(), _free_port(), _free_port()
+    cfg = tmp_path / "broker.toml"
+    cfg.write_text(f'host = "127.0.0.1"\nport = {file_port}\n')
+    for args, env, expect in (
+        (["--config", str(cfg)], {}, file_port),
+        (["--config", str(cfg)], {"AMQP_BROKER_PORT": str(env_port)}, env_port),
+        (["--config", str(cfg), "--port", str(flag_port)], {"AMQP_BROKER_PORT": str(env_port)},
+         flag_port),
+    ):
+        proc = _start(tmp_path, args, env)
+        try:
+            _wait_port(expect, proc)
+            conn = pika.BlockingConnection(
+                pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{expect}/%2F"))
+            assert conn.is_open
+            conn.close()
+        finally:
+            _stop(proc)
+
+
+def test_bad_config_file_exits_2(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("no_such_setting = 1\n")
+    out = subprocess.run([sys.executable, "-m", "amqp_broker", "--config", str(cfg)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert "no_such_setting" in out.stderr
+
+
+def test_sigterm_closes_clients_with_320_and_exits_0(tmp_path):
+    port = _free_port()
+    proc = _start(tmp_path, ["--port", str(port)])
+    try:
+        _wait_port(port, proc)
+        conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/%2F"))
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            conn.process_data_events(5)
+            conn.process_data_events(5)
+        assert info.value.reply_code == 320
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
