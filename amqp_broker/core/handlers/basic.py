@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
 
+from queues.arguments import parse_expiration
+from queues.errors import InvalidArgument as QueueInvalidArgument
 from queues.message import Message
 from routing.errors import InvalidArgument as RoutingInvalidArgument
 
@@ -114,9 +116,12 @@ def publish_message(ch: Channel, publish: Publish, header: bytes, body: bytes) -
     except Exception:
         raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - malformed content header",
                                   60, 40) from None
-    if expiration is not None and not (expiration.isdigit() and expiration.isascii()):
-        raise ChannelException(c.PRECONDITION_FAILED,
-                               f"PRECONDITION_FAILED - invalid expiration '{expiration}'")
+    if expiration is not None:
+        try:
+            parse_expiration(expiration)
+        except QueueInvalidArgument:
+            raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid "
+                                   f"expiration '{expiration}'") from None
     if user_id is not None and user_id != ch.connection.user.name:
         raise ChannelException(c.PRECONDITION_FAILED,
                                f"PRECONDITION_FAILED - user_id property set to '{user_id}' but "
