@@ -1,0 +1,648 @@
+"""The async ``Channel``: every exchange/queue/basic/confirm/tx method, consumers as async
+iterators, publisher confirms tracked per delivery tag.
+
+Owns one channel's state: the single outstanding synchronous request (AMQP replies arrive in order
+per channel, §2.2.2; a lock keeps one in flight), confirm bookkeeping (a dict of ``Confirmation``
+keyed by delivery tag; Basic.Ack/Nack with ``multiple`` settle every tag up to it), mandatory
+returns matched to their confirm (the broker sends Basic.Return before the Ack of that message),
+its consumers, and what must be replayed after a reconnect (qos, confirm mode, tx mode,
+consumers). The connection (``clients.aio.Connection``) does the I/O and calls the ``_on_*`` hooks.
+Errors: ``ChannelClosed`` (broker's Channel.Close: 403/404/405/406...), ``ConnectionClosed``,
+``TimeoutError`` (``operation_timeout`` seconds elapsed), ``PublishNacked``, ``MessageReturned``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import struct
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pamqp import commands as cmd
+
+from .errors import ChannelClosed, ConnectionClosed, MessageReturned, PublishNacked
+from .message import Message, Properties, encode_properties, encode_routing
+
+if TYPE_CHECKING:
+    from .aio import Connection
+
+__all__ = ["Channel", "Consumer", "Confirmation"]
+
+log = logging.getLogger(__name__)
+_HEAD = struct.Struct(">BHI")
+_TAG_BITS = struct.Struct(">QB")
+_ACK_PREFIX = b"\x00\x3c\x00\x50"
+_tags = itertools.count(1)
+
+
+class Confirmation:
+    """The broker's answer to one confirm-mode publish. ``await c.wait(timeout)`` returns when it
+    was acked and raises ``PublishNacked`` (Basic.Nack), ``MessageReturned`` (mandatory, 312
+    NO_ROUTE), ``ConnectionClosed``/``ChannelClosed`` (lost before the answer: the broker may or
+    may not have the message) or ``TimeoutError``. ``done``: answered (or failed) already."""
+
+    __slots__ = ("delivery_tag", "error", "done", "_event")
+
+    def __init__(self, delivery_tag: int) -> None:
+        self.delivery_tag = delivery_tag
+        self.error: BaseException | None = None
+        self.done = False
+        self._event: anyio.Event | None = None
+
+    def _settle(self, error: BaseException | None) -> None:
+        if self.done:
+            return
+        if self.error is None:
+            self.error = error
+        self.done = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self, timeout: float | None = None) -> None:
+        """Wait (at most ``timeout`` seconds; None: forever) for the answer; see class doc."""
+        if not self.done:
+            if self._event is None:
+                self._event = anyio.Event()
+            with anyio.fail_after(timeout):
+                await self._event.wait()
+        if self.error is not None:
+            raise self.error
+
+
+class Consumer:
+    """A Basic.Consume subscription; iterate it (``async for message in consumer``) to receive
+    ``Message`` objects, ack them with ``await message.ack()`` unless ``no_ack``. Iteration ends
+    when the consumer is cancelled (by us or by the broker, e.g. its queue was deleted:
+    ``cancelled_by_broker``) and raises ``ChannelClosed``/``ConnectionClosed`` when its channel
+    is gone for good. Across reconnects it is re-registered and iteration simply continues.
+    As an async context manager it cancels itself on exit. Deliveries are buffered without bound
+    in memory: bound them with ``basic_qos(prefetch_count)`` (unacked deliveries only)."""
+
+    def __init__(self, channel: Channel, queue: str, tag: str, no_ack: bool, exclusive: bool,
+                 arguments: dict | None) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.arguments = arguments
+        self.cancelled_by_broker = False
+        self._send, self._recv = anyio.create_memory_object_stream[Any](math.inf)
+
+    def _deliver(self, item: Any) -> None:
+        try:
+            self._send.send_nowait(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+
+    def _end(self, error: BaseException | None = None) -> None:
+        if error is not None:
+            self._deliver(error)
+        self._send.close()
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            item = await self._recv.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def get(self, timeout: float | None = None) -> Message | None:
+        """Next message, or None when none came within ``timeout`` seconds or iteration ended."""
+        with anyio.move_on_after(timeout):
+            try:
+                return await self.__anext__()
+            except StopAsyncIteration:
+                return None
+        return None
+
+    async def cancel(self) -> None:
+        """Basic.Cancel (idempotent); iteration ends after the messages already buffered."""
+        await self.channel.basic_cancel(self.tag)
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.cancel()
+            except (ChannelClosed, ConnectionClosed, TimeoutError):
+                pass
+
+
+class _Waiter:
+    __slots__ = ("expect", "event", "result", "error")
+
+    def __init__(self, expect: tuple[type, ...]) -> None:
+        self.expect = expect
+        self.event = anyio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Channel:
+    """One AMQP channel of a ``clients.aio.Connection`` (get one with ``await conn.channel()``).
+
+    Method names follow pika (``queue_declare``, ``basic_publish`` ...). Every synchronous method
+    waits for its reply at most ``conn.operation_timeout`` seconds (``TimeoutError``), waits for a
+    reconnect first when the connection is down, and raises ``ChannelClosed`` with the broker's
+    reply code when the broker closes the channel over it (the channel is then unusable: open
+    another). Declarations, bindings and consumers are recorded and replayed after a reconnect.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.number = 0
+        self.epoch = 0
+        self._lock = anyio.Lock()
+        self._waiter: _Waiter | None = None
+        self._closed: BaseException | None = None
+        self.confirm_mode = False
+        self.tx_mode = False
+        self._qos: tuple[int, int, bool] | None = None
+        self._next_tag = 1
+        self._pending: dict[int, Confirmation] = {}
+        self._lowest = 1
+        self._nacked: list[int] = []
+        self._batch_returned: list[Message] = []
+        self._mandatory: deque[tuple[int, str, str]] = deque()
+        self._returned: dict[int, MessageReturned] = {}
+        self._all_done: anyio.Event | None = None
+        self.consumers: dict[str, Consumer] = {}
+        self._routing: dict[tuple[str, str, bool], bytes] = {}
+
+    # ------------------------------------------------------------------------- plumbing
+    @property
+    def is_open(self) -> bool:
+        """True until the channel is closed by us or the broker (reconnects keep it open)."""
+        return self._closed is None
+
+    async def _open(self) -> None:
+        """Channel.Open on the current connection (used at creation and by recovery)."""
+        conn = self._conn
+        self.number = conn._proto.open_channel()
+        self.epoch = conn.epoch
+        conn._channels[self.number] = self
+        conn._kick()
+        await self._rpc(None, (cmd.Channel.OpenOk,), recovering=True)
+
+    async def _rpc(self, method: Any, expect: tuple[type, ...], recovering: bool = False) -> Any:
+        conn = self._conn
+        if not recovering:
+            await self._ready()
+        async with self._lock:
+            if not recovering and (conn.epoch != self.epoch or not conn.ready):
+                await self._ready()
+            w = _Waiter(expect)
+            self._waiter = w
+            if method is not None:
+                conn._send_method(self.number, method)
+            try:
+                with anyio.fail_after(conn.operation_timeout):
+                    await w.event.wait()
+            finally:
+                self._waiter = None
+        if w.error is not None:
+            raise w.error
+        return w.result
+
+    async def _ready(self) -> None:
+        if self._closed is not None:
+            raise self._closed
+        conn = self._conn
+        if not conn.ready or conn.epoch != self.epoch:
+            await conn._wait_ready()
+        if self._closed is not None:
+            raise self._closed
+
+    def _check_sendable(self) -> None:
+        if self._closed is not None:
+            raise self._closed
+        conn = self._conn
+        if not conn.ready or conn.epoch != self.epoch:
+            raise conn._lost_reason or ConnectionClosed(0, "connection is down (reconnecting)")
+
+    # ---------------------------------------------------------------- hooks from the reader
+    def _on_method(self, method: Any) -> None:
+        if isinstance(method, cmd.Channel.Close):
+            self._die(ChannelClosed(method.reply_code, method.reply_text, method.class_id,
+                                    method.method_id))
+            return
+        if isinstance(method, cmd.Basic.Cancel):  # broker-side cancel (queue deleted)
+            consumer = self.consumers.pop(method.consumer_tag, None)
+            if consumer is not None:
+                consumer.cancelled_by_broker = True
+                consumer._end()
+            if not method.nowait:
+                self._conn._send_method(self.number, cmd.Basic.CancelOk(method.consumer_tag))
+            return
+        if isinstance(method, cmd.Channel.Flow):
+            self._conn._send_method(self.number, cmd.Channel.FlowOk(method.active))
+            return
+        w = self._waiter
+        if w is not None and isinstance(method, w.expect):
+            w.result = method
+            w.event.set()
+        else:
+            log.debug("channel %s: unexpected %s dropped", self.number, method.name)
+
+    def _on_message(self, msg: Message) -> None:
+        msg.channel = self
+        msg.epoch = self.epoch
+        if msg.kind == "deliver":
+            consumer = self.consumers.get(msg.consumer_tag)
+            if consumer is not None:
+                consumer._deliver(msg)
+            return
+        if msg.kind == "get":
+            w = self._waiter
+            if w is not None:
+                w.result = msg
+                w.event.set()
+            return
+        # Basic.Return: match it to the oldest unconfirmed mandatory publish with that routing.
+        error = MessageReturned(msg.reply_code, msg.reply_text, msg)
+        pending = self._mandatory
+        for i, (tag, exchange, rkey) in enumerate(pending):
+            if exchange == msg.exchange and rkey == msg.routing_key and tag in self._pending:
+                del pending[i]
+                self._returned[tag] = error
+                self._batch_returned.append(msg)
+                break
+        self._conn._notify(msg)
+
+    def _on_confirm(self, tag: int, multiple: bool, ack: bool) -> None:
+        pending = self._pending
+        if multiple:
+            tags = range(self._lowest, tag + 1)
+            self._lowest = tag + 1
+        else:
+            tags = (tag,)
+        returned = self._returned
+        for t in tags:
+            confirmation = pending.pop(t, None)
+            if confirmation is None:
+                continue
+            if not ack:
+                self._nacked.append(t)
+                confirmation._settle(PublishNacked([t]))
+            elif returned and t in returned:
+                confirmation._settle(returned.pop(t))
+            else:
+                confirmation._settle(None)
+        while self._lowest < self._next_tag and self._lowest not in pending:
+            self._lowest += 1
+        if self._mandatory:
+            while self._mandatory and self._mandatory[0][0] not in pending:
+                self._mandatory.popleft()
+        if not pending and self._all_done is not None:
+            self._all_done.set()
+
+    def _fail_pending(self, error: BaseException) -> None:
+        pending, self._pending = self._pending, {}
+        for confirmation in pending.values():
+            confirmation._settle(error)
+        self._mandatory.clear()
+        self._returned.clear()
+        if self._all_done is not None:
+            self._all_done.set()
+
+    def _connection_lost(self, error: BaseException, final: bool) -> None:
+        w = self._waiter
+        if w is not None:
+            w.error = error
+            w.event.set()
+        self._fail_pending(error)
+        self._next_tag = 1
+        self._lowest = 1
+        if final:
+            self._closed = error
+            for consumer in self.consumers.values():
+                consumer._end(error)
+            self.consumers.clear()
+
+    def _die(self, error: ChannelClosed) -> None:
+        self._closed = error
+        self._conn._channel_gone(self)
+        w = self._waiter
+        if w is not None:
+            w.error = error
+            w.event.set()
+        self._fail_pending(error)
+        for consumer in self.consumers.values():
+            consumer._end(error)
+        self.consumers.clear()
+
+    async def _recover(self) -> None:
+        """Reopen on a new connection and replay qos, confirm/tx mode and consumers."""
+        self._next_tag = 1
+        self._lowest = 1
+        await self._open()
+        if self._qos is not None:
+            await self._rpc(cmd.Basic.Qos(self._qos[1], self._qos[0], self._qos[2]),
+                            (cmd.Basic.QosOk,), recovering=True)
+        if self.confirm_mode:
+            await self._rpc(cmd.Confirm.Select(), (cmd.Confirm.SelectOk,), recovering=True)
+        if self.tx_mode:
+            await self._rpc(cmd.Tx.Select(), (cmd.Tx.SelectOk,), recovering=True)
+
+    async def _recover_consumers(self) -> None:
+        for consumer in list(self.consumers.values()):
+            queue = self._conn._topology.renamed.get(consumer.queue, consumer.queue)
+            consumer.queue = queue
+            try:
+                await self._rpc(cmd.Basic.Consume(queue, consumer.tag, False, consumer.no_ack,
+                                                  consumer.exclusive, False, consumer.arguments),
+                                (cmd.Basic.ConsumeOk,), recovering=True)
+            except ChannelClosed as exc:
+                log.warning("could not recover consumer %s on %r: %s", consumer.tag, queue, exc)
+                return
+
+    # ------------------------------------------------------------------------- channel
+    async def close(self) -> None:
+        """Channel.Close (200); idempotent. Pending confirms fail with ``ChannelClosed``."""
+        if self._closed is not None:
+            return
+        conn = self._conn
+        if conn.ready and conn.epoch == self.epoch:
+            try:
+                await self._rpc(cmd.Channel.Close(200, "Normal shutdown", 0, 0),
+                                (cmd.Channel.CloseOk,))
+            except (ConnectionClosed, TimeoutError):
+                pass
+        if self._closed is None:
+            self._die(ChannelClosed(200, "Normal shutdown"))
+        else:
+            self._conn._channel_gone(self)
+
+    async def __aenter__(self) -> Channel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.close()
+
+    # ------------------------------------------------------------------------ exchange
+    async def exchange_declare(self, exchange: str, exchange_type: str = "direct", *,
+                               passive: bool = False, durable: bool = False,
+                               auto_delete: bool = False, internal: bool = False,
+                               arguments: dict | None = None) -> None:
+        """Exchange.Declare. Raises ``ChannelClosed`` 404 (passive, missing), 406 (exists with
+        other settings), 403 (``amq.*`` name), ``ConnectionClosed`` 503 (unknown type)."""
+        await self._rpc(cmd.Exchange.Declare(0, exchange, exchange_type, passive, durable,
+                                             auto_delete, internal, False, arguments),
+                        (cmd.Exchange.DeclareOk,))
+        if not passive:
+            self._conn._topology.exchanges[exchange] = dict(
+                exchange_type=exchange_type, durable=durable, auto_delete=auto_delete,
+                internal=internal, arguments=arguments)
+
+    async def exchange_delete(self, exchange: str, *, if_unused: bool = False) -> None:
+        """Exchange.Delete. Raises ``ChannelClosed`` 406 (if_unused and bound), 403 (amq.*)."""
+        await self._rpc(cmd.Exchange.Delete(0, exchange, if_unused), (cmd.Exchange.DeleteOk,))
+        self._conn._topology.forget_exchange(exchange)
+
+    async def exchange_bind(self, destination: str, source: str, routing_key: str = "", *,
+                            arguments: dict | None = None) -> None:
+        """Exchange.Bind (RabbitMQ extension). Raises ``ChannelClosed`` 404 (either missing)."""
+        await self._rpc(cmd.Exchange.Bind(0, destination, source, routing_key, False, arguments),
+                        (cmd.Exchange.BindOk,))
+        self._conn._topology.add_binding("exchange", destination, source, routing_key, arguments)
+
+    async def exchange_unbind(self, destination: str, source: str, routing_key: str = "", *,
+                              arguments: dict | None = None) -> None:
+        """Exchange.Unbind. Raises ``ChannelClosed`` 404 (either exchange missing)."""
+        await self._rpc(cmd.Exchange.Unbind(0, destination, source, routing_key, False, arguments),
+                        (cmd.Exchange.UnbindOk,))
+        self._conn._topology.remove_binding("exchange", destination, source, routing_key, arguments)
+
+    # --------------------------------------------------------------------------- queue
+    async def queue_declare(self, queue: str = "", *, passive: bool = False, durable: bool = False,
+                            exclusive: bool = False, auto_delete: bool = False,
+                            arguments: dict | None = None) -> cmd.Queue.DeclareOk:
+        """Queue.Declare; returns DeclareOk (``queue`` name, ``message_count`` ready messages,
+        ``consumer_count``). "" asks the broker for a name. Raises ``ChannelClosed`` 404
+        (passive, missing), 405 (exclusive to another connection), 406 (other settings or bad
+        x-argument), 403 (``amq.`` prefix)."""
+        ok = await self._rpc(cmd.Queue.Declare(0, queue, passive, durable, exclusive, auto_delete,
+                                               False, arguments), (cmd.Queue.DeclareOk,))
+        if not passive:
+            self._conn._topology.queues[ok.queue] = dict(
+                requested=queue, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
+                arguments=arguments)
+        return ok
+
+    async def queue_bind(self, queue: str, exchange: str, routing_key: str = "", *,
+                         arguments: dict | None = None) -> None:
+        """Queue.Bind. Raises ``ChannelClosed`` 404 (queue or exchange missing)."""
+        await self._rpc(cmd.Queue.Bind(0, queue, exchange, routing_key, False, arguments),
+                        (cmd.Queue.BindOk,))
+        self._conn._topology.add_binding("queue", queue, exchange, routing_key, arguments)
+
+    async def queue_unbind(self, queue: str, exchange: str, routing_key: str = "", *,
+                           arguments: dict | None = None) -> None:
+        """Queue.Unbind. Raises ``ChannelClosed`` 404 (queue or exchange missing)."""
+        await self._rpc(cmd.Queue.Unbind(0, queue, exchange, routing_key, arguments),
+                        (cmd.Queue.UnbindOk,))
+        self._conn._topology.remove_binding("queue", queue, exchange, routing_key, arguments)
+
+    async def queue_purge(self, queue: str) -> int:
+        """Queue.Purge; returns the number of messages removed. ``ChannelClosed`` 404 if missing."""
+        ok = await self._rpc(cmd.Queue.Purge(0, queue), (cmd.Queue.PurgeOk,))
+        return ok.message_count
+
+    async def queue_delete(self, queue: str, *, if_unused: bool = False,
+                           if_empty: bool = False) -> int:
+        """Queue.Delete; returns the messages deleted with it. Raises ``ChannelClosed`` 406
+        (if_unused/if_empty not met); a missing queue is not an error (RabbitMQ 3.x+)."""
+        ok = await self._rpc(cmd.Queue.Delete(0, queue, if_unused, if_empty), (cmd.Queue.DeleteOk,))
+        self._conn._topology.forget_queue(queue)
+        return ok.message_count
+
+    # --------------------------------------------------------------------------- basic
+    async def basic_qos(self, prefetch_count: int = 0, prefetch_size: int = 0,
+                        global_: bool = False) -> None:
+        """Basic.Qos: at most ``prefetch_count`` unacked deliveries (0: no limit) per consumer
+        (per channel when ``global_``, RabbitMQ's reading); ``prefetch_size`` in bytes (RabbitMQ
+        refuses non-zero with 540, a ``ConnectionClosed``)."""
+        await self._rpc(cmd.Basic.Qos(prefetch_size, prefetch_count, global_), (cmd.Basic.QosOk,))
+        self._qos = (prefetch_count, prefetch_size, global_)
+
+    async def basic_consume(self, queue: str, *, no_ack: bool = False, exclusive: bool = False,
+                            consumer_tag: str = "", arguments: dict | None = None) -> Consumer:
+        """Basic.Consume; returns the ``Consumer`` to iterate. Raises ``ChannelClosed`` 404
+        (queue missing), 403 (exclusive consumer exists / exclusive queue of another
+        connection), 530-class errors as ``ConnectionClosed`` (duplicate tag)."""
+        tag = consumer_tag or f"ctag-{next(_tags)}"
+        consumer = Consumer(self, queue, tag, no_ack, exclusive, arguments)
+        self.consumers[tag] = consumer
+        try:
+            await self._rpc(cmd.Basic.Consume(0, queue, tag, False, no_ack, exclusive, False,
+                                              arguments), (cmd.Basic.ConsumeOk,))
+        except BaseException:
+            self.consumers.pop(tag, None)
+            raise
+        return consumer
+
+    async def basic_cancel(self, consumer_tag: str) -> None:
+        """Basic.Cancel; ends that consumer's iteration. Unknown tags are ignored."""
+        consumer = self.consumers.get(consumer_tag)
+        if consumer is None or self._closed is not None:
+            return
+        try:
+            await self._rpc(cmd.Basic.Cancel(consumer_tag), (cmd.Basic.CancelOk,))
+        finally:
+            self.consumers.pop(consumer_tag, None)
+            consumer._end()
+
+    async def basic_get(self, queue: str, *, no_ack: bool = False) -> Message | None:
+        """Basic.Get: the next ready message (``message_count`` tells how many are left) or
+        None when the queue is empty. Raises ``ChannelClosed`` 404 when the queue is missing."""
+        reply = await self._rpc(cmd.Basic.Get(0, queue, no_ack), (cmd.Basic.GetEmpty,))
+        return reply if isinstance(reply, Message) else None
+
+    def _send_ack(self, tag: int, multiple: bool, epoch: int | None) -> bool:
+        if epoch is not None and epoch != self.epoch:
+            return False
+        self._check_sendable()
+        self._conn._send_raw(_HEAD.pack(1, self.number, 13) + _ACK_PREFIX
+                             + _TAG_BITS.pack(tag, int(multiple)) + b"\xce")
+        return True
+
+    async def basic_ack(self, delivery_tag: int = 0, multiple: bool = False, *,
+                        epoch: int | None = None) -> bool:
+        """Basic.Ack. With ``epoch`` (the message's), a tag from before a reconnect is not sent
+        (the broker requeued it already) and False is returned. Raises ``ChannelClosed`` /
+        ``ConnectionClosed`` when the channel is down; an unknown tag makes the broker close the
+        channel with 406 PRECONDITION_FAILED (seen on the next call)."""
+        return self._send_ack(delivery_tag, multiple, epoch)
+
+    async def basic_nack(self, delivery_tag: int = 0, multiple: bool = False, requeue: bool = True,
+                         *, epoch: int | None = None) -> bool:
+        """Basic.Nack (RabbitMQ extension): requeue, or dead-letter/drop when not ``requeue``."""
+        if epoch is not None and epoch != self.epoch:
+            return False
+        self._check_sendable()
+        self._conn._send_method(self.number, cmd.Basic.Nack(delivery_tag, multiple, requeue))
+        return True
+
+    async def basic_reject(self, delivery_tag: int, requeue: bool = True, *,
+                           epoch: int | None = None) -> bool:
+        """Basic.Reject one delivery; False when ``epoch`` is stale."""
+        if epoch is not None and epoch != self.epoch:
+            return False
+        self._check_sendable()
+        self._conn._send_method(self.number, cmd.Basic.Reject(delivery_tag, requeue))
+        return True
+
+    async def basic_recover(self, requeue: bool = True) -> None:
+        """Basic.Recover: redeliver every unacked message of this channel."""
+        await self._rpc(cmd.Basic.Recover(requeue), (cmd.Basic.RecoverOk,))
+
+    def publish_nowait(self, body: bytes | str, exchange: str = "", routing_key: str = "",
+                       properties: Properties | None = None, *, mandatory: bool = False,
+                       props_raw: bytes | None = None) -> Confirmation | None:
+        """Queue one Basic.Publish without waiting; returns its ``Confirmation`` in confirm mode,
+        else None. ``body``: bytes (str is UTF-8 encoded). ``props_raw``: properties already
+        encoded with ``message.encode_properties`` (reuse it for many messages). Nothing is
+        written until the caller awaits something (``publish``, ``conn.drain()``, a sleep).
+        Raises ``ChannelClosed``/``ConnectionClosed`` when the channel is down now."""
+        if self._closed is not None or not self._conn.ready or self._conn.epoch != self.epoch:
+            self._check_sendable()
+        if body.__class__ is str:
+            body = body.encode()
+        key = (exchange, routing_key, mandatory)
+        routing = self._routing.get(key)
+        if routing is None:
+            routing = encode_routing(exchange, routing_key, mandatory)
+            if len(self._routing) > 1024:
+                self._routing.clear()
+            self._routing[key] = routing
+        if props_raw is None:
+            props_raw = encode_properties(properties)
+        self._conn._proto.send_publish(self.number, routing, body, props_raw)
+        if not self.confirm_mode:
+            return None
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        confirmation = Confirmation(tag)
+        self._pending[tag] = confirmation
+        if mandatory:
+            self._mandatory.append((tag, exchange, routing_key))
+        return confirmation
+
+    async def basic_publish(self, body: bytes | str, exchange: str = "", routing_key: str = "",
+                            properties: Properties | None = None, *, mandatory: bool = False,
+                            wait: bool = True, timeout: float | None = None) -> Confirmation | None:
+        """Publish one message. Waits for a reconnect when the connection is down, for the
+        socket buffer to drain when over ``conn.high_water`` bytes, and in confirm mode (unless
+        ``wait`` is False) for the broker's answer, at most ``timeout`` seconds (default
+        ``conn.operation_timeout``). Raises ``PublishNacked``, ``MessageReturned`` (mandatory,
+        312 NO_ROUTE), ``ChannelClosed`` (e.g. 404 exchange missing), ``ConnectionClosed``
+        (the message may or may not have reached the broker: retry with the same message_id),
+        ``TimeoutError``."""
+        if self._closed is not None or not self._conn.ready or self._conn.epoch != self.epoch:
+            await self._ready()
+        confirmation = self.publish_nowait(body, exchange, routing_key, properties,
+                                           mandatory=mandatory)
+        conn = self._conn
+        if conn._proto.buffered >= conn.high_water:
+            await conn.drain()
+        else:
+            conn._kick()
+        if confirmation is not None and wait:
+            await confirmation.wait(conn.operation_timeout if timeout is None else timeout)
+        return confirmation
+
+    publish = basic_publish
+
+    async def wait_for_confirms(self, timeout: float | None = None) -> list[Message]:
+        """Wait until every publish so far is answered (at most ``timeout`` seconds, default
+        ``conn.operation_timeout``). Returns the messages returned by the broker (mandatory,
+        unroutable) since the last call; raises ``PublishNacked`` with every nacked tag since
+        the last call, ``ConnectionClosed``/``ChannelClosed`` if lost first, ``TimeoutError``."""
+        conn = self._conn
+        conn._kick()
+        timeout = conn.operation_timeout if timeout is None else timeout
+        with anyio.fail_after(timeout):
+            while self._pending:
+                self._all_done = anyio.Event()
+                await self._all_done.wait()
+        self._all_done = None
+        if self._closed is not None:
+            raise self._closed
+        nacked, self._nacked = self._nacked, []
+        returned, self._batch_returned = self._batch_returned, []
+        if nacked:
+            raise PublishNacked(nacked)
+        return returned
+
+    # ----------------------------------------------------------------- confirm and tx
+    async def confirm_select(self) -> None:
+        """Confirm.Select: from now on every publish is answered with Basic.Ack/Nack."""
+        if not self.confirm_mode:
+            await self._rpc(cmd.Confirm.Select(), (cmd.Confirm.SelectOk,))
+            self.confirm_mode = True
+
+    async def tx_select(self) -> None:
+        """Tx.Select. Raises ``ChannelClosed`` 406 on a channel in confirm mode."""
+        await self._rpc(cmd.Tx.Select(), (cmd.Tx.SelectOk,))
+        self.tx_mode = True
+
+    async def tx_commit(self) -> None:
+        """Tx.Commit. Raises ``ChannelClosed`` 406 when not in tx mode. Publishes/acks since the
+        last commit are lost if the connection drops before Commit-Ok."""
+        await self._rpc(cmd.Tx.Commit(), (cmd.Tx.CommitOk,))
+
+    async def tx_rollback(self) -> None:
+        """Tx.Rollback. Raises ``ChannelClosed`` 406 when not in tx mode."""
+        await self._rpc(cmd.Tx.Rollback(), (cmd.Tx.RollbackOk,))
