@@ -544,11 +544,32 @@ async def connect(uris: str | ConnectionParams | Sequence[str | ConnectionParams
                       backoff_initial=backoff_initial, backoff_max=backoff_max,
                       reconnect_timeout=reconnect_timeout, client_properties=client_properties,
                       high_water=high_water)
-    async with anyio.create_task_group() as tg:
-        await conn._start(tg, connect_attempts)
-        try:
-            yield conn
-        finally:
-            with anyio.CancelScope(shield=True):
-                await conn.close()
-            tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            await conn._start(tg, connect_attempts)
+            try:
+                yield conn
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        single = _single(group)
+        if single is None:
+            raise
+        raise single from None
+
+
+def _single(group: BaseExceptionGroup) -> BaseException | None:
+    """The one real exception inside nested task-group exception groups, else None."""
+    found: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        elif not isinstance(exc, anyio.get_cancelled_exc_class()):
+            found.append(exc)
+
+    walk(group)
+    return found[0] if len(found) == 1 else None
