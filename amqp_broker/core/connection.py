@@ -49,6 +49,10 @@ CAPABILITIES = {
 }
 
 
+#: Seconds we wait for the peer's Connection.Close-Ok before closing the socket (RabbitMQ: 3 s).
+CLOSE_TIMEOUT = 3.0
+
+
 class State(enum.Enum):
     """Where the connection is in its lifecycle."""
 
@@ -93,6 +97,7 @@ class Connection:
         self._out: list[bytes] = []
         self.output_size = 0
         self._header = b""
+        self._framing_broken = False
         now = broker.clock()
         self.created_at = now
         self.last_received = now
@@ -135,7 +140,7 @@ class Connection:
     # ------------------------------------------------------------------------------ input
     def receive_data(self, data: bytes) -> None:
         """Process received bytes: every complete frame is handled before this returns."""
-        if self.closed:
+        if self.closed or self._framing_broken:
             return
         self.last_received = self.broker.clock()
         if self.state is State.AWAIT_HEADER:
@@ -166,12 +171,17 @@ class Connection:
                         ch.on_body(payload)
                     else:
                         ch.on_header(payload)
-                elif channel:  # heartbeat
-                    raise ConnectionException(c.FRAME_ERROR,
-                                              f"FRAME_ERROR - heartbeat on channel {channel}")
+                elif channel or payload:  # heartbeat: channel 0, empty payload (spec §4.2.7)
+                    raise ConnectionException(
+                        c.FRAME_ERROR, f"FRAME_ERROR - heartbeat on channel {channel} with "
+                        f"{len(payload)} payload bytes")
                 if self.closed:
                     break
         except ConnectionException as exc:
+            if exc.reply_code == c.FRAME_ERROR:
+                # The byte stream cannot be parsed any more (not even the peer's Close-Ok): send
+                # our Close and drop whatever else arrives until the close timeout.
+                self._framing_broken = True
             self.close_with(exc)
         except Exception:  # a bug must cost this connection only, never the broker
             log.exception("internal error on connection %s", self.name)
@@ -195,8 +205,8 @@ class Connection:
         if header != c.PROTOCOL_HEADER:
             # Spec §4.2.2: answer with the header we support, then close.
             self.write(c.PROTOCOL_HEADER)
-            self.closed = True
             self.state = State.CLOSED
+            self._mark_closed()
             return b""
         self.state = State.AWAIT_START_OK
         s = self.broker.settings
@@ -340,7 +350,13 @@ class Connection:
         self.state = State.CLOSING
         self.closing_since = self.broker.clock()
         if handshaking:
-            self.closed = True
+            self._mark_closed()
+
+    def _mark_closed(self) -> None:
+        """The socket should close once pending output is written; wake the I/O layer."""
+        self.closed = True
+        if self.on_writable is not None:
+            self.on_writable()
 
     def close_forced(self, text: str = "CONNECTION_FORCED - broker forced connection closure") -> None:
         """Close with 320 CONNECTION_FORCED (broker shutdown, admin action)."""
@@ -349,7 +365,7 @@ class Connection:
     def _finish(self) -> None:
         self._release()
         self.state = State.CLOSED
-        self.closed = True
+        self._mark_closed()
 
     def _release(self) -> None:
         for ch in list(self.channels.values()):
@@ -372,7 +388,7 @@ class Connection:
         if self.closed:
             return
         if self.state is State.CLOSING:
-            if now - self.closing_since > 5.0:
+            if now - self.closing_since > CLOSE_TIMEOUT:
                 self._finish()
             return
         if self.state is not State.OPEN:
@@ -384,7 +400,7 @@ class Connection:
         if hb:
             if now - self.last_received > 2 * hb:
                 log.warning("missed heartbeats from %s, timeout: %ss", self.name, hb)
-                self.connection_lost()
+                self._finish()
                 return
             if now - self.last_sent >= hb / 2 and not self._out:
                 self.write(c.HEARTBEAT_FRAME)
