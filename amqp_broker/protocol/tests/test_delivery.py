@@ -196,3 +196,15 @@ def test_encode_shortstr_exactly_255_bytes() -> None:
 def test_deliver_prefix_and_routing() -> None:
     assert deliver_prefix("ctag") == b"\x00\x3c\x00\x3c\x04ctag"
     assert encode_routing("ex", "") == b"\x02ex\x00"
+
+
+def test_delivery_tag_is_unsigned_64_bit() -> None:
+    # the spec's delivery-tag is a longlong (u64); pamqp cannot encode tags >= 2**63, so by hand
+    got = encode_deliver(1, deliver_prefix("t"), 2**64 - 1, True, encode_routing("", "q"),
+                         header.ContentHeader(0, 0).marshal(), b"", 4096)
+    method_payload = FrameSplitter().feed(got)[0][2]
+    assert method_payload == b"\x00\x3c\x00\x3c\x01t" + b"\xff" * 8 + b"\x01" + b"\x00\x01q"
+    got = encode_get_ok(1, 2**63, False, b"\x00\x00", 0, header.ContentHeader(0, 0).marshal(),
+                        b"", 4096)
+    assert FrameSplitter().feed(got)[0][2] == (b"\x00\x3c\x00\x47\x80" + b"\x00" * 7
+                                               + b"\x00\x00\x00" + b"\x00" * 4)
