@@ -111,9 +111,13 @@ def publish_message(ch: Channel, publish: Publish, header: bytes, body: bytes) -
     msg = Message(publish.exchange, publish.routing_key, header, body)
     msg.routing_raw = publish.routing_raw
     try:
+        # Headers are decoded here, once: routing needs them (CC/BCC, headers exchanges) and a
+        # malformed or absurdly nested table must fail now, as 502, not later inside a queue.
+        if msg.has_headers:
+            msg.properties  # noqa: B018
         expiration = msg.expiration
         user_id = msg.user_id
-    except Exception:
+    except (ValueError, TypeError, struct.error, RecursionError, UnicodeDecodeError):
         raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - malformed content header",
                                   60, 40) from None
     if expiration is not None:
