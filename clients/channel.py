@@ -189,11 +189,14 @@ class Channel:
     async def _open(self) -> None:
         """Channel.Open on the current connection (used at creation and by recovery)."""
         conn = self._conn
-        self.number = conn._proto.open_channel()
-        self.epoch = conn.epoch
-        conn._channels[self.number] = self
-        conn._kick()
-        await self._rpc(None, (cmd.Channel.OpenOk,), recovering=True)
+
+        def send_open() -> None:  # called with the waiter installed: OpenOk can't slip past
+            self.number = conn._proto.open_channel()
+            self.epoch = conn.epoch
+            conn._channels[self.number] = self
+            conn._kick()
+
+        await self._rpc(send_open, (cmd.Channel.OpenOk,), recovering=True)
 
     async def _rpc(self, method: Any, expect: tuple[type, ...], recovering: bool = False) -> Any:
         conn = self._conn
@@ -204,7 +207,9 @@ class Channel:
                 await self._ready()
             w = _Waiter(expect)
             self._waiter = w
-            if method is not None:
+            if callable(method):
+                method()
+            else:
                 conn._send_method(self.number, method)
             try:
                 with anyio.fail_after(conn.operation_timeout):
