@@ -63,7 +63,7 @@ __all__ = [
     "KIND_PUBLISH", "KIND_ACK", "KIND_DROP_QUEUE", "KIND_OPEN", "KIND_CLEAN",
     "FLAG_RELOCATED", "FormatError", "Publish", "segment_name", "parse_segment_name",
     "file_header", "check_file_header", "publish_prefix", "encode_record", "encode_ack",
-    "encode_name_record", "encode_clean", "decode_publish", "decode_ack", "decode_name",
+    "encode_name_record", "encode_clean", "decode_publish", "decode_holders", "decode_ack", "decode_name",
     "decode_ids", "scan", "Scan",
 ]
 
@@ -206,6 +206,34 @@ def decode_ack(payload: memoryview) -> tuple[str, list[int]]:
     if rest <= 0 or rest % 8:
         raise FormatError("ACK id list is not a positive multiple of 8 bytes")
     return queue, list(struct.unpack_from(f">{rest // 8}Q", payload, pos))
+
+
+def decode_holders(payload: memoryview, flags: int,
+                   names: dict[bytes, str]) -> tuple[list[str], tuple[int, int] | None]:
+    """(queues, relocated_from) of a PUBLISH payload without decoding the rest (replay's fast
+    path). ``names`` caches decoded names by their bytes. Raises ``FormatError`` when malformed."""
+    try:
+        pos = 0
+        relocated = None
+        if flags & FLAG_RELOCATED:
+            relocated = _RELOC.unpack_from(payload, 0)
+            pos = _RELOC.size
+        count = (payload[pos] << 8) | payload[pos + 1]
+        pos += 2
+        queues = []
+        for _ in range(count):
+            end = pos + 1 + payload[pos]
+            raw = bytes(payload[pos + 1:end])
+            if end > len(payload):
+                raise FormatError("queue name runs past the record")
+            name = names.get(raw)
+            if name is None:
+                name = names[raw] = raw.decode("utf-8", "surrogateescape")
+            queues.append(name)
+            pos = end
+    except (struct.error, IndexError) as exc:
+        raise FormatError(f"malformed PUBLISH payload: {exc}") from exc
+    return queues, relocated
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ class Replay:
     delivered: list[int] = field(default_factory=list)
     cuts: list[tuple[str, int, int, str]] = field(default_factory=list)
     records: int = 0
+    names: dict[bytes, str] = field(default_factory=dict)  # decoded queue names by their bytes
 
 
 def list_segments(directory: Path) -> list[int]:
@@ -48,12 +49,12 @@ def _apply(index: StoreIndex, seg: Segment, offset: int, total: int, kind: int, 
            store_id: int, payload: memoryview, state: Replay) -> None:
     """Apply one valid record; raises ``FormatError`` / ``ValueError`` when it makes no sense."""
     if kind == fmt.KIND_PUBLISH:
-        pub = fmt.decode_publish(payload, flags)
-        qnums = [index.queue_number(q) for q in pub.queues]
-        if pub.relocated_from is not None:
+        queues, relocated_from = fmt.decode_holders(payload, flags, state.names)
+        qnums = [index.queue_number(q) for q in queues]
+        if relocated_from is not None:
             if store_id >= seg.base:
                 raise fmt.FormatError(f"relocated id {store_id} not below base {seg.base}")
-            index.relocate(store_id, pub.relocated_from, seg, offset, total, qnums)
+            index.relocate(store_id, relocated_from, seg, offset, total, qnums)
         else:
             if store_id < seg.base + seg.count:
                 raise fmt.FormatError(f"publish id {store_id} out of order in segment {seg.base}")
