@@ -4,7 +4,8 @@ deliveries on close, Channel.Flow, and tx mode."""
 from __future__ import annotations
 
 from pamqp import commands as cmd
-from pamqp import header
+from pamqp import frame, header
+from pamqp.body import ContentBody
 
 from amqp_broker.core.connection import State
 from amqp_broker.protocol import constants as c
@@ -129,6 +130,43 @@ def test_channel_flow_does_not_stop_basic_get(client) -> None:
     client.call(1, cmd.Channel.Flow(active=False))
     client.send(1, cmd.Basic.Get(queue="q", no_ack=True))
     assert client.expect_message(cmd.Basic.GetOk).body == b"1"
+
+
+def test_content_of_two_channels_may_interleave(make_client) -> None:
+    cl = make_client(channels=2)
+    cl.declare_queue(1, "q")
+
+    def parts(ch: int, body: bytes) -> list[bytes]:
+        return [frame.marshal(cmd.Basic.Publish(routing_key="q"), ch),
+                frame.marshal(header.ContentHeader(0, len(body), cmd.Basic.Properties()), ch),
+                frame.marshal(ContentBody(body), ch)]
+
+    one, two = parts(1, b"one"), parts(2, b"two")
+    cl.send_raw(b"".join([one[0], two[0], one[1], two[1], two[2], one[2]]))
+    cl.consume(1, "q", "t", no_ack=True)
+    assert [m.body for m in cl.messages()] == [b"two", b"one"]
+
+
+def test_output_high_water_holds_deliveries_until_drained(broker, client) -> None:
+    client.conn.high_water = 1000
+    client.declare_queue(1, "q")
+    client.consume(1, "q", "t", no_ack=True)
+    client.send_raw(b"".join(client.encode_publish(1, "", "q", b"x" * 400) for _ in range(6)))
+    assert len(client.messages()) == 3  # the third write crossed 1000 bytes
+    client.expect_nothing()
+    client.conn.output_drained()  # the I/O layer wrote everything
+    assert len(client.messages()) == 3
+    assert broker.message_memory() == 0
+
+
+def test_message_memory_counts_ready_messages(broker, client) -> None:
+    client.declare_queue(1, "q")
+    client.publish(1, "", "q", b"x" * 1000)
+    client.publish(1, "", "q", b"")
+    assert broker.message_memory() == 1000 + 2 * broker.MESSAGE_OVERHEAD
+    client.send(1, cmd.Basic.Get(queue="q"))
+    client.expect_message(cmd.Basic.GetOk)
+    assert broker.message_memory() == broker.MESSAGE_OVERHEAD  # unacked is not counted
 
 
 # ------------------------------------------------------------------------------ tx

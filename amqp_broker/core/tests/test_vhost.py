@@ -325,3 +325,45 @@ def test_x_expires_counts_basic_get_as_use(broker, clock, client) -> None:
     clock.advance(0.3)
     broker.tick()
     assert "exp" not in queues
+
+
+# ------------------------------------------------------------------------------ queue features
+def test_single_active_consumer(make_client) -> None:
+    a, b = make_client(), make_client()
+    a.declare_queue(1, "sac", arguments={"x-single-active-consumer": True})
+    a.consume(1, "sac", "a", no_ack=True)
+    b.consume(1, "sac", "b", no_ack=True)
+    for i in range(3):
+        a.publish(1, "", "sac", b"%d" % i)
+    assert len(a.messages()) == 3
+    b.expect_nothing()
+    a.call(1, cmd.Basic.Cancel("a"))
+    a.publish(1, "", "sac", b"next")
+    assert [m.body for m in b.messages()] == [b"next"]
+
+
+def test_message_and_consumer_priorities(make_client) -> None:
+    a, b = make_client(), make_client()
+    a.declare_queue(1, "pq", arguments={"x-max-priority": 5})
+    for p in (1, 9, 3):  # 9 is capped at 5
+        a.publish(1, "", "pq", b"p%d" % p, cmd.Basic.Properties(priority=p))
+    a.consume(1, "pq", "t", no_ack=True)
+    assert [m.body for m in a.messages()] == [b"p9", b"p3", b"p1"]
+    a.declare_queue(1, "cp")
+    a.consume(1, "cp", "low", no_ack=True)
+    b.consume(1, "cp", "high", no_ack=True, arguments={"x-priority": 10})
+    for i in range(3):
+        a.publish(1, "", "cp", b"%d" % i)
+    a.expect_nothing()
+    assert len(b.messages()) == 3
+    b.send(1, cmd.Basic.Consume(queue="cp", arguments={"x-priority": "high"}))
+    channel_close(b, c.PRECONDITION_FAILED)
+
+
+def test_auto_delete_exchange_goes_with_its_last_binding(client) -> None:
+    client.call(1, cmd.Exchange.Declare(exchange="ad", exchange_type="fanout", auto_delete=True))
+    client.declare_queue(1, "q")
+    client.call(1, cmd.Queue.Bind(queue="q", exchange="ad"))
+    client.call(1, cmd.Queue.Unbind(queue="q", exchange="ad"))
+    client.send(1, cmd.Exchange.Declare(exchange="ad", passive=True))
+    channel_close(client, c.NOT_FOUND)
