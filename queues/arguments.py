@@ -69,6 +69,11 @@ class QueueSettings:
         0, which makes every message priority 0 (no reordering).
       * ``single_active_consumer`` -- x-single-active-consumer.
       * ``queue_type`` -- x-queue-type, "classic" by default; the core decides what it serves.
+      * ``deduplication`` -- x-message-deduplication: drop a message whose dedup key (the
+        ``x-deduplication-header`` header, else the message-id property) was seen within the window.
+      * ``dedup_cache_size`` -- x-cache-size, keys remembered at most (default
+        ``DEFAULT_DEDUP_CACHE_SIZE``); ``dedup_cache_ttl`` -- x-cache-ttl, ms a key is remembered
+        (None: until evicted by size). Names as the RabbitMQ message-deduplication plugin.
     """
 
     message_ttl: int | None = None
@@ -81,6 +86,9 @@ class QueueSettings:
     max_priority: int | None = None
     single_active_consumer: bool = False
     queue_type: str = "classic"
+    deduplication: bool = False
+    dedup_cache_size: int | None = None
+    dedup_cache_ttl: int | None = None
 
 
 # --- type checks, each returns the value or raises InvalidArgument naming the argument -----------
@@ -165,6 +173,19 @@ def _max_age(name: str, value: object) -> str:
     return v
 
 
+def _count_like(name: str, value: object) -> int:
+    """A positive integer, also given as decimal text (the dedup plugin's examples use strings)."""
+    if isinstance(value, (str, bytes)):
+        text = value.decode() if isinstance(value, bytes) else value
+        if not text.isdigit():
+            raise InvalidArgument(name, f"expected a positive integer, got {text!r}")
+        value = int(text)
+    v = _int(name, value)
+    if v <= 0:
+        raise InvalidArgument(name, f"value_zero_or_less {v}")
+    return v
+
+
 def _type_name(value: object) -> str:
     return "void" if value is None else type(value).__name__
 
@@ -189,6 +210,9 @@ _VALIDATORS: tuple[tuple[str, Callable[[str, object], object]], ...] = (
     ("x-max-segment-size", _non_neg_int),
     ("x-initial-cluster-size", _positive_int),
     ("x-queue-leader-locator", _one_of(_LEADER_LOCATORS, "invalid_queue_locator_arg")),
+    ("x-message-deduplication", _bool),
+    ("x-cache-size", _count_like),
+    ("x-cache-ttl", _count_like),
 )
 
 _DEFAULT_SETTINGS = QueueSettings()
@@ -230,6 +254,9 @@ def parse_arguments(arguments: Mapping[str, object] | None) -> QueueSettings:
         max_priority=values.get("x-max-priority"),  # type: ignore[arg-type]
         single_active_consumer=values.get("x-single-active-consumer", False),  # type: ignore[arg-type]
         queue_type=values.get("x-queue-type", "classic"),  # type: ignore[arg-type]
+        deduplication=values.get("x-message-deduplication", False),  # type: ignore[arg-type]
+        dedup_cache_size=values.get("x-cache-size"),  # type: ignore[arg-type]
+        dedup_cache_ttl=values.get("x-cache-ttl"),  # type: ignore[arg-type]
     )
 
 

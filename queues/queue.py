@@ -35,6 +35,7 @@ from queues.arguments import (
 )
 from queues.consumers import ConsumerSet
 from queues.dead_letter import REASON_EXPIRED, REASON_MAXLEN, REASON_REJECTED, make_dead_letter
+from queues.dedup import DedupWindow, dedup_key
 from queues.entry import QueueEntry
 from queues.errors import QueueDeleted, UnknownEntry
 from queues.message import Message
@@ -77,7 +78,7 @@ class Queue:
         "_clock", "_wall_clock", "_dead_letter", "_on_discard",
         "_ready", "_bytes", "_unacked", "_consumers", "_next_seq", "_dispatching", "_deleted",
         "_ttl", "_max_length", "_max_bytes", "_limited", "_drop_head", "_max_priority",
-        "_dlx", "_dlrk", "had_consumers",
+        "_dlx", "_dlrk", "had_consumers", "dedup",
     )
 
     def __init__(self, name: str, settings: QueueSettings, *, durable: bool = False,
@@ -114,6 +115,10 @@ class Queue:
         self._dlrk = settings.dead_letter_routing_key
         #: True once any consumer was added (RabbitMQ only auto-deletes a queue that had one).
         self.had_consumers = False
+        #: The publish dedup window (x-message-deduplication), None when off.
+        self.dedup: DedupWindow | None = (
+            DedupWindow(settings.dedup_cache_size, settings.dedup_cache_ttl, clock)
+            if settings.deduplication else None)
 
     # --- counters ---------------------------------------------------------------------------
 
@@ -174,6 +179,8 @@ class Queue:
 
         TTL: the lower of x-message-ttl and the message's ``expiration`` (ms; unparsable = none),
         measured from now. Priority: ``min(message.priority, x-max-priority)``.
+        Dedup (x-message-deduplication): after (1), a message whose dedup key is in the window is
+        dropped and reported ``ROUTED`` (its publisher gets an ack); see ``queues.dedup``.
         Raises ``QueueDeleted`` after ``delete()``.
         """
         if self._deleted:
@@ -182,6 +189,11 @@ class Queue:
             if self.settings.overflow == OVERFLOW_REJECT_PUBLISH_DLX:
                 self._dead_letter_message(message, REASON_MAXLEN)
             return _REJECTED
+        dedup = self.dedup
+        if dedup is not None:
+            key = dedup_key(message)
+            if key is not None and dedup.check_and_add(key):
+                return _ROUTED  # a duplicate inside the window: dropped, yet confirmed
         seq = self._next_seq
         self._next_seq = seq + 1
         ttl = self._ttl

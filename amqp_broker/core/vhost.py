@@ -217,7 +217,8 @@ class VirtualHost:
 
     _EQUIV_ARGS = ("x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-overflow",
                    "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority",
-                   "x-single-active-consumer", "x-queue-type")
+                   "x-single-active-consumer", "x-queue-type", "x-message-deduplication",
+                   "x-cache-size", "x-cache-ttl")
 
     def _check_equivalent_args(self, name: str, have: dict, got: dict) -> None:
         for key in self._EQUIV_ARGS:
