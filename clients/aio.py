@@ -437,6 +437,11 @@ class Connection:
             self._lost(exc if isinstance(exc, ConnectionClosed)
                        else ConnectionClosed(0, f"recovery timed out: {exc!r}"))
             return
+        except Exception as exc:  # a bug: stop reconnecting rather than loop on it
+            log.exception("topology recovery failed")
+            self.reconnect = False
+            self._lost(ConnectionClosed(0, f"topology recovery failed: {exc!r}"))
+            return
         log.info("reconnected to %s; topology recovered", self.address)
         self._set_ready()
         self._notify(Reconnected(self.address))

@@ -365,7 +365,7 @@ class Channel:
             queue = self._conn._topology.renamed.get(consumer.queue, consumer.queue)
             consumer.queue = queue
             try:
-                await self._rpc(cmd.Basic.Consume(queue, consumer.tag, False, consumer.no_ack,
+                await self._rpc(cmd.Basic.Consume(0, queue, consumer.tag, False, consumer.no_ack,
                                                   consumer.exclusive, False, consumer.arguments),
                                 (cmd.Basic.ConsumeOk,), recovering=True)
             except ChannelClosed as exc:

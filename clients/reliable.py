@@ -14,13 +14,15 @@ unsubscribe because declare/bind/delete are idempotent, get because the message 
 it reached the client (a lost Get-Ok leaves it unacked, so the broker requeues it).
 
 Layout: exchange ``exchange`` (topic, durable); subscriber ``client_id`` on topic pattern T owns the
-durable queue ``sub.<client_id>.<T>`` bound with routing key T (``*``/``#`` wildcards work).
+durable queue ``sub.<client_id>.<T>`` (escaped, see ``queue_name``) bound with routing key T (``*``/``#`` wildcards work).
 Messages put before a subscription exists are not kept for it (pub/sub semantics).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import sqlite3
 import time
 import uuid
@@ -43,6 +45,11 @@ log = logging.getLogger(__name__)
 
 DEDUP_HEADER = "x-deduplication-header"
 QUEUE_ARGUMENTS = {"x-message-deduplication": True}
+
+
+def _escape(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.:-]",
+                  lambda m: "".join(f"_{b:02x}" for b in m.group().encode()), text)
 
 
 class InflightLog:
@@ -182,8 +189,13 @@ class ReliableClient:
             self.log.close()
 
     def queue_name(self, topic: str) -> str:
-        """This subscriber's queue for ``topic``."""
-        return f"sub.{self.client_id}.{topic}"
+        """This subscriber's queue for ``topic``: ``sub.<client_id>.<topic>`` with every
+        character outside ``[A-Za-z0-9.:-]`` written as ``_xx`` (hex), since AMQP's queue-name
+        domain has no ``*``/``#``; names over 255 bytes end in a SHA-1 instead."""
+        name = f"sub.{_escape(self.client_id)}.{_escape(topic)}"
+        if len(name) > 255:
+            name = name[:200] + "." + hashlib.sha1(name.encode()).hexdigest()
+        return name
 
     # ------------------------------------------------------------------------------ put
     async def put(self, topic: str, body: bytes | str, *, message_id: str | None = None,
