@@ -85,11 +85,18 @@ def _users(raw: Any) -> tuple[User, ...]:
         raise ConfigError("users: expected an array of tables")
     out = []
     for item in raw:
-        try:
-            out.append(User(str(item["name"]), str(item["password"]),
-                            tuple(item.get("vhosts", ["*"])), bool(item.get("loopback_only", False))))
-        except (KeyError, TypeError) as exc:
-            raise ConfigError(f"users: bad entry {item!r}") from exc
+        if not isinstance(item, dict):
+            raise ConfigError(f"users: bad entry {item!r}")
+        name, password = item.get("name"), item.get("password")
+        vhosts = item.get("vhosts", ["*"])
+        loopback_only = item.get("loopback_only", False)
+        if not isinstance(name, str) or not isinstance(password, str):
+            raise ConfigError(f"users: name and password must be strings in {item!r}")
+        if not isinstance(vhosts, list) or not all(isinstance(v, str) for v in vhosts):
+            raise ConfigError(f"users: vhosts must be an array of strings in {item!r}")
+        if not isinstance(loopback_only, bool):
+            raise ConfigError(f"users: loopback_only must be a boolean in {item!r}")
+        out.append(User(name, password, tuple(vhosts), loopback_only))
     return tuple(out)
 
 

@@ -108,8 +108,8 @@ class Broker:
 
     def block(self, conn: Connection) -> None:
         """Mark ``conn`` blocked (and tell it when it understands connection.blocked)."""
-        if conn.blocked:
-            return
+        if conn.blocked or not conn.is_open:
+            return  # a connection still in its handshake is blocked once Open-Ok is sent
         conn.blocked = True
         if conn.capabilities.get("connection.blocked"):
             conn.send_method(0, cmd.Connection.Blocked("low on memory"))

@@ -123,7 +123,9 @@ class Channel:
 
     # ----------------------------------------------------------------------------- closing
     def close_with(self, exc: ChannelException) -> None:
-        """Send Channel.Close for ``exc``, release everything, wait for the client's Close-Ok."""
+        """Send Channel.Close for ``exc``, release everything, wait for the client's Close-Ok.
+        Confirms already settled go out first: after Close the client ignores the channel."""
+        self.flush_confirms()
         self.release()
         self.closing = True
         text = exc.reply_text.encode()[:255].decode(errors="ignore")
@@ -145,7 +147,7 @@ class Channel:
     def flush_confirms(self) -> None:
         """Send Basic.Ack/Nack for every settled publish (called once per received chunk)."""
         tracker = self.confirms
-        if tracker is None or not tracker.pending:
+        if tracker is None or self.closing or not tracker.pending:
             return
         send = self.connection.send_method
         for tag, multiple, ack in tracker.drain():

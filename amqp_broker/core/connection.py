@@ -103,6 +103,11 @@ class Connection:
         self.last_received = now
         self.last_sent = now
 
+    @property
+    def is_open(self) -> bool:
+        """True between Connection.Open-Ok and any Close."""
+        return self.state is State.OPEN
+
     # ----------------------------------------------------------------------------- output
     def write(self, data: bytes) -> None:
         """Queue ``data`` for the peer."""

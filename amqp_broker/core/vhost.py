@@ -24,6 +24,7 @@ from queues.queue import PublishResult, Queue
 from routing.destination import Destination
 from routing.errors import InvalidArgument as RoutingInvalidArgument
 from routing.errors import UnknownExchangeType
+from routing.exchange_types import EXCHANGE_TYPES
 from routing.table import RoutingTable
 
 from ..protocol import constants as c
@@ -68,12 +69,15 @@ class VirtualHost:
         if q is None:
             raise self.not_found("queue", name)
         if conn is not None and q.exclusive_owner is not None and q.exclusive_owner is not conn:
-            raise ChannelException(
-                c.RESOURCE_LOCKED,
-                f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{name}' in vhost "
-                f"'{self.name}'. It could be originally declared on another connection or the "
-                f"exclusive property value does not match that of the original declaration.")
+            raise self._locked(name)
         return q
+
+    def _locked(self, name: str) -> ChannelException:
+        return ChannelException(
+            c.RESOURCE_LOCKED,
+            f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{name}' in vhost "
+            f"'{self.name}'. It could be originally declared on another connection or the "
+            f"exclusive property value does not match that of the original declaration.")
 
     def get_exchange(self, name: str) -> Any:
         """The exchange named ``name``; 404 when missing."""
@@ -102,6 +106,9 @@ class VirtualHost:
             if existing is None:
                 raise self.not_found("exchange", name)
             return
+        if type_ not in EXCHANGE_TYPES:  # checked first, as rabbit_channel does
+            raise ConnectionException(c.COMMAND_INVALID,
+                                      f"COMMAND_INVALID - unknown exchange type '{type_}'")
         if existing is not None:
             if existing.type != type_:
                 raise self._inequivalent("exchange", name, "type", type_, existing.type)
@@ -184,8 +191,8 @@ class VirtualHost:
             if q.durable != durable:
                 raise self._inequivalent("queue", name, "durable", durable, q.durable)
             if (q.exclusive_owner is not None) != exclusive:
-                raise self._inequivalent("queue", name, "exclusive", exclusive,
-                                         q.exclusive_owner is not None)
+                # RabbitMQ's strict exclusive-access check: 405, not an equivalence 406.
+                raise self._locked(name)
             if q.auto_delete != auto_delete:
                 raise self._inequivalent("queue", name, "auto_delete", auto_delete, q.auto_delete)
             self._check_equivalent_args(name, q.arguments or {}, arguments or {})

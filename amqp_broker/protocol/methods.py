@@ -70,6 +70,8 @@ class Publish(NamedTuple):
     immediate: bool
     routing_raw: bytes
 
+    name = "Basic.Publish"  # as pamqp's commands, for error texts (a class attribute, not a field)
+
 
 def _syntax_error(what: str, index: int) -> ConnectionException:
     return ConnectionException(c.SYNTAX_ERROR, f"SYNTAX_ERROR - {what}", index >> 16,

@@ -123,18 +123,12 @@ def test_bad_users(tmp_path, text) -> None:
         load_config(["--config", write(tmp_path, text + "\n")], {})
 
 
-@pytest.mark.xfail(strict=True, reason="config._users does tuple(item['vhosts']) without a type "
-                   "check: vhosts = \"prod\" (a string, not an array) silently becomes "
-                   "('p', 'r', 'o', 'd') instead of raising ConfigError")
 def test_users_vhosts_must_be_an_array(tmp_path) -> None:
     path = write(tmp_path, '[[users]]\nname = "a"\npassword = "b"\nvhosts = "prod"\n')
     with pytest.raises(ConfigError):
         load_config(["--config", path], {})
 
 
-@pytest.mark.xfail(strict=True, reason="config._users does bool(item['loopback_only']): the "
-                   "string loopback_only = \"false\" becomes True (and any non-empty string "
-                   "likewise) instead of raising ConfigError for a wrong type")
 def test_users_loopback_only_must_be_a_boolean(tmp_path) -> None:
     path = write(tmp_path, '[[users]]\nname = "a"\npassword = "b"\nloopback_only = "false"\n')
     with pytest.raises(ConfigError):

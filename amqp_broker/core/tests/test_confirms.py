@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pamqp import commands as cmd
@@ -183,11 +182,6 @@ def test_publish_split_over_chunks_is_confirmed_once_complete(make_client) -> No
     assert cl.expect(cmd.Basic.Ack, 1).delivery_tag == 1
 
 
-@pytest.mark.xfail(strict=True, reason="Connection.after_input flushes confirms for every channel "
-                   "in conn.channels, including one that is closing: when a chunk holds routed "
-                   "publishes followed by a channel error, Basic.Ack goes out on the channel "
-                   "after our Channel.Close (the client has already torn the channel down, so "
-                   "those publishes are never confirmed to it)")
 def test_confirms_come_before_a_channel_close_in_the_same_chunk(make_client) -> None:
     """Publishes 1 and 2 are routed, then publish 3 names a missing exchange (404). The acks of 1
     and 2 may be sent or not, but nothing may follow our Channel.Close on that channel."""

@@ -227,10 +227,6 @@ def test_non_connection_method_on_channel_0_is_504(client) -> None:
     expect_close(client, c.CHANNEL_ERROR, 50, 10)
 
 
-@pytest.mark.xfail(strict=True, reason="Basic.Publish on channel 0 reaches Connection._connection_"
-                   "method, whose error branch formats `method.name`; the Publish fast-path "
-                   "NamedTuple has no `.name`, so an AttributeError turns it into 541 "
-                   "INTERNAL_ERROR instead of 504 CHANNEL_ERROR")
 def test_publish_on_channel_0_is_504(client) -> None:
     client.publish(0, "", "q", b"x")
     expect_close(client, c.CHANNEL_ERROR, 60, 40)
@@ -311,9 +307,6 @@ def test_memory_alarm_blocks_only_clients_that_understand_it(broker, make_client
     assert not aware.conn.blocked and not unaware.conn.blocked
 
 
-@pytest.mark.xfail(strict=True, reason="Broker.set_memory_alarm(True) sends Connection.Blocked to "
-                   "a connection still in the handshake (after Start-Ok, before Open-Ok), so the "
-                   "client sees Blocked before Connection.Open-Ok")
 def test_memory_alarm_during_handshake_waits_for_open_ok(broker) -> None:
     cl = Client(broker)
     cl.send_raw(PROTOCOL_HEADER)
@@ -327,9 +320,6 @@ def test_memory_alarm_during_handshake_waits_for_open_ok(broker) -> None:
     cl.expect(cmd.Connection.Blocked, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="Broker.block() does not look at the connection state: a "
-                   "connection that is CLOSING (we sent Connection.Close, await Close-Ok) gets "
-                   "Connection.Blocked after our Close")
 def test_memory_alarm_skips_closing_connections(broker, client) -> None:
     client.send(1, cmd.Channel.Open())  # 504: we send Connection.Close
     expect_close(client, c.CHANNEL_ERROR)

@@ -90,10 +90,6 @@ def test_unknown_exchange_type_is_503(client) -> None:
     assert (close.class_id, close.method_id) == (40, 10)
 
 
-@pytest.mark.xfail(strict=True, reason="VirtualHost.declare_exchange compares the type of an "
-                   "existing exchange before validating it: redeclaring 'x' with an unknown type "
-                   "gives 406 inequivalent arg 'type' instead of 503 COMMAND_INVALID (RabbitMQ "
-                   "checks the type first; routing.RoutingTable documents the same order)")
 def test_unknown_exchange_type_on_redeclare_is_503(client) -> None:
     client.call(1, cmd.Exchange.Declare(exchange="x", exchange_type="direct"))
     client.send(1, cmd.Exchange.Declare(exchange="x", exchange_type="nonsense"))
@@ -215,10 +211,6 @@ def test_exclusive_queue_is_locked_to_its_connection(make_client) -> None:
     owner.consume(1, "ex")
 
 
-@pytest.mark.xfail(strict=True, reason="the owner redeclaring its exclusive queue with "
-                   "exclusive=False gets 406 inequivalent arg 'exclusive'; RabbitMQ answers 405 "
-                   "RESOURCE_LOCKED ('...or the exclusive property value does not match that of "
-                   "the original declaration')")
 def test_exclusive_mismatch_on_redeclare_is_405(client) -> None:
     client.declare_queue(1, "ex", exclusive=True)
     client.send(1, cmd.Queue.Declare(queue="ex"))
