@@ -266,7 +266,8 @@ class MessageStore:
     def append(self, queues: str | Sequence[str], message: Message) -> int:
         """Log a publish of ``message`` to ``queues`` (one name or several); returns its store id.
 
-        Store ids grow strictly (gaps possible). Sets ``message.store_id``. Not durable until a
+        Store ids grow strictly (gaps possible); after a crash, ids that never became durable may
+        be handed out again (never an id that was recovered). Sets ``message.store_id``. Not durable until a
         ``sync()`` returns an id ``>=`` it. Raises ``ValueError`` for an empty queue list or a
         name over 255 bytes, ``StoreError`` when closed, ``OSError`` from the file system.
         """
