@@ -108,8 +108,14 @@ class Message:
 
     @property
     def persistent(self) -> bool:
-        """True when delivery-mode is 2 (persistent)."""
-        return bool(self._flags & _FLAG_DELIVERY_MODE) and self.properties.delivery_mode == 2
+        """True when delivery-mode is 2 (persistent). Read straight from the header bytes when no
+        variable-length property precedes it (the common case), else from decoded properties."""
+        flags = self._flags
+        if not flags & _FLAG_DELIVERY_MODE:
+            return False
+        if not flags & 0xE000 and len(self.header_payload) > 14:  # no content-type/-encoding/headers
+            return self.header_payload[14] == 2
+        return self.properties.delivery_mode == 2
 
     @property
     def priority(self) -> int:

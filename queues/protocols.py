@@ -66,9 +66,11 @@ class PublishResult(enum.Enum):
 
     ``ROUTED``: the queue took the message (enqueued, delivered, or immediately expired/dropped by
     its own rules -- RabbitMQ still confirms those). ``REJECTED``: refused by x-overflow
-    reject-publish / reject-publish-dlx; the core nacks a confirm-mode publisher.
+    reject-publish / reject-publish-dlx; the core nacks a confirm-mode publisher. ``DUPLICATE``:
+    dropped by the dedup window (x-message-deduplication); confirmed with an ack, not enqueued.
     Source: "RabbitMQ: Queue Length Limit" (Overflow Behaviour).
     """
 
     ROUTED = "routed"
     REJECTED = "rejected"
+    DUPLICATE = "duplicate"

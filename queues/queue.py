@@ -180,7 +180,7 @@ class Queue:
         TTL: the lower of x-message-ttl and the message's ``expiration`` (ms; unparsable = none),
         measured from now. Priority: ``min(message.priority, x-max-priority)``.
         Dedup (x-message-deduplication): after (1), a message whose dedup key is in the window is
-        dropped and reported ``ROUTED`` (its publisher gets an ack); see ``queues.dedup``.
+        dropped and reported ``DUPLICATE`` (its publisher gets an ack); see ``queues.dedup``.
         Raises ``QueueDeleted`` after ``delete()``.
         """
         if self._deleted:
@@ -193,7 +193,7 @@ class Queue:
         if dedup is not None:
             key = dedup_key(message)
             if key is not None and dedup.check_and_add(key):
-                return _ROUTED  # a duplicate inside the window: dropped, yet confirmed
+                return PublishResult.DUPLICATE  # inside the window: dropped, yet confirmed
         seq = self._next_seq
         self._next_seq = seq + 1
         ttl = self._ttl
@@ -349,6 +349,30 @@ class Queue:
         Same as ``requeue_many([entry])``.
         """
         self.requeue_many((entry,))
+
+    def restore(self, message: Message, redelivered: bool) -> QueueEntry:
+        """Append a message recovered from the message store at broker start (tail, in publish
+        order; no dedup, no length limits, no dispatch: there are no consumers yet). TTL counts
+        from now (the original enqueue time is not stored). Raises ``QueueDeleted``."""
+        if self._deleted:
+            raise QueueDeleted(self.name)
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        ttl = self._ttl
+        expiration = message.expiration
+        if expiration is not None:
+            message_ttl = message_ttl_or_none(expiration)
+            if message_ttl is not None and (ttl is None or message_ttl < ttl):
+                ttl = message_ttl
+        priority = message.priority
+        if self._max_priority is not None and priority > self._max_priority:
+            priority = self._max_priority
+        entry = QueueEntry(message, seq, None if ttl is None else self._clock() + ttl,
+                           priority if self._max_priority is not None else 0)
+        entry.redelivered = redelivered
+        self._ready.append(entry)
+        self._bytes += len(message.body)
+        return entry
 
     def requeue_many(self, entries: Iterable[QueueEntry]) -> None:
         """Put unacked entries back at their original places (by ``seq``), then dispatch once.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands as cmd
 
+from .durability import Durability
 from .settings import BrokerSettings
 from .vhost import VirtualHost
 
@@ -34,9 +35,11 @@ class Broker:
     """One broker node. ``clock()`` returns seconds (float, monotonic); ``clock_ms()`` ms (int)."""
 
     def __init__(self, settings: BrokerSettings | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 durability: Durability | None = None) -> None:
         self.settings = settings or BrokerSettings()
         self.clock = clock
+        self.durability = durability or Durability()
         self.vhosts: dict[str, VirtualHost] = {n: VirtualHost(self, n) for n in self.settings.vhosts}
         self.connections: dict[int, Connection] = {}
         self.needs_dispatch: set[Queue] = set()

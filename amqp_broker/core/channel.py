@@ -144,6 +144,15 @@ class Channel:
             settle_unacked(self, list(self.unacked), requeue=True)
 
     # ------------------------------------------------------------------------- confirms
+    def release_durable(self, durable_id: int) -> bool:
+        """Confirms waiting for a sync up to ``durable_id`` go out; True when none waits any more."""
+        tracker = self.confirms
+        if tracker is None or self.closing:
+            return True
+        done = tracker.release(durable_id)
+        self.flush_confirms()
+        return done
+
     def flush_confirms(self) -> None:
         """Send Basic.Ack/Nack for every settled publish (called once per received chunk)."""
         tracker = self.confirms

@@ -9,6 +9,8 @@ Confirms" (delivery tags of confirms count from 1 per channel; ``multiple`` cove
 
 from __future__ import annotations
 
+from collections import deque
+
 __all__ = ["ConfirmTracker"]
 
 
@@ -16,12 +18,13 @@ class ConfirmTracker:
     """``next_seq()`` numbers a publish; ``settle(seq, ok)`` records its outcome; ``drain()`` returns
     ``[(delivery_tag, multiple, ack)]`` for the contiguous settled prefix, acks merged."""
 
-    __slots__ = ("_next", "_emitted", "_outcomes")
+    __slots__ = ("_next", "_emitted", "_outcomes", "_deferred")
 
     def __init__(self) -> None:
         self._next = 1
         self._emitted = 0  # highest sequence number already confirmed to the publisher
         self._outcomes: dict[int, bool] = {}
+        self._deferred: deque[tuple[int, int, bool]] = deque()  # (seq, store_id, ok)
 
     def next_seq(self) -> int:
         """The sequence number of the next publish (1, 2, ...)."""
@@ -32,6 +35,19 @@ class ConfirmTracker:
     def settle(self, seq: int, ok: bool) -> None:
         """Record the outcome of publish ``seq`` (True: ack, False: nack)."""
         self._outcomes[seq] = ok
+
+    def defer(self, seq: int, store_id: int, ok: bool) -> None:
+        """Hold the outcome of ``seq`` until a sync makes ``store_id`` durable (``release``)."""
+        self._deferred.append((seq, store_id, ok))
+
+    def release(self, durable_id: int) -> bool:
+        """Settle every deferred publish whose store id <= ``durable_id`` (store ids grow with
+        ``seq``); True when nothing stays deferred."""
+        deferred = self._deferred
+        while deferred and deferred[0][1] <= durable_id:
+            seq, _sid, ok = deferred.popleft()
+            self._outcomes[seq] = ok
+        return not deferred
 
     @property
     def pending(self) -> bool:

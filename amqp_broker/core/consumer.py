@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..protocol.delivery import deliver_prefix, encode_deliver, encode_routing
+from .durability import store_key
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
@@ -61,10 +62,14 @@ class ChannelConsumer:
         ch = self.channel
         tag = ch.next_delivery_tag
         ch.next_delivery_tag = tag + 1
+        msg = entry.message
         if not self.no_ack:
             ch.unacked[tag] = (queue, entry, self)
             self.unacked += 1
-        msg = entry.message
+            if msg.store_id is not None and queue.durable:
+                ch.vhost.broker.durability.delivered(store_key(ch.vhost.name, queue.name), msg)
+        elif msg.store_id is not None and queue.durable:
+            ch.vhost.broker.durability.forget(store_key(ch.vhost.name, queue.name), msg)
         routing_raw = msg.routing_raw
         if routing_raw is None:
             routing_raw = msg.routing_raw = encode_routing(msg.exchange, msg.routing_key)

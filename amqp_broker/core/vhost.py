@@ -29,6 +29,7 @@ from routing.table import RoutingTable
 
 from ..protocol import constants as c
 from ..protocol.errors import ChannelException, ConnectionException
+from .durability import store_key
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -40,6 +41,7 @@ __all__ = ["VirtualHost"]
 log = logging.getLogger(__name__)
 
 SERVED_QUEUE_TYPES = ("classic",)
+ROUTED = PublishResult.ROUTED
 
 
 def _fmt(value: Any) -> str:
@@ -211,15 +213,29 @@ class VirtualHost:
                 c.PRECONDITION_FAILED,
                 f"PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue '{name}' in vhost "
                 f"'{self.name}': queue type '{settings.queue_type}' is not served by this broker")
-        q = Queue(name, settings, durable=durable, exclusive_owner=conn if exclusive else None,
-                  auto_delete=auto_delete, arguments=dict(arguments or {}),
-                  clock=self.broker.clock_ms, dead_letter=self._dead_letter)
-        q.had_consumers = False  # type: ignore[attr-defined]
-        self.queues[name] = q
-        self.routing.add_queue(name)
+        q = self.create_queue(name, settings, durable=durable, auto_delete=auto_delete,
+                              exclusive_owner=conn if exclusive else None, arguments=arguments)
         if exclusive:
             conn.exclusive_queues.add(q)
         self.touch(name)
+        return q
+
+    def create_queue(self, name: str, settings: Any, *, durable: bool, auto_delete: bool,
+                     exclusive_owner: Connection | None, arguments: dict | None) -> Queue:
+        """Make and register a queue (no checks: declare_queue and recovery do those)."""
+        on_discard = None
+        durability = self.broker.durability
+        if durable and durability.store is not None:
+            key = store_key(self.name, name)
+
+            def on_discard(entry: Any, reason: str, key: str = key) -> None:
+                durability.forget(key, entry.message)
+
+        q = Queue(name, settings, durable=durable, exclusive_owner=exclusive_owner,
+                  auto_delete=auto_delete, arguments=dict(arguments or {}),
+                  clock=self.broker.clock_ms, dead_letter=self._dead_letter, on_discard=on_discard)
+        self.queues[name] = q
+        self.routing.add_queue(name)
         return q
 
     _EQUIV_ARGS = ("x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-overflow",
@@ -260,6 +276,8 @@ class VirtualHost:
         if owner is not None:
             owner.exclusive_queues.discard(q)
         q.delete()
+        if q.durable:
+            self.broker.durability.queue_deleted(store_key(self.name, q.name))
         self.broker.needs_dispatch.discard(q)
         return count
 
@@ -292,16 +310,31 @@ class VirtualHost:
                                       has_headers=True)
         return self.routing.route(msg.exchange, msg.routing_key, None, has_headers=False)
 
-    def enqueue(self, msg: Message, queue_names: set[str]) -> bool:
-        """Put ``msg`` on each named queue; False when any queue refused it (x-overflow
-        reject-publish), which turns into a Basic.Nack for a confirm-mode publisher."""
+    def enqueue(self, msg: Message, queue_names: set[str]) -> tuple[bool, int | None]:
+        """Put ``msg`` on each named queue. Returns (ok, store_id): ok is False when any queue
+        refused it (x-overflow reject-publish: a Basic.Nack for a confirm-mode publisher);
+        store_id is set when the message was written to the message store (persistent, and at
+        least one durable queue), so its confirm waits for the sync that covers it."""
         ok = True
+        sid = None
         queues = self.queues
+        durability = self.broker.durability
+        if durability.store is not None and msg.persistent:
+            keys = [store_key(self.name, n) for n in queue_names
+                    if (q := queues.get(n)) is not None and q.durable]
+            if keys:
+                sid = durability.store_message(msg, keys)
         for name in queue_names:
             q = queues.get(name)
-            if q is not None and q.publish(msg) is PublishResult.REJECTED:
-                ok = False
-        return ok
+            if q is None:
+                continue
+            result = q.publish(msg)
+            if result is not ROUTED:
+                if result is PublishResult.REJECTED:
+                    ok = False
+                if sid is not None and q.durable:
+                    durability.forget(store_key(self.name, name), msg)
+        return ok, sid
 
     def _dead_letter(self, message: Message, exchange: str, routing_keys: list[str]) -> None:
         """Route a dead-lettered message (the queue already added x-death) through its DLX with

@@ -21,11 +21,11 @@ def _queue(args, now):
     return Queue("q", parse_arguments(args), arguments=args, clock=lambda: now[0])
 
 
-def test_duplicate_message_id_is_dropped_but_reported_routed():
+def test_duplicate_message_id_is_dropped_and_reported_duplicate():
     now = [0]
     q = _queue({"x-message-deduplication": True}, now)
     assert q.publish(_msg("a")) is PublishResult.ROUTED
-    assert q.publish(_msg("a", body=b"again")) is PublishResult.ROUTED
+    assert q.publish(_msg("a", body=b"again")) is PublishResult.DUPLICATE
     assert q.publish(_msg("b")) is PublishResult.ROUTED
     assert [e.message.message_id for e in q.ready_entries()] == ["a", "b"]
     assert q.ready_entries()[0].message.body == b"x"

@@ -26,6 +26,7 @@ from ...protocol import constants as c
 from ...protocol.delivery import encode_get_ok, encode_return, encode_routing
 from ...protocol.errors import ChannelException, ConnectionException
 from ..consumer import ChannelConsumer
+from ..durability import store_key
 from .queue import queue_name
 
 if TYPE_CHECKING:
@@ -148,10 +149,11 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
         raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - malformed content header",
                                   60, 40) from None
     ok = True
+    sid = None
     if names:
         if msg.has_headers:
             msg = _strip_bcc(msg)
-        ok = vhost.enqueue(msg, names)
+        ok, sid = vhost.enqueue(msg, names)
     elif mandatory:
         routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
         conn = ch.connection
@@ -159,7 +161,11 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
                                  msg.body, conn.frame_max))
     confirms = ch.confirms
     if confirms is not None:
-        confirms.settle(confirms.next_seq(), ok)
+        if sid is None:
+            confirms.settle(confirms.next_seq(), ok)
+        else:  # on disk only after the next group-commit sync
+            confirms.defer(confirms.next_seq(), sid, ok)
+            vhost.broker.durability.wait_for_sync(ch)
 
 
 def get(ch: Channel, m: cmd.Basic.Get) -> None:
@@ -174,9 +180,13 @@ def get(ch: Channel, m: cmd.Basic.Get) -> None:
         return
     tag = ch.next_delivery_tag
     ch.next_delivery_tag = tag + 1
+    msg = entry.message
     if not m.no_ack:
         ch.unacked[tag] = (q, entry, None)
-    msg = entry.message
+        if msg.store_id is not None and q.durable:
+            vhost.broker.durability.delivered(store_key(vhost.name, q.name), msg)
+    elif msg.store_id is not None and q.durable:
+        vhost.broker.durability.forget(store_key(vhost.name, q.name), msg)
     routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
     conn.write(encode_get_ok(ch.id, tag, entry.redelivered, routing_raw, q.message_count,
                              msg.header_payload, msg.body, conn.frame_max))
@@ -215,6 +225,8 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
             needs_dispatch.add(q)
         if ack:
             q.ack(entry)
+            if entry.message.store_id is not None and q.durable:
+                ch.vhost.broker.durability.forget(store_key(ch.vhost.name, q.name), entry.message)
         elif requeue:
             requeues[q].append(entry)
         else:

@@ -1,0 +1,94 @@
+"""The broker's side of persistence: which messages go to the message store, when they leave it, and
+when publisher confirms for them may go out.
+
+Owns the contract with ``queues.store.MessageStore`` (DESIGN.md §5, issue "Durable broker"): a
+persistent message (delivery-mode 2) routed to durable queues is appended once for all of them; every
+way an entry leaves a durable queue (ack, no-ack delivery, reject, dead-letter, expiry, max-length,
+purge, delete) records an ack in the store; a confirm for a stored message is deferred until a
+group-commit sync covers its store id. The fsync itself runs in the I/O layer (a worker thread); it
+tells us with ``synced(durable_id)``. Must not know: sockets, threads, event loops.
+Source: RabbitMQ "Reliability Guide" (confirms mean "persisted to disk" for persistent messages on
+durable queues), "Persistence Configuration".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from queues.message import Message
+    from queues.store.store import MessageStore
+
+    from .channel import Channel
+
+__all__ = ["Durability", "store_key"]
+
+
+def store_key(vhost: str, queue: str) -> str:
+    """The message store's name for ``queue`` of ``vhost`` (queue names are per vhost)."""
+    return queue if vhost == "/" else f"{vhost}\x1f{queue}"
+
+
+class Durability:
+    """Persistence hooks of one broker. ``store`` is None for a broker without a message store
+    (then persistent messages live in memory only and confirms are immediate)."""
+
+    __slots__ = ("store", "on_dirty", "dirty", "waiting")
+
+    def __init__(self, store: MessageStore | None = None) -> None:
+        self.store = store
+        #: Called (no arguments) when the store has writes that need a sync; set by the I/O layer.
+        self.on_dirty: Callable[[], None] | None = None
+        self.dirty = False
+        #: Channels holding confirms until a sync covers their messages.
+        self.waiting: set[Channel] = set()
+
+    def _mark_dirty(self) -> None:
+        if not self.dirty:
+            self.dirty = True
+            if self.on_dirty is not None:
+                self.on_dirty()
+
+    def store_message(self, message: Message, keys: list[str]) -> int:
+        """Append ``message`` for the durable queues ``keys`` (``store_key`` names); returns its
+        store id (also set as ``message.store_id``). Raises ``OSError`` from the file system."""
+        assert self.store is not None
+        sid = self.store.append(keys, message)
+        self._mark_dirty()
+        return sid
+
+    def forget(self, key: str, message: Message) -> None:
+        """The durable queue ``key`` no longer holds ``message`` (acked, dropped, dead-lettered)."""
+        sid = message.store_id
+        if sid is not None and self.store is not None and self.store.ack(key, sid):
+            self._mark_dirty()
+
+    def delivered(self, key: str, message: Message) -> None:
+        """``message`` was delivered from ``key`` to a consumer that must ack it."""
+        sid = message.store_id
+        if sid is not None and self.store is not None:
+            self.store.mark_delivered(key, sid)
+
+    def queue_deleted(self, key: str) -> None:
+        """A durable queue was deleted: the store forgets everything it held."""
+        if self.store is not None and self.store.delete_queue(key):
+            self._mark_dirty()
+
+    def begin_sync(self) -> None:
+        """The I/O layer is about to flush: writes from now on need another sync."""
+        self.dirty = False
+
+    def wait_for_sync(self, channel: Channel) -> None:
+        """``channel`` holds a confirm that must wait for the next sync."""
+        self.waiting.add(channel)
+        self._mark_dirty()
+
+    def synced(self, durable_id: int) -> None:
+        """A sync made every store id <= ``durable_id`` durable: release the confirms it covers."""
+        done = []
+        for ch in self.waiting:
+            if ch.release_durable(durable_id):
+                done.append(ch)
+        for ch in done:
+            self.waiting.discard(ch)
