@@ -3,7 +3,8 @@
 Modules: ``uri`` (amqp:// and amqps:// URIs), ``errors`` (ChannelClosed, ConnectionClosed,
 NoBrokerAvailable, ...), ``message`` (Properties and Message, the publish fast path encoding),
 ``protocol`` (sans-IO client connection: handshake, channels, frames -> events), ``aio`` (anyio
-transport, failover/reconnect, public async API), ``channel`` (the async Channel and Consumer),
+transport, failover/reconnect, public async API), ``channel`` (the async Channel), ``consumer`` (Consumer, an async iterator), ``confirms``
+(publisher-confirm tracking by delivery tag), ``topology`` (what is replayed after a reconnect),
 ``blocking`` (thread-safe facade over ``aio`` through an anyio blocking portal), ``reliable``
 (put/get/subscribe/unsubscribe with a SQLite in-flight log), ``cli`` (the ``amqp-client`` command).
 Must not import ``amqp_broker.core`` or ``amqp_broker.server``.

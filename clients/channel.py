@@ -15,128 +15,27 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import struct
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from pamqp import commands as cmd
 
-from .errors import ChannelClosed, ConnectionClosed, MessageReturned, PublishNacked
+from .confirms import Confirmation, ConfirmTracker
+from .consumer import Consumer
+from .errors import ChannelClosed, ConnectionClosed, PublishNacked
 from .message import Message, Properties, encode_properties, encode_routing
 
 if TYPE_CHECKING:
     from .aio import Connection
 
-__all__ = ["Channel", "Consumer", "Confirmation"]
+__all__ = ["Channel", "Consumer", "Confirmation"]  # the latter two re-exported
 
 log = logging.getLogger(__name__)
 _HEAD = struct.Struct(">BHI")
 _TAG_BITS = struct.Struct(">QB")
 _ACK_PREFIX = b"\x00\x3c\x00\x50"
 _tags = itertools.count(1)
-
-
-class Confirmation:
-    """The broker's answer to one confirm-mode publish. ``await c.wait(timeout)`` returns when it
-    was acked and raises ``PublishNacked`` (Basic.Nack), ``MessageReturned`` (mandatory, 312
-    NO_ROUTE), ``ConnectionClosed``/``ChannelClosed`` (lost before the answer: the broker may or
-    may not have the message) or ``TimeoutError``. ``done``: answered (or failed) already."""
-
-    __slots__ = ("delivery_tag", "error", "done", "_event")
-
-    def __init__(self, delivery_tag: int) -> None:
-        self.delivery_tag = delivery_tag
-        self.error: BaseException | None = None
-        self.done = False
-        self._event: anyio.Event | None = None
-
-    def _settle(self, error: BaseException | None) -> None:
-        if self.done:
-            return
-        if self.error is None:
-            self.error = error
-        self.done = True
-        if self._event is not None:
-            self._event.set()
-
-    async def wait(self, timeout: float | None = None) -> None:
-        """Wait (at most ``timeout`` seconds; None: forever) for the answer; see class doc."""
-        if not self.done:
-            if self._event is None:
-                self._event = anyio.Event()
-            with anyio.fail_after(timeout):
-                await self._event.wait()
-        if self.error is not None:
-            raise self.error
-
-
-class Consumer:
-    """A Basic.Consume subscription; iterate it (``async for message in consumer``) to receive
-    ``Message`` objects, ack them with ``await message.ack()`` unless ``no_ack``. Iteration ends
-    when the consumer is cancelled (by us or by the broker, e.g. its queue was deleted:
-    ``cancelled_by_broker``) and raises ``ChannelClosed``/``ConnectionClosed`` when its channel
-    is gone for good. Across reconnects it is re-registered and iteration simply continues.
-    As an async context manager it cancels itself on exit. Deliveries are buffered without bound
-    in memory: bound them with ``basic_qos(prefetch_count)`` (unacked deliveries only)."""
-
-    def __init__(self, channel: Channel, queue: str, tag: str, no_ack: bool, exclusive: bool,
-                 arguments: dict | None) -> None:
-        self.channel = channel
-        self.queue = queue
-        self.tag = tag
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.arguments = arguments
-        self.cancelled_by_broker = False
-        self._send, self._recv = anyio.create_memory_object_stream[Any](math.inf)
-
-    def _deliver(self, item: Any) -> None:
-        try:
-            self._send.send_nowait(item)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
-
-    def _end(self, error: BaseException | None = None) -> None:
-        if error is not None:
-            self._deliver(error)
-        self._send.close()
-
-    def __aiter__(self) -> Consumer:
-        return self
-
-    async def __anext__(self) -> Message:
-        try:
-            item = await self._recv.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    async def get(self, timeout: float | None = None) -> Message | None:
-        """Next message, or None when none came within ``timeout`` seconds or iteration ended."""
-        with anyio.move_on_after(timeout):
-            try:
-                return await self.__anext__()
-            except StopAsyncIteration:
-                return None
-        return None
-
-    async def cancel(self) -> None:
-        """Basic.Cancel (idempotent); iteration ends after the messages already buffered."""
-        await self.channel.basic_cancel(self.tag)
-
-    async def __aenter__(self) -> Consumer:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.cancel()
-            except (ChannelClosed, ConnectionClosed, TimeoutError):
-                pass
 
 
 class _Waiter:
@@ -169,14 +68,7 @@ class Channel:
         self.confirm_mode = False
         self.tx_mode = False
         self._qos: tuple[int, int, bool] | None = None
-        self._next_tag = 1
-        self._pending: dict[int, Confirmation] = {}
-        self._lowest = 1
-        self._nacked: list[int] = []
-        self._batch_returned: list[Message] = []
-        self._mandatory: deque[tuple[int, str, str]] = deque()
-        self._returned: dict[int, MessageReturned] = {}
-        self._all_done: anyio.Event | None = None
+        self._confirms = ConfirmTracker()
         self.consumers: dict[str, Consumer] = {}
         self._routing: dict[tuple[str, str, bool], bytes] = {}
 
@@ -274,52 +166,14 @@ class Channel:
                 w.result = msg
                 w.event.set()
             return
-        # Basic.Return: match it to the oldest unconfirmed mandatory publish with that routing.
-        error = MessageReturned(msg.reply_code, msg.reply_text, msg)
-        pending = self._mandatory
-        for i, (tag, exchange, rkey) in enumerate(pending):
-            if exchange == msg.exchange and rkey == msg.routing_key and tag in self._pending:
-                del pending[i]
-                self._returned[tag] = error
-                self._batch_returned.append(msg)
-                break
+        self._confirms.on_return(msg)  # Basic.Return
         self._conn._notify(msg)
 
     def _on_confirm(self, tag: int, multiple: bool, ack: bool) -> None:
-        pending = self._pending
-        if multiple:
-            tags = range(self._lowest, tag + 1)
-            self._lowest = tag + 1
-        else:
-            tags = (tag,)
-        returned = self._returned
-        for t in tags:
-            confirmation = pending.pop(t, None)
-            if confirmation is None:
-                continue
-            if not ack:
-                self._nacked.append(t)
-                confirmation._settle(PublishNacked([t]))
-            elif returned and t in returned:
-                confirmation._settle(returned.pop(t))
-            else:
-                confirmation._settle(None)
-        while self._lowest < self._next_tag and self._lowest not in pending:
-            self._lowest += 1
-        if self._mandatory:
-            while self._mandatory and self._mandatory[0][0] not in pending:
-                self._mandatory.popleft()
-        if not pending and self._all_done is not None:
-            self._all_done.set()
+        self._confirms.on_confirm(tag, multiple, ack)
 
     def _fail_pending(self, error: BaseException) -> None:
-        pending, self._pending = self._pending, {}
-        for confirmation in pending.values():
-            confirmation._settle(error)
-        self._mandatory.clear()
-        self._returned.clear()
-        if self._all_done is not None:
-            self._all_done.set()
+        self._confirms.fail(error)
 
     def _connection_lost(self, error: BaseException, final: bool) -> None:
         w = self._waiter
@@ -327,8 +181,7 @@ class Channel:
             w.error = error
             w.event.set()
         self._fail_pending(error)
-        self._next_tag = 1
-        self._lowest = 1
+        self._confirms.reset()
         if final:
             self._closed = error
             for consumer in self.consumers.values():
@@ -349,8 +202,7 @@ class Channel:
 
     async def _recover(self) -> None:
         """Reopen on a new connection and replay qos, confirm/tx mode and consumers."""
-        self._next_tag = 1
-        self._lowest = 1
+        self._confirms.reset()
         await self._open()
         if self._qos is not None:
             await self._rpc(cmd.Basic.Qos(self._qos[1], self._qos[0], self._qos[2]),
@@ -577,12 +429,7 @@ class Channel:
         self._conn._proto.send_publish(self.number, routing, body, props_raw)
         if not self.confirm_mode:
             return None
-        tag = self._next_tag
-        self._next_tag = tag + 1
-        confirmation = Confirmation(tag)
-        self._pending[tag] = confirmation
-        if mandatory:
-            self._mandatory.append((tag, exchange, routing_key))
+        confirmation = self._confirms.add(mandatory, exchange, routing_key)
         return confirmation
 
     async def basic_publish(self, body: bytes | str, exchange: str = "", routing_key: str = "",
@@ -618,15 +465,9 @@ class Channel:
         conn = self._conn
         conn._kick()
         timeout = conn.operation_timeout if timeout is None else timeout
-        with anyio.fail_after(timeout):
-            while self._pending:
-                self._all_done = anyio.Event()
-                await self._all_done.wait()
-        self._all_done = None
+        nacked, returned = await self._confirms.wait_all(timeout)
         if self._closed is not None:
             raise self._closed
-        nacked, self._nacked = self._nacked, []
-        returned, self._batch_returned = self._batch_returned, []
         if nacked:
             raise PublishNacked(nacked)
         return returned
