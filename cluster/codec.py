@@ -1,0 +1,333 @@
+"""The Cluster method class: our own AMQP class, sent on peer links only.
+
+Owns the wire form of the proposal's Cluster class (Qpid ClusteringHA, "Message Handling Changes and
+Protocol Extensions") as pamqp extension classes: each subclasses ``pamqp.base.Frame`` exactly like the
+generated ``pamqp.commands`` classes (``__slots__`` in wire order, one ``_<field>`` attribute naming
+the AMQP domain) and is registered once, at import, in ``pamqp.commands.INDEX_MAPPING``, so
+``pamqp.frame.marshal``/``unmarshal`` and the broker's ``amqp_broker.protocol.methods.decode_method``
+encode and decode them like any other method frame (AMQP 0-9-1 §2.3.5.2 / §4.2.4: class-id u16,
+method-id u16, arguments).
+
+Class id: ``CLUSTER_CLASS_ID = 3200`` (0x0C80). No AMQP 0-8/0-9/0-9-1 class uses it (the spec's are
+10..120) and no client we know of does. It must stay below 0x8000: ``pamqp.frame.unmarshal`` reads the
+method index ``(class << 16) | method`` as a *signed* 32-bit int, so a class id >= 32768 would come
+back negative and be "unknown". Method ids (fields in wire order, AMQP domains in brackets):
+
+====  ==========  ==================================================================================
+ id   method      fields
+====  ==========  ==================================================================================
+ 10   Join        node_name [shortstr], address [shortstr "host:port"], cluster_name [shortstr],
+                  version [shortstr]: a new broker asks to join; a non-leader forwards it to the leader
+ 20   Membership  view [longlong, only grows], members [longstr: JSON ``[[name, address], ...]``,
+                  ordered; the first is the leader]: the leader's announcement (or a member's copy)
+ 30   Leave       node_name [shortstr]: orderly shutdown, sent to the leader
+ 40   Suspect     node_name [shortstr], view [longlong]: "I think node_name is dead"; to the leader, or
+                  to the next broker after the leader when the leader is the suspect
+ 50   Synch       view [longlong], from_node [shortstr]: ends one member's replay to a new member
+ 60   Ping        needs_reply [bit], view [longlong], load [table: connections, queues, messages
+                  (long-long ints), cpu (int, per-mille of one core)]: heartbeat and load figures
+ 70   Vote        view [longlong], candidate [shortstr], round [longlong], request [bit], granted
+                  [bit]: *our addition*: before announcing a new view, its proposer (the leader, or
+                  a broker taking over from a dead one) asks every member of the current view; a
+                  member grants at most one proposer per view at a time, and a new view needs a
+                  majority of grants, so a minority side never changes membership
+====  ==========  ==================================================================================
+
+Members travel as JSON in a longstr rather than a field table because a table is unordered by the
+spec and the order *is* the membership. Load values are integers because pamqp encodes a Python
+float in a table as a 32-bit float.
+
+Must not know: sockets, peer links, the broker core, membership rules (see ``membership``).
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections.abc import Iterable
+
+from pamqp import base, commands
+
+__all__ = [
+    "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
+    "Synch", "Ping", "Vote", "register",
+]
+
+CLUSTER_CLASS_ID = 3200
+_MAX_LONGLONG = (1 << 63) - 1
+_LOAD_KEYS = ("connections", "queues", "messages", "cpu")
+
+
+def _check_shortstr(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a str")
+    if len(value.encode()) > 255:
+        raise ValueError(f"{name} longer than 255 bytes once encoded")
+
+
+def _check_view(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_LONGLONG:
+        raise ValueError(f"{name} must be an int in [0, 2**63)")
+
+
+class ClusterMethod(base.Frame):
+    """Base of the Cluster class methods: value equality and a readable repr (pamqp's has neither)."""
+
+    __slots__: typing.ClassVar[list[str]] = []
+    frame_id: typing.ClassVar[int] = 0
+    index: typing.ClassVar[int] = CLUSTER_CLASS_ID << 16
+    name: typing.ClassVar[str] = "Cluster"
+    synchronous: typing.ClassVar[bool] = False
+    valid_responses: typing.ClassVar[list[str]] = []
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like every pamqp frame
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{s}={getattr(self, s)!r}" for s in self.__slots__)
+        return f"{self.name}({args})"
+
+
+class Join(ClusterMethod):
+    """Cluster.Join: a new broker asks to join (proposal "Cluster.Join").
+
+    Sent by the new broker to any member; a non-leader forwards it unchanged to the leader, which
+    connects back to ``address``, announces the new membership and starts the replay.
+    """
+
+    __slots__: typing.ClassVar[list[str]] = ["node_name", "address", "cluster_name", "version"]
+    frame_id: typing.ClassVar[int] = 10
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 10
+    name: typing.ClassVar[str] = "Cluster.Join"
+    _node_name = "shortstr"
+    _address = "shortstr"
+    _cluster_name = "shortstr"
+    _version = "shortstr"
+
+    def __init__(self, node_name: str = "", address: str = "", cluster_name: str = "",
+                 version: str = "") -> None:
+        self.node_name = node_name
+        self.address = address
+        self.cluster_name = cluster_name
+        self.version = version
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` when a field is not a short string."""
+        for slot in self.__slots__:
+            _check_shortstr(slot, getattr(self, slot))
+
+
+class Membership(ClusterMethod):
+    """Cluster.Membership: the ordered member list of one view (proposal "Cluster.Membership").
+
+    ``members`` on the wire is JSON text; build with ``Membership(view, [(name, address), ...])`` and
+    read with ``.member_list`` (a tuple of ``(name, address)`` pairs). ``leader`` is the first name.
+    """
+
+    __slots__: typing.ClassVar[list[str]] = ["view", "members"]
+    frame_id: typing.ClassVar[int] = 20
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 20
+    name: typing.ClassVar[str] = "Cluster.Membership"
+    _view = "longlong"
+    _members = "longstr"
+
+    def __init__(self, view: int = 0,
+                 members: str | bytes | Iterable[tuple[str, str]] = "[]") -> None:
+        self.view = view
+        if not isinstance(members, (str, bytes)):
+            members = json.dumps([[n, a] for n, a in members], separators=(",", ":"))
+        self.members: str | bytes = members
+        self.validate()
+
+    @property
+    def member_list(self) -> tuple[tuple[str, str], ...]:
+        """The members as ``((name, address), ...)``; raises ``ValueError`` when malformed."""
+        try:
+            raw = json.loads(self.members)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"Cluster.Membership members is not JSON: {exc}") from None
+        if not isinstance(raw, list):
+            raise ValueError("Cluster.Membership members must be a JSON list")
+        out = []
+        for item in raw:
+            if (not isinstance(item, list) or len(item) != 2
+                    or not all(isinstance(x, str) for x in item)):
+                raise ValueError("Cluster.Membership member must be [name, address]")
+            out.append((item[0], item[1]))
+        names = [n for n, _ in out]
+        if len(set(names)) != len(names):
+            raise ValueError("Cluster.Membership lists a node twice")
+        return tuple(out)
+
+    @property
+    def leader(self) -> str | None:
+        """The first member's name, or None for an empty list."""
+        members = self.member_list
+        return members[0][0] if members else None
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a view out of range or a malformed member list."""
+        _check_view("view", self.view)
+        self.member_list  # noqa: B018 - parses and raises
+
+
+class Leave(ClusterMethod):
+    """Cluster.Leave: ``node_name`` leaves in an orderly way (proposal "Cluster.Leave")."""
+
+    __slots__: typing.ClassVar[list[str]] = ["node_name"]
+    frame_id: typing.ClassVar[int] = 30
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 30
+    name: typing.ClassVar[str] = "Cluster.Leave"
+    _node_name = "shortstr"
+
+    def __init__(self, node_name: str = "") -> None:
+        self.node_name = node_name
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` when node_name is not a short string."""
+        _check_shortstr("node_name", self.node_name)
+
+
+class Suspect(ClusterMethod):
+    """Cluster.Suspect: the sender suspects ``node_name`` failed in ``view`` (proposal
+    "Cluster.Suspect")."""
+
+    __slots__: typing.ClassVar[list[str]] = ["node_name", "view"]
+    frame_id: typing.ClassVar[int] = 40
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 40
+    name: typing.ClassVar[str] = "Cluster.Suspect"
+    _node_name = "shortstr"
+    _view = "longlong"
+
+    def __init__(self, node_name: str = "", view: int = 0) -> None:
+        self.node_name = node_name
+        self.view = view
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a bad name or view."""
+        _check_shortstr("node_name", self.node_name)
+        _check_view("view", self.view)
+
+
+class Synch(ClusterMethod):
+    """Cluster.Synch: ``from_node`` finished replaying its state for ``view`` (proposal
+    "Cluster.Synch"); sent on the same link, right after the replayed methods."""
+
+    __slots__: typing.ClassVar[list[str]] = ["view", "from_node"]
+    frame_id: typing.ClassVar[int] = 50
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 50
+    name: typing.ClassVar[str] = "Cluster.Synch"
+    _view = "longlong"
+    _from_node = "shortstr"
+
+    def __init__(self, view: int = 0, from_node: str = "") -> None:
+        self.view = view
+        self.from_node = from_node
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a bad view or name."""
+        _check_view("view", self.view)
+        _check_shortstr("from_node", self.from_node)
+
+
+class Ping(ClusterMethod):
+    """Cluster.Ping: heartbeat and load figures (proposal "Cluster.Ping").
+
+    ``load``: ``{"connections": int, "queues": int, "messages": int, "cpu": int}``, cpu in per-mille
+    of one core; missing keys default to 0, unknown keys are kept (room for later figures).
+    """
+
+    __slots__: typing.ClassVar[list[str]] = ["needs_reply", "view", "load"]
+    frame_id: typing.ClassVar[int] = 60
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 60
+    name: typing.ClassVar[str] = "Cluster.Ping"
+    _needs_reply = "bit"
+    _view = "longlong"
+    _load = "table"
+
+    def __init__(self, needs_reply: bool = False, view: int = 0,
+                 load: dict[str, int] | None = None) -> None:
+        self.needs_reply = needs_reply
+        self.view = view
+        self.load: dict[str, typing.Any] = {k: 0 for k in _LOAD_KEYS} | dict(load or {})
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a bad view or a non-integer load figure."""
+        _check_view("view", self.view)
+        for key in _LOAD_KEYS:
+            value = self.load.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"load[{key!r}] must be an int")
+
+
+class Vote(ClusterMethod):
+    """Cluster.Vote (our addition, see the module docstring): asks for or answers a grant to change
+    the membership of ``view``.
+
+    A request (``request=True``) goes from the proposer ``candidate`` to every member of ``view``;
+    each answers with ``request=False`` and ``granted`` set or not, echoing ``view``, ``candidate``
+    and ``round`` (the proposer's own counter, to match answers to its latest round). An answer
+    from a member whose view differs carries that member's view.
+    """
+
+    __slots__: typing.ClassVar[list[str]] = ["view", "candidate", "round", "request", "granted"]
+    frame_id: typing.ClassVar[int] = 70
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 70
+    name: typing.ClassVar[str] = "Cluster.Vote"
+    _view = "longlong"
+    _candidate = "shortstr"
+    _round = "longlong"
+    _request = "bit"
+    _granted = "bit"
+
+    def __init__(self, view: int = 0, candidate: str = "", round: int = 0,
+                 request: bool = False, granted: bool = False) -> None:
+        self.view = view
+        self.candidate = candidate
+        self.round = round
+        self.request = request
+        self.granted = granted
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a bad view, name or round."""
+        _check_view("view", self.view)
+        _check_shortstr("candidate", self.candidate)
+        _check_view("round", self.round)
+
+
+METHODS: tuple[type[ClusterMethod], ...] = (Join, Membership, Leave, Suspect, Synch, Ping, Vote)
+
+
+def register(mapping: dict[int, type[base.Frame]] | None = None) -> None:
+    """Put the Cluster methods in pamqp's ``INDEX_MAPPING`` (or ``mapping``). Idempotent.
+
+    Raises ``RuntimeError`` if another class already holds one of our indexes. Also tells
+    ``amqp_broker.protocol.methods`` about them when that module was imported before this one (it
+    caches each method's argument types at import): a stopgap until it looks types up lazily.
+    """
+    target = commands.INDEX_MAPPING if mapping is None else mapping
+    for cls in METHODS:
+        held = target.get(cls.index)
+        if held is not None and held is not cls:
+            raise RuntimeError(f"method index {cls.index:#x} already used by {held.name}")
+        target[cls.index] = cls
+    if mapping is None:
+        import sys
+        methods_module = sys.modules.get("amqp_broker.protocol.methods")
+        arg_types = getattr(methods_module, "_ARG_TYPES", None)
+        if isinstance(arg_types, dict):
+            for cls in METHODS:
+                arg_types.setdefault(cls.index, tuple(cls.amqp_type(s) for s in cls.__slots__))
+
+
+register()

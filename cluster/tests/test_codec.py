@@ -1,0 +1,124 @@
+"""The Cluster class codec: round trips through pamqp and the broker's decoder, and malformed input."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pamqp import commands, frame
+
+from amqp_broker.protocol import constants as c
+from amqp_broker.protocol.errors import ConnectionException
+from amqp_broker.protocol.methods import decode_method, encode_method
+from cluster import codec
+from cluster.codec import CLUSTER_CLASS_ID, Join, Leave, Membership, Ping, Suspect, Synch, Vote
+
+SAMPLES = [
+    Join("node-b", "127.0.0.2:5672", "prod", "0.1.0"),
+    Membership(7, [("node-a", "127.0.0.1:5672"), ("node-b", "127.0.0.2:5672")]),
+    Membership(0, []),
+    Leave("node-c"),
+    Suspect("node-b", 7),
+    Synch(7, "node-a"),
+    Ping(True, 7, {"connections": 3, "queues": 12, "messages": 1 << 40, "cpu": 250}),
+    Ping(False, 0),
+    Vote(9, "node-b", 4, True, False),
+    Vote(9, "node-b", 4, False, True),
+]
+
+
+def test_class_id_is_ours_and_fits_pamqp_signed_index() -> None:
+    assert CLUSTER_CLASS_ID == 3200
+    spec_classes = {cls.index >> 16 for cls in commands.INDEX_MAPPING.values()
+                    if not issubclass(cls, codec.ClusterMethod)}
+    assert CLUSTER_CLASS_ID not in spec_classes
+    for cls in codec.METHODS:
+        assert cls.index >> 16 == CLUSTER_CLASS_ID and cls.index < 1 << 31
+        assert commands.INDEX_MAPPING[cls.index] is cls
+    assert len({cls.index for cls in codec.METHODS}) == len(codec.METHODS)
+
+
+def test_register_is_idempotent_and_refuses_a_clash() -> None:
+    codec.register()
+    clash = {Join.index: commands.Basic.Ack}
+    with pytest.raises(RuntimeError):
+        codec.register(clash)
+
+
+@pytest.mark.parametrize("method", SAMPLES, ids=repr)
+def test_round_trip_through_pamqp_frame(method: codec.ClusterMethod) -> None:
+    data = frame.marshal(method, 0)
+    consumed, channel, back = frame.unmarshal(data)
+    assert (consumed, channel) == (len(data), 0)
+    assert type(back) is type(method) and back == method
+
+
+@pytest.mark.parametrize("method", SAMPLES, ids=repr)
+def test_round_trip_through_broker_decoder(method: codec.ClusterMethod) -> None:
+    data = encode_method(0, method)
+    assert data == frame.marshal(method, 0)
+    back = decode_method(data[7:-1])
+    assert back == method
+
+
+@pytest.mark.parametrize("method", SAMPLES, ids=repr)
+def test_truncated_payload_is_502(method: codec.ClusterMethod) -> None:
+    payload = encode_method(0, method)[7:-1]
+    for cut in range(4, len(payload)):
+        with pytest.raises(ConnectionException) as err:
+            decode_method(payload[:cut])
+        assert err.value.reply_code == c.SYNTAX_ERROR
+        assert (err.value.class_id, err.value.method_id) == (CLUSTER_CLASS_ID, method.frame_id)
+    with pytest.raises(ConnectionException) as err:
+        decode_method(payload + b"\x00")
+    assert err.value.reply_code == c.SYNTAX_ERROR
+
+
+def test_unknown_cluster_method_is_540() -> None:
+    with pytest.raises(ConnectionException) as err:
+        decode_method(struct.pack(">HH", CLUSTER_CLASS_ID, 99))
+    assert err.value.reply_code == c.NOT_IMPLEMENTED
+
+
+def test_membership_members_are_ordered_and_checked() -> None:
+    m = Membership(3, [("b", "h2:1"), ("a", "h1:1")])
+    assert m.member_list == (("b", "h2:1"), ("a", "h1:1"))
+    assert m.leader == "b"
+    assert Membership(1, []).leader is None
+    for bad in ('{"a": 1}', "[[1, 2]]", '[["a", "x"], ["a", "y"]]', "not json", '[["a"]]'):
+        with pytest.raises(ValueError):
+            Membership(1, bad)
+    with pytest.raises(ValueError):
+        Membership(-1, [])
+
+
+def test_field_validation() -> None:
+    with pytest.raises(ValueError):
+        Join("x" * 256)
+    with pytest.raises(ValueError):
+        Suspect("a", 1 << 63)
+    with pytest.raises(ValueError):
+        Ping(True, 1, {"cpu": 0.5})  # type: ignore[dict-item]
+    assert Ping().load == {"connections": 0, "queues": 0, "messages": 0, "cpu": 0}
+
+
+def test_malformed_membership_json_surfaces_as_value_error_after_decode() -> None:
+    payload = struct.pack(">HHq", CLUSTER_CLASS_ID, 20, 5) + struct.pack(">I", 3) + b"[[x"
+    back = decode_method(payload)
+    assert isinstance(back, Membership)
+    with pytest.raises(ValueError):
+        _ = back.member_list
+
+
+_names = st.text(min_size=1, max_size=20)
+
+
+@given(view=st.integers(0, (1 << 63) - 1),
+       members=st.lists(st.tuples(_names, _names), max_size=6, unique_by=lambda m: m[0]))
+def test_membership_round_trip_property(view: int, members: list[tuple[str, str]]) -> None:
+    m = Membership(view, members)
+    back = decode_method(encode_method(0, m)[7:-1])
+    assert isinstance(back, Membership)
+    assert back.view == view and back.member_list == tuple(members)
