@@ -147,7 +147,7 @@ def publish_prefix(queues: Sequence[str], exchange: str, routing_key: str, heade
     return b"".join(parts)
 
 
-def encode_record(kind: int, flags: int, store_id: int, *payload: bytes) -> bytes:
+def encode_record(kind: int, flags: int, store_id: int, *payload: bytes | memoryview) -> bytes:
     """One framed record: length, crc32, kind, flags, store_id, then the payload parts joined.
 
     Raises ``ValueError`` when the record would exceed ``MAX_RECORD``.
