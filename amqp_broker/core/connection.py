@@ -304,7 +304,10 @@ class Connection:
         vhost = self.broker.vhosts.get(method.virtual_host)
         allowed = self.user is not None and ("*" in self.user.vhosts
                                              or method.virtual_host in self.user.vhosts)
-        if vhost is None or not allowed:
+        if vhost is None:
+            raise ConnectionException(
+                c.NOT_ALLOWED, f"NOT_ALLOWED - vhost {method.virtual_host} not found", 10, 40)
+        if not allowed:
             raise ConnectionException(
                 c.NOT_ALLOWED,
                 f"NOT_ALLOWED - access to vhost '{method.virtual_host}' refused for user "
