@@ -78,7 +78,6 @@ CREATE TABLE bindings (
     destination TEXT NOT NULL,
     binding_key TEXT NOT NULL,
     arguments BLOB NOT NULL,                      -- canonical (sorted) so equal tables match
-    seq INTEGER NOT NULL,                         -- creation order, for load()
     PRIMARY KEY (vhost, source, destination_kind, destination, binding_key, arguments)
 );
 CREATE INDEX bindings_by_destination ON bindings (vhost, destination_kind, destination);
@@ -147,7 +146,8 @@ class BindingDef:
 
 @dataclass(frozen=True, slots=True)
 class Definitions:
-    """Everything stored, each list in a stable order (names; bindings in creation order).
+    """Everything stored, each list in a stable order (by name; bindings in creation order, the
+    table's rowid, which only grows).
     Restore in this order: vhosts, users, permissions, exchanges, queues, bindings."""
 
     vhosts: tuple[VHost, ...] = ()
@@ -291,8 +291,7 @@ class DefinitionsStore:
         if destination_kind not in ("queue", "exchange"):
             raise DefinitionsError(f"destination_kind must be 'queue' or 'exchange', "
                                    f"not {destination_kind!r}")
-        self._run("INSERT OR IGNORE INTO bindings VALUES (?, ?, ?, ?, ?, ?, "
-                  "(SELECT coalesce(max(seq), 0) + 1 FROM bindings))",
+        self._run("INSERT OR IGNORE INTO bindings VALUES (?, ?, ?, ?, ?, ?)",
                   (vhost, source, destination_kind, destination, binding_key,
                    encode_table(arguments)))
 
@@ -328,7 +327,7 @@ class DefinitionsStore:
             bindings=tuple(BindingDef(v, s, k, d, b, decode_table(args))
                            for v, s, k, d, b, args in
                            q("SELECT vhost, source, destination_kind, destination, binding_key, "
-                             "arguments FROM bindings ORDER BY seq")),
+                             "arguments FROM bindings ORDER BY rowid")),
         )
 
     def close(self) -> None:

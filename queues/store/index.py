@@ -147,16 +147,24 @@ class StoreIndex:
                    qnums: list[int]) -> None:
         """Index a new PUBLISH record of ``seg`` (its file) for ``store_id`` held by ``qnums``."""
         idx = store_id - seg.base
-        if idx < len(seg.qref):
-            raise ValueError(f"store id {store_id} already indexed in segment {seg.base}")
-        seg.pad_to(idx)
-        qnums = sorted(set(qnums))
-        seg.qref.append(DEAD)
+        count = len(seg.qref)
+        if idx != count:
+            if idx < count:
+                raise ValueError(f"store id {store_id} already indexed in segment {seg.base}")
+            seg.pad_to(idx)
         seg.where.append(seg.base)
         seg.offset.append(offset)
         seg.length.append(length)
+        if len(qnums) == 1:  # the common case, kept short
+            q = qnums[0]
+            seg.qref.append(q)
+            self.qlive[q] += 1
+        else:
+            seg.qref.append(DEAD)
+            qnums = sorted(set(qnums))
+            if qnums:
+                self._set_holders(seg, idx, qnums, 0)
         if qnums:
-            self._set_holders(seg, idx, qnums, 0)
             seg.native_live += 1
             seg.live += 1
             seg.live_bytes += length

@@ -25,6 +25,10 @@ covered by a completed ``sync()``; an ack not yet synced may be lost, so that me
 (at-least-once, as in RabbitMQ's "Reliability Guide"). After a crash every recovered message is
 marked redelivered; after ``close()`` only those that had been delivered.
 
+I/O errors: an ``OSError`` from a write or an fsync leaves the store in an unknown state (after a
+failed fsync the kernel may have dropped the dirty pages: retrying can falsely succeed). Treat it as
+fatal: stop confirming, ``abandon()`` the store and reopen it (recovery cuts any partial record).
+
 Sync policies (RabbitMQ "Persistence Configuration" discusses the same trade-off):
   ``"batch"`` (default, safe): fdatasync in ``sync()``; confirms wait for it.
   ``"always"``: write + fdatasync inside every append/ack; slow, for comparison.
@@ -43,99 +47,23 @@ import logging
 import os
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from ..message import Message
 from . import format as fmt
 from .index import DEAD, DELIVERED, MULTI, QMASK, Segment, StoreIndex
 from .recovery import replay
+from .values import PendingSync, RecoveredMessage, StoreError, StoreStats
 
 __all__ = ["MessageStore", "RecoveredMessage", "PendingSync", "StoreStats", "StoreError",
-           "SYNC_POLICIES"]
+           "SYNC_POLICIES"]  # the last four are defined in ``values``
 
 log = logging.getLogger(__name__)
 
 SYNC_POLICIES = ("batch", "always", "none")
 _LEN_CRC = struct.Struct(">II")
 _KIND_FLAGS_ID = struct.Struct(">BBQ")
-_PUBLISH_HEAD_EXTRA = fmt.RECORD_HEADER_SIZE
-_fdatasync = getattr(os, "fdatasync", os.fsync)
-
-
-class StoreError(Exception):
-    """The store cannot serve a request: closed, unknown message, or a record failed its checksum."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveredMessage:
-    """One message a queue held when the store was last open.
-
-    ``message.store_id`` equals ``store_id``. When ``body_loaded`` is False the body was left on disk
-    (``message.body`` is ``b""``; page it in with ``MessageStore.read_body(store_id)``); the content
-    header, and so the body size, is always there.
-    """
-
-    store_id: int
-    message: Message
-    redelivered: bool
-    body_loaded: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class StoreStats:
-    """Figures for metrics. Bytes, counts; ``durable_id``: highest id covered by a sync."""
-
-    files: int
-    disk_bytes: int
-    buffered_bytes: int
-    live_messages: int
-    live_bytes: int
-    queues: int
-    next_id: int
-    durable_id: int
-
-
-class PendingSync:
-    """The fsync half of a group commit, made by ``MessageStore.flush()``.
-
-    ``run()`` fdatasyncs the file descriptors it owns (duplicates, so a concurrent roll-over cannot
-    close them) and fsyncs the directory when files were created; it touches no store state and
-    may run in a worker thread. Then the store's thread calls ``MessageStore.synced(pending)``.
-    ``durable_id`` is the highest store id this sync makes durable.
-    """
-
-    __slots__ = ("durable_id", "lsn", "_fds", "_dir_fd", "_fsync", "done")
-
-    def __init__(self, durable_id: int, lsn: int, fds: list[int], dir_fd: int,
-                 fsync: bool) -> None:
-        self.durable_id = durable_id
-        self.lsn = lsn
-        self._fds = fds
-        self._dir_fd = dir_fd  # -1: none
-        self._fsync = fsync
-        self.done = False
-
-    def run(self) -> None:
-        """fdatasync (skipped under policy "none") and close every owned descriptor. Idempotent;
-        raises ``OSError`` when the disk refuses (the data is then not durable)."""
-        if self.done:
-            return
-        fds, self._fds = self._fds, []
-        dir_fd, self._dir_fd = self._dir_fd, -1
-        try:
-            if self._fsync:
-                for fd in fds:
-                    _fdatasync(fd)
-                if dir_fd >= 0:
-                    os.fsync(dir_fd)
-        finally:
-            for fd in fds:
-                os.close(fd)
-            if dir_fd >= 0:
-                os.close(dir_fd)
-        self.done = True
 
 
 class MessageStore:
@@ -451,9 +379,18 @@ class MessageStore:
         bytes are loaded; later messages come with ``body_loaded=False`` (None: load all). Messages
         held by several queues are one shared ``Message``. Raises ``StoreError`` on a checksum error.
         """
+        out: dict[str, list[RecoveredMessage]] = {}
+        for queue, rec in self.iter_recovered(body_budget):
+            out.setdefault(queue, []).append(rec)
+        return out
+
+    def iter_recovered(self, body_budget: int | None = None
+                       ) -> Iterator[tuple[str, RecoveredMessage]]:
+        """``recover()`` as a stream of (queue, message), ascending store id (so each queue's
+        messages come in publish order): for large backlogs, build queue entries as they come.
+        Do not modify the store while iterating."""
         self._check_open()
         index = self._index
-        out: dict[str, list[RecoveredMessage]] = {}
         loaded: dict[int, int] = {}
         strings: dict[object, object] = {}
         for sid, seg, idx in index.live_records():
@@ -476,8 +413,7 @@ class MessageStore:
             for q in holders:
                 if want:
                     loaded[q] = loaded.get(q, 0) + size
-                out.setdefault(index.qname[q], []).append(rec)
-        return out
+                yield index.qname[q], rec
 
     def queue_length(self, queue: str) -> int:
         """How many messages ``queue`` holds in the store."""

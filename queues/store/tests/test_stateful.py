@@ -61,6 +61,21 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.ack(q, sid)
         self.live[q].remove(sid)
 
+    @precondition(lambda self: any(self.live.values()))
+    @rule(data=st.data())
+    def ack_many(self, data):
+        q = data.draw(st.sampled_from([q for q in QUEUES if self.live[q]]))
+        ids = data.draw(st.lists(st.sampled_from(self.live[q]), min_size=1, max_size=5))
+        assert self.store.ack_many(q, ids + [10**9]) == len(set(ids))
+        for sid in set(ids):
+            self.live[q].remove(sid)
+
+    @rule()
+    def compact(self):
+        self.store.compact()
+        self.synced_live = {q: list(ids) for q, ids in self.live.items()}
+        self.synced_sizes = snapshot_sizes(self.dir)
+
     @rule(q=st.sampled_from(QUEUES), sid=st.integers(0, 200))
     def ack_not_held(self, q, sid):
         if sid not in self.live[q]:
