@@ -340,12 +340,18 @@ class AmqpStreamWriter(_StreamBase):
 
     def commit(self, messages: list[AmqpCommitMessage | None], batchId: int) -> None:  # noqa: N803
         if batchId in self.log.committed():
-            _say(f"batch {batchId}: committed already (a replay after restart): nothing to do")
+            total, tasks, _ = _summary(messages)
+            self.log.append({"batch_id": batchId, "outcome": "repeat", "messages": total,
+                             "time": time.time()})
+            _say(f"batch {batchId}: committed already (replayed after a restart): "
+                 f"{total} messages re-sent, nothing to commit")
             return
         total, tasks, _ = _summary(messages)
         skipped = sum(1 for m in messages if m is not None and m.skipped)
+        retried = sum(1 for m in messages if m is not None and m.attempt > 0)
         self.log.append({"batch_id": batchId, "outcome": "commit", "messages": total,
-                         "tasks": tasks, "skipped_tasks": skipped, "time": time.time()})
+                         "tasks": tasks, "retried_tasks": retried, "skipped_tasks": skipped,
+                         "time": time.time()})
         _say(f"batch {batchId}: {total} messages published and confirmed by {tasks} task(s)")
 
     def abort(self, messages: list[AmqpCommitMessage | None], batchId: int) -> None:  # noqa: N803
