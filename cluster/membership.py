@@ -1,0 +1,615 @@
+"""Sans-IO cluster membership: one broker's view of who is in the cluster, in what order.
+
+Owns the rules of the Qpid ClusteringHA proposal ("Cluster Management", "Failure Analysis") with a
+majority rule on top: inputs are received Cluster methods (``receive``), clock ticks (``tick``), send
+failures (``send_failed``) and commands (``bootstrap``, ``join``, ``leave``); every call takes ``now``
+(seconds, the driver's monotonic clock) and returns a list of ``cluster.actions`` for the driver.
+Must not know: sockets, framing, the broker core, real time.
+
+Rules:
+- A view is an ordered member list; the first member is the leader. View numbers only grow; a
+  Membership with a view not above ours is ignored (except as a confirmation of ours). A new view is
+  numbered ``((old >> 16) + 1) << 16 | proposer's index in the old view``, so two proposers that
+  both changed the same view never announce the same number: the greater one wins everywhere.
+- Known limit (the proposal has it too: "no virtual synchrony"): grants are leases, not a two-phase
+  commit. If a partition cuts a member off right after it granted a view change and before the
+  announcement reached it, it may later grant a change of the same view on the other side, and both
+  sides go on with their own views. Views are then ordered by ``view_key`` (number, then member
+  list), so on heal the greater line wins and the other side's nodes re-join. Two-phase accept
+  (Paxos-style) would close this; it needs one more message exchange per change.
+- Join: a member forwards a Join to the leader; the leader adds the node at the end. Members that
+  see a new node replay their state to it (``Replay``); the new node applies the leader's replay
+  first and accepts clients after every member's Synch.
+- Ring: each member pings the one before it, the leader pings the last. A peer unheard for
+  ``missed * ping_interval``, or a failed send, becomes a suspicion: reported to the leader with
+  Suspect, or, when the leader is the suspect, to the first member after it that we do not suspect
+  (if that is us, we try to take over; if it does nothing within ``retry``, we suspect it too).
+- Every change of view (join, leave, suspicion, takeover) is a *round*: the proposer (the leader,
+  or the taker-over) sends Vote requests to every member of the current view and waits
+  ``verify_timeout`` (less when all answered). A member grants one proposer per view per
+  ``grant_lease``; the leader never grants a takeover (answering proves it is alive, which aborts
+  the takeover). With a majority of grants the proposer announces the view of the members that
+  answered, less the leavers, plus the joiners. Without answers from a majority it changes nothing
+  and stops serving mirrored queues: a minority side never elects a leader nor changes membership.
+- The leader checks every ``confirm_period`` that a majority answers its Ping and re-sends the
+  Membership as a confirmation; a member without one for ``quorum_lease`` stops serving mirrored
+  queues and suspects the leader.
+- A member that hears from a node with an older view, or from a node not in its view, sends it its
+  Membership (rate-limited); a node that finds itself left out of a newer view re-joins.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from . import actions as a
+from .codec import ClusterMethod, Join, Leave, Membership, Ping, Suspect, Synch, Vote
+
+__all__ = ["Node", "Status", "next_view", "FIRST_VIEW"]
+
+log = logging.getLogger(__name__)
+FIRST_VIEW = 1 << 16
+
+
+def view_key(view: int, members: a.Members) -> tuple[int, str]:
+    """The order of views: by number, then (only after a split, see the module docstring) by the
+    member list, so that two lines of views that share a number still converge on one."""
+    return view, json.dumps(members)
+
+
+def next_view(view: int, proposer_index: int) -> int:
+    """The number of the view a proposer at ``proposer_index`` of ``view`` announces (> view)."""
+    return (((view >> 16) + 1) << 16) | (proposer_index & 0xFFFF)
+
+
+class Status(enum.Enum):
+    """IDLE: not started. JOINING: Join sent, not in a view. SYNCING: in the view, waiting for the
+    members' Synch. MEMBER: serving. LEAVING: Leave sent. LEFT: out for good."""
+
+    IDLE = "idle"
+    JOINING = "joining"
+    SYNCING = "syncing"
+    MEMBER = "member"
+    LEAVING = "leaving"
+    LEFT = "left"
+
+
+IN_VIEW = frozenset({Status.SYNCING, Status.MEMBER, Status.LEAVING})
+
+
+@dataclass
+class _Round:
+    number: int
+    view: int
+    members: a.Members
+    deadline: float
+    joins: dict[str, str]
+    leaves: frozenset[str]
+    takeover_of: str | None
+    responded: set[str] = field(default_factory=set)
+    granted: set[str] = field(default_factory=set)
+
+
+class Node:
+    """The membership state machine of node ``name`` listening for peers at ``address``."""
+
+    def __init__(self, name: str, address: str, cluster_name: str = "", version: str = "",
+                 timing: a.Timing | None = None) -> None:
+        self.name, self.address = name, address
+        self.cluster_name, self.version = cluster_name, version
+        self.timing = timing or a.Timing()
+        self.status = Status.IDLE
+        self.view = 0
+        self.members: a.Members = ()
+        self.load: dict[str, int] = {}
+        self.peer_load: dict[str, dict[str, int]] = {}
+        self._addresses: dict[str, str] = {}
+        self._out: list[a.Action] = []
+        self._reset_view_state(0.0)
+        self._round: _Round | None = None
+        self._round_number = 0
+        self._pending_joins: dict[str, str] = {}
+        self._pending_leaves: set[str] = set()
+        self._grant: tuple[int, str, float] | None = None  # view, candidate, until
+        self._quorum_until = 0.0
+        self._serving_mirrored = False
+        self._informed: dict[str, tuple[int, float]] = {}
+        self._seeds: list[tuple[str, str]] = []
+        self._next_join = 0.0
+        self._awaiting: set[str] = set()
+        self._sync_leader: str | None = None
+        self._leader_applied = False
+        self._buffered: list[str] = []
+        self._early_synchs: dict[str, int] = {}
+        self._handlers: dict[type[ClusterMethod], Callable[[str, ClusterMethod, float], None]] = {
+            Join: self._on_join, Membership: self._on_membership, Leave: self._on_leave,
+            Suspect: self._on_suspect, Synch: self._on_synch, Ping: self._on_ping,
+            Vote: self._on_vote,
+        }
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def names(self) -> list[str]:
+        """Member names in order (empty when not in a view)."""
+        return [n for n, _ in self.members]
+
+    @property
+    def leader(self) -> str | None:
+        """The first member's name, or None when not in a view."""
+        return self.members[0][0] if self.members else None
+
+    @property
+    def is_leader(self) -> bool:
+        """True when this node is in a view and first in it."""
+        return self.status in IN_VIEW and self.leader == self.name
+
+    def has_quorum(self, now: float) -> bool:
+        """True while a majority of the view was confirmed within ``quorum_lease`` of ``now``."""
+        return self.status in IN_VIEW and now < self._quorum_until
+
+    def address_of(self, node: str) -> str:
+        """The last known ``host:port`` of ``node``, "" when unknown."""
+        return self._addresses.get(node, "")
+
+    def set_load(self, load: dict[str, int]) -> None:
+        """Our own load figures, sent in every Ping (see ``codec.Ping``)."""
+        self.load = dict(load)
+
+    # ----------------------------------------------------------------- commands
+    def bootstrap(self, now: float) -> list[a.Action]:
+        """Found a new cluster of one (no seed answered, or none given; allowed while JOINING)."""
+        self._start(allow_joining=True)
+        self.status = Status.MEMBER
+        self._install(FIRST_VIEW, ((self.name, self.address),), now)
+        self._emit(a.AcceptClients(self.view))
+        return self._take(now)
+
+    def join(self, seeds: Sequence[tuple[str, str]], now: float) -> list[a.Action]:
+        """Join through ``seeds`` (``(name or "", "host:port")``, tried in turn every
+        ``join_retry``). Raises ``ValueError`` for no seeds."""
+        if not seeds:
+            raise ValueError("join needs at least one seed")
+        self._start()
+        self.status = Status.JOINING
+        self._seeds = list(seeds)
+        self._send_join(now)
+        return self._take(now)
+
+    def leave(self, now: float) -> list[a.Action]:
+        """Leave in an orderly way (proposal "Cluster.Leave"); ``Left`` follows the new view."""
+        if self.status not in IN_VIEW:
+            self.status = Status.LEFT
+            self._emit(a.Left(self.view))
+            return self._take(now)
+        self.status = Status.LEAVING
+        self._next_join = now + self.timing.join_retry
+        if self.is_leader:
+            self._pending_leaves.add(self.name)
+        else:
+            self._send_to_leader(Leave(self.name))
+        return self._take(now)
+
+    # ----------------------------------------------------------------- inputs
+    def receive(self, sender: str, method: ClusterMethod, now: float) -> list[a.Action]:
+        """A Cluster method from peer ``sender`` (the authenticated node name of the link)."""
+        if self.status in (Status.IDLE, Status.LEFT):
+            return []
+        handler = self._handlers.get(type(method))
+        if handler is None:
+            return []
+        view = getattr(method, "view", None)
+        if isinstance(view, int) and not isinstance(method, Membership):
+            if view == self.view:
+                self._last_heard[sender] = now
+                if self._check is not None and sender in self.names:
+                    self._check[1].add(sender)
+            self._maybe_inform(sender, view, now)
+        handler(sender, method, now)
+        return self._take(now)
+
+    def send_failed(self, peer: str, now: float) -> list[a.Action]:
+        """Sending to ``peer`` failed (link down, refused): suspect it."""
+        if self.status in IN_VIEW:
+            self._suspect(peer, now)
+        return self._take(now)
+
+    def tick(self, now: float) -> list[a.Action]:
+        """Run the timers (call every ~50 ms, or at least every ``ping_interval / 5``)."""
+        t = self.timing
+        if self.status is Status.JOINING and now >= self._next_join:
+            self._send_join(now)
+        elif self.status in IN_VIEW:
+            target = self._ring_target()
+            if target is not None:
+                if now >= self._next_ping:
+                    self._next_ping = now + t.ping_interval
+                    self._send(target, Ping(True, self.view, self.load))
+                if now - self._last_heard.get(target, now) >= t.suspect_after:
+                    self._suspect(target, now)
+            if self.is_leader:
+                self._tick_check(now)
+            elif now - self._last_confirm >= t.quorum_lease and self.leader is not None:
+                self._suspect(self.leader, now)
+            self._tick_delegation(now)
+            if self._round is not None and now >= self._round.deadline:
+                self._finish_round(now)
+            if self.status is Status.LEAVING and now >= self._next_join:
+                self._next_join = now + t.join_retry
+                if not self.is_leader:
+                    self._send_to_leader(Leave(self.name))
+        return self._take(now)
+
+    # ----------------------------------------------------------------- handlers
+    def _on_join(self, sender: str, m: ClusterMethod, now: float) -> None:
+        assert isinstance(m, Join)
+        if m.cluster_name != self.cluster_name or self.status not in IN_VIEW or not m.node_name:
+            log.info("%s: ignoring Join of %r to cluster %r", self.name, m.node_name, m.cluster_name)
+            return
+        self._addresses[m.node_name] = m.address
+        if self.is_leader:
+            self._pending_joins[m.node_name] = m.address
+        else:
+            self._send_to_leader(m)
+
+    def _on_membership(self, sender: str, m: ClusterMethod, now: float) -> None:
+        assert isinstance(m, Membership)
+        try:
+            members = m.member_list
+        except ValueError as exc:
+            log.warning("%s: bad Membership from %s: %s", self.name, sender, exc)
+            return
+        if not members:
+            return
+        mine = self.name in dict(members)
+        if self.status is Status.JOINING and mine and (
+                members[-1][0] != self.name or sender != members[0][0]):
+            return   # only the leader's announcement of our Join, not an older view with us in it
+        if view_key(m.view, members) > view_key(self.view, self.members):
+            self._install(m.view, members, now)
+        elif m.view == self.view and members == self.members and sender == self.leader:
+            self._last_confirm = now
+            self._quorum_until = max(self._quorum_until, now + self.timing.quorum_lease)
+            self._leader_alive()
+        elif self.status is Status.JOINING and self.name not in dict(members):
+            self._seeds = [members[0], *(sd for sd in self._seeds if sd != members[0])]
+
+    def _on_leave(self, sender: str, m: ClusterMethod, now: float) -> None:
+        assert isinstance(m, Leave)
+        if self.is_leader and m.node_name in self.names:
+            self._pending_leaves.add(m.node_name)
+        elif self.status in IN_VIEW and not self.is_leader:
+            self._send_to_leader(m)
+
+    def _on_suspect(self, sender: str, m: ClusterMethod, now: float) -> None:
+        assert isinstance(m, Suspect)
+        if m.view != self.view or self.status not in IN_VIEW:
+            return
+        if m.node_name == self.leader and not self.is_leader:
+            self._suspects.setdefault(m.node_name, now)   # asked to take over: the round verifies
+            self._leader_down(now)
+        else:
+            self._suspect(m.node_name, now, forwarded=True)
+
+    def _on_synch(self, sender: str, m: ClusterMethod, now: float) -> None:
+        assert isinstance(m, Synch)
+        if self.status is Status.JOINING:   # it can overtake the Membership (another link)
+            self._early_synchs[m.from_node] = m.view
+            return
+        if self.status is not Status.SYNCING or m.from_node not in self._awaiting:
+            return
+        self._awaiting.discard(m.from_node)
+        if m.from_node == self._sync_leader:
+            self._apply_leader_replay()
+        elif self._leader_applied:
+            self._emit(a.ApplyReplay(m.from_node))
+        else:
+            self._buffered.append(m.from_node)
+        self._maybe_synched()
+
+    def _on_ping(self, sender: str, m: ClusterMethod, now: float) -> None:
+        assert isinstance(m, Ping)
+        self.peer_load[sender] = dict(m.load)
+        if m.needs_reply:
+            self._send(sender, Ping(False, self.view, self.load))
+
+    def _on_vote(self, sender: str, m: ClusterMethod, now: float) -> None:
+        assert isinstance(m, Vote)
+        if m.request:
+            self._send(sender, Vote(self.view, m.candidate, m.round, False,
+                                    self._grant_to(m.candidate, m.view, now)))
+            return
+        r = self._round
+        if r is None or m.candidate != self.name or m.round != r.number or m.view != r.view:
+            return
+        r.responded.add(sender)
+        if m.granted:
+            r.granted.add(sender)
+        if sender == r.takeover_of or r.responded >= set(dict(r.members)) - {self.name}:
+            self._finish_round(now)
+
+    # ----------------------------------------------------------------- suspicion
+    def _suspect(self, node: str, now: float, forwarded: bool = False) -> None:
+        if node == self.name or node not in self.names or self.status not in IN_VIEW:
+            return
+        last = self._suspects.get(node)
+        if last is not None and now - last < self.timing.retry and not forwarded:
+            return
+        self._suspects[node] = now
+        if self.is_leader:
+            self._pending_suspects.add(node)
+            self._maybe_start_round(now)
+        elif node == self.leader:
+            self._leader_down(now)
+        else:
+            self._send_to_leader(Suspect(node, self.view))
+
+    def _leader_down(self, now: float) -> None:
+        """The leader is suspected: take over if we are the first unsuspected member after it,
+        else pass the Suspect on to that member (proposal: "they send it to the broker next to
+        the leader")."""
+        leader = self.leader
+        candidate = next((n for n in self.names[1:] if n == self.name
+                          or (n not in self._suspects and n not in self._bypassed)), None)
+        if leader is None or candidate is None:
+            return
+        if candidate == self.name:
+            self._want_takeover = True
+            self._maybe_start_round(now)
+        elif candidate not in self._delegated:
+            self._delegated[candidate] = now
+            self._send(candidate, Suspect(leader, self.view))
+
+    def _leader_alive(self) -> None:
+        if self.leader is not None:
+            self._suspects.pop(self.leader, None)
+        self._want_takeover = False
+        self._delegated.clear()
+        self._bypassed.clear()
+
+    def _tick_delegation(self, now: float) -> None:
+        for candidate, since in list(self._delegated.items()):
+            if now - since >= self.timing.retry:   # it did nothing: pass it over too
+                del self._delegated[candidate]
+                self._bypassed.add(candidate)
+                self._leader_down(now)
+        if self._want_takeover:
+            self._maybe_start_round(now)
+        elif self.is_leader and (self._pending_suspects or self._pending_joins
+                                 or self._pending_leaves):
+            self._maybe_start_round(now)
+
+    # ----------------------------------------------------------------- rounds
+    def _grant_to(self, candidate: str, view: int, now: float) -> bool:
+        if view != self.view or self.status not in IN_VIEW or candidate not in self.names:
+            return False
+        if self.is_leader and candidate != self.name:
+            return False
+        g = self._grant
+        if g is not None and g[0] == view and g[2] > now and g[1] != candidate:
+            return False
+        self._grant = (view, candidate, now + self.timing.grant_lease)
+        return True
+
+    def _maybe_start_round(self, now: float) -> None:
+        if self._round is not None or now < self._next_round or self.status not in IN_VIEW:
+            return
+        takeover = None
+        if not self.is_leader:
+            if not self._want_takeover:
+                return
+            takeover = self.leader
+        elif not (self._pending_suspects or self._pending_joins or self._pending_leaves):
+            return
+        if not self._grant_to(self.name, self.view, now):
+            self._next_round = self._grant[2] if self._grant else now + self.timing.retry
+            return
+        self._round_number += 1
+        # one joiner per view (a joiner waits for the Synch of every member before it in the view),
+        # and none while we leave (a joiner takes its view only from the leader of that view)
+        joins = (dict(list(self._pending_joins.items())[:1])
+                 if takeover is None and self.name not in self._pending_leaves else {})
+        leaves = frozenset(self._pending_leaves) if takeover is None else frozenset()
+        self._round = r = _Round(self._round_number, self.view, self.members,
+                                 now + self.timing.verify_timeout, joins, leaves, takeover)
+        for n, _ in self.members:
+            if n != self.name:
+                self._send(n, Vote(self.view, self.name, r.number, True, False))
+        if len(self.members) == 1:
+            self._finish_round(now)
+
+    def _finish_round(self, now: float) -> None:
+        r, self._round = self._round, None
+        if r is None or r.view != self.view:
+            return
+        names = [n for n, _ in r.members]
+        majority = len(names) // 2 + 1
+        if r.takeover_of is not None and r.takeover_of in r.responded:
+            self._leader_alive()
+            self._next_round = now + self.timing.retry
+            return
+        if len(r.granted) + 1 >= majority:
+            self._quorum_until = now + self.timing.quorum_lease
+            self._want_takeover = False
+            keep = [(n, ad) for n, ad in r.members
+                    if (n == self.name or n in r.responded) and n not in r.leaves
+                    and n not in r.joins]
+            # a Join from a member (it restarted) removes it now and adds it in the next round,
+            # so every member sees it go and come back, and replays to it
+            joins = [(n, ad) for n, ad in r.joins.items() if n not in names]
+            new = tuple(keep + joins)
+            for n, _ in joins:
+                self._pending_joins.pop(n, None)
+            self._pending_leaves -= r.leaves
+            self._pending_suspects.clear()
+            if new == r.members:
+                self._broadcast(Membership(self.view, self.members), self.names)
+            else:
+                targets = set(names) | {n for n, _ in joins}
+                view = next_view(r.view, names.index(self.name))
+                self._broadcast(Membership(view, new), targets)
+                self._install(view, new, now)
+        else:
+            self._next_round = now + self.timing.retry
+            if len(r.granted) + 1 < len(r.responded) + 1 >= majority:   # split grants
+                self._next_round += self.timing.grant_lease * names.index(self.name) / len(names)
+
+    # ----------------------------------------------------------------- leader's quorum check
+    def _tick_check(self, now: float) -> None:
+        if self._check is None:
+            if now >= self._next_check:
+                self._next_check = now + self.timing.confirm_period
+                self._check = (now, set())
+                for n in self.names:
+                    if n != self.name:
+                        self._send(n, Ping(True, self.view, self.load))
+                if len(self.members) == 1:
+                    self._quorum_until = now + self.timing.quorum_lease
+                    self._check = None
+            return
+        started, replies = self._check
+        if now - started >= self.timing.verify_timeout or len(replies) >= len(self.members) - 1:
+            self._check = None
+            if len(replies) + 1 >= len(self.members) // 2 + 1:
+                self._quorum_until = now + self.timing.quorum_lease
+                self._broadcast(Membership(self.view, self.members), self.names)
+
+    # ----------------------------------------------------------------- views
+    def _reset_view_state(self, now: float) -> None:
+        self._last_heard: dict[str, float] = {}
+        self._suspects: dict[str, float] = {}
+        self._delegated: dict[str, float] = {}
+        self._bypassed: set[str] = set()
+        self._want_takeover = False
+        self._pending_suspects: set[str] = set()
+        self._next_ping = now
+        self._next_round = now
+        self._last_confirm = now
+        self._check: tuple[float, set[str]] | None = None
+        self._next_check = now
+
+    def _install(self, view: int, members: a.Members, now: float) -> None:
+        old_names, old_leader = self.names, self.leader
+        self.view, self.members = view, members
+        self._round = None
+        self._reset_view_state(now)
+        for n, ad in members:
+            self._addresses[n] = ad
+        names = self.names
+        if self.name not in names:
+            self.members = ()
+            if self.status is Status.LEAVING:
+                self.status = Status.LEFT
+                self._emit(a.Left(view))
+            else:
+                self._rejoin(members, now)
+            return
+        self._quorum_until = now + self.timing.quorum_lease
+        self._last_heard = dict.fromkeys(names, now)
+        self._pending_joins = {n: ad for n, ad in self._pending_joins.items() if n not in names}
+        added = tuple(n for n in names if n not in old_names and n != self.name)
+        removed = tuple(n for n in old_names if n not in names)
+        self._emit(a.ViewInstalled(view, members, added, removed))
+        if self.status is Status.JOINING:
+            self.status = Status.SYNCING
+            self._awaiting = set(names) - {self.name}
+            self._sync_leader, self._leader_applied, self._buffered = names[0], False, []
+            if self._sync_leader == self.name:
+                self._leader_applied = True
+            early, self._early_synchs = self._early_synchs, {}
+            for n in names:
+                if early.get(n, -1) >= view:
+                    self._on_synch(n, Synch(early[n], n), now)
+        elif self.status is Status.SYNCING and not self._leader_applied \
+                and self._sync_leader not in names:
+            self._rejoin(members, now)   # the leader died before its replay was done: start over
+            return
+        else:
+            for n in added:
+                self._emit(a.Replay(n, self._addresses.get(n, ""), view, names[0] == self.name))
+        self._awaiting &= set(names)
+        if names[0] == self.name and old_leader != self.name:
+            self._emit(a.BecameLeader(view))
+        self._maybe_synched()
+
+    def _rejoin(self, members: a.Members, now: float) -> None:
+        self._emit(a.Excluded(self.view))
+        self.members = ()
+        self.status = Status.JOINING
+        self._seeds = [m for m in members if m[0] != self.name] or self._seeds
+        self._send_join(now)
+
+    def _apply_leader_replay(self) -> None:
+        self._leader_applied = True
+        self._emit(a.ApplyReplay(self._sync_leader or ""))
+        for n in self._buffered:
+            self._emit(a.ApplyReplay(n))
+        self._buffered = []
+
+    def _maybe_synched(self) -> None:
+        if self.status is Status.SYNCING and not self._awaiting:
+            if not self._leader_applied:
+                self._leader_applied = True
+                for n in self._buffered:
+                    self._emit(a.ApplyReplay(n))
+                self._buffered = []
+            self.status = Status.MEMBER
+            self._emit(a.AcceptClients(self.view))
+
+    def _maybe_inform(self, sender: str, their_view: int, now: float) -> None:
+        """Send our Membership to a peer that is behind, or not in our view at all."""
+        if self.status not in IN_VIEW or not (their_view < self.view or sender not in self.names):
+            return
+        last = self._informed.get(sender)
+        if last is not None and last[0] == self.view and now - last[1] < self.timing.retry:
+            return
+        self._informed[sender] = (self.view, now)
+        self._send(sender, Membership(self.view, self.members))
+
+    # ----------------------------------------------------------------- plumbing
+    def _start(self, allow_joining: bool = False) -> None:
+        if self.status is not Status.IDLE and not (allow_joining and self.status is Status.JOINING):
+            raise RuntimeError(f"{self.name}: already started ({self.status.value})")
+        self._addresses[self.name] = self.address
+
+    def _ring_target(self) -> str | None:
+        names = self.names
+        if len(names) < 2:
+            return None
+        i = names.index(self.name)
+        return names[-1] if i == 0 else names[i - 1]
+
+    def _send_join(self, now: float) -> None:
+        self._next_join = now + self.timing.join_retry
+        if self._seeds:
+            name, address = self._seeds[0]
+            self._seeds = self._seeds[1:] + self._seeds[:1]
+            self._emit(a.Send(name, address, Join(self.name, self.address, self.cluster_name,
+                                                  self.version)))
+
+    def _send_to_leader(self, method: ClusterMethod) -> None:
+        if self.leader is not None and self.leader != self.name:
+            self._send(self.leader, method)
+
+    def _send(self, to: str, method: ClusterMethod) -> None:
+        self._emit(a.Send(to, self._addresses.get(to, ""), method))
+
+    def _broadcast(self, method: ClusterMethod, targets: Sequence[str] | set[str]) -> None:
+        for n in sorted(targets) if isinstance(targets, set) else targets:
+            if n != self.name:
+                self._send(n, method)
+
+    def _emit(self, action: a.Action) -> None:
+        self._out.append(action)
+
+    def _take(self, now: float) -> list[a.Action]:
+        serving = self.status is Status.MEMBER and self.has_quorum(now)
+        if serving != self._serving_mirrored:
+            self._serving_mirrored = serving
+            self._emit(a.ResumeMirrored() if serving else a.StopMirrored())
+        out, self._out = self._out, []
+        return out
+
