@@ -15,6 +15,7 @@ Writers are pickled to the executors: connections are opened inside ``write()`` 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
 import decimal
 import json
@@ -201,11 +202,18 @@ def _publish_task(opts: SinkOptions, schema: StructType, chunks: Iterator[dict[s
         id_prefix=id_prefix)
     ctx = TaskContext.get()
     name = f"spark amqp sink (partition {ctx.partitionId() if ctx else '?'})"
-    with Publisher(opts, client_name=name) as publisher:
+    publisher: Publisher | None = None  # connect on the first row: empty tasks cost nothing
+    with contextlib.ExitStack() as stack:
         for chunk in chunks:
-            publisher.send(builder.build(chunk))
-        publisher.flush()
-        count = publisher.published
+            messages = builder.build(chunk)
+            if not messages:
+                continue
+            if publisher is None:
+                publisher = stack.enter_context(Publisher(opts, client_name=name))
+            publisher.send(messages)
+        if publisher is not None:
+            publisher.flush()
+    count = publisher.published if publisher is not None else 0
     if opts.fail_first_attempt_for_test and ctx is not None and ctx.attemptNumber() == 0:
         # TEST HOOK (option fail_first_attempt_for_test): every task's first attempt fails
         # *after* its rows were published and confirmed, so the retry re-sends all of them.
