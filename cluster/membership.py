@@ -198,6 +198,8 @@ class Node:
         """A Cluster method from peer ``sender`` (the authenticated node name of the link)."""
         if self.status in (Status.IDLE, Status.LEFT):
             return []
+        if self.status is Status.JOINING and not isinstance(method, (Membership, Synch)):
+            return []   # silent until in a view: only the leader's announcement may put us in one
         handler = self._handlers.get(type(method))
         if handler is None:
             return []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cluster import actions as a
@@ -167,6 +167,7 @@ def test_random_faults(n: int, seed: int, faults: list, gaps: list[float]) -> No
                 gone = [u for u, node_ in sim.nodes.items() if u not in sim.crashed
                         and victim in node_.names]
                 assert not gone, f"{victim} crashed at {t:.2f}, still in views of {gone}"
+                event("crash detection timed")
     sim.run_until(sim.now + 15.0)
     check_safety(sim, unique_numbers=not any(kind == "partition" for kind, _, _ in faults))
     check_majority_announcements(sim, topology)
@@ -180,3 +181,4 @@ def test_random_faults(n: int, seed: int, faults: list, gaps: list[float]) -> No
         voters = {y for y in side & members if sim.nodes[y].status is not Status.JOINING}
         if len(voters) * 2 > len(members):
             assert sim.converged(side), f"side {side} of {best.name}: {sim.describe()}"
+            event(f"majority side of {len(side)} converged")
