@@ -6,14 +6,19 @@ Source: DESIGN.md §2. ``run(config)`` blocks until SIGINT/SIGTERM.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 
+from queues.store.store import MessageStore
+
 from .config import Config
 from .core.broker import Broker
+from .core.durability import Durability
+from .core.recovery import recover
+from .definitions.store import DefinitionsStore
 from .server.listener import run_broker
 
 __all__ = ["run", "serve", "shutdown"]
@@ -21,10 +26,42 @@ __all__ = ["run", "serve", "shutdown"]
 log = logging.getLogger("amqp_broker")
 
 
+def open_broker(config: Config) -> Broker:
+    """A broker with its durable state (definitions.db and messages/ under ``config.data_dir``)
+    recovered. Raises ``OSError`` / ``FormatError`` / ``DefinitionsError`` for unusable data."""
+    data = Path(config.data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    durability = Durability(MessageStore(data / "messages", sync=config.sync_policy),
+                            DefinitionsStore(data / "definitions.db"))
+    broker = Broker(config.broker_settings(), durability=durability)
+    definitions = durability.definitions
+    assert definitions is not None
+    with definitions.transaction():
+        for name in broker.vhosts:
+            definitions.save_vhost(name)
+    recover(broker)
+    return broker
+
+
+def close_broker(broker: Broker) -> None:
+    """Flush and close the stores (a clean close: recovery then needs no redelivered flags)."""
+    durability = broker.durability
+    if durability.store is not None:
+        durability.store.close()
+    if durability.definitions is not None:
+        durability.definitions.close()
+
+
 async def serve(config: Config, ready: Callable[[int], None] | None = None) -> None:
     """Start a broker for ``config`` and serve until cancelled or a SIGINT/SIGTERM arrives."""
-    os.makedirs(config.data_dir, exist_ok=True)
-    broker = Broker(config.broker_settings())
+    broker = open_broker(config)
+    try:
+        await _serve(broker, config, ready)
+    finally:
+        close_broker(broker)
+
+
+async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | None) -> None:
     async with anyio.create_task_group() as tg:
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -4,7 +4,8 @@ Keys (TOML top level, env ``AMQP_BROKER_<KEY upper>``, CLI ``--key-with-dashes``
 host (str, 127.0.0.1), port (int, 5672), data_dir (path, ``<project>/data``), node_name (str),
 log_level (debug|info|warning|error), heartbeat (s, 60), frame_max (bytes, 131072), channel_max
 (2047), memory_high_watermark (bytes; 0 = off; a float < 1 is a fraction of RAM, RabbitMQ's
-vm_memory_high_watermark; default 0.4). Users in TOML as ``[[users]]`` tables with name, password,
+vm_memory_high_watermark; default 0.4), sync_policy (batch | always | none; default batch: publisher
+confirms for persistent messages wait for the group-commit fsync). Users in TOML as ``[[users]]`` tables with name, password,
 vhosts, loopback_only; default guest/guest from loopback only (RabbitMQ "Access Control").
 Raises ``ConfigError`` for an unreadable file, an unknown key or a value of the wrong type.
 """
@@ -43,6 +44,7 @@ class Config:
     frame_max: int = 131072
     channel_max: int = 2047
     memory_high_watermark: float = 0.4
+    sync_policy: str = "batch"
     users: tuple[User, ...] = (User("guest", "guest", ("*",), loopback_only=True),)
 
     def broker_settings(self) -> BrokerSettings:
@@ -114,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frame-max", type=int, help="largest frame offered to clients, bytes")
     p.add_argument("--memory-high-watermark", type=float,
                    help="memory alarm threshold: bytes, or a fraction of RAM when < 1 (0 = off)")
+    p.add_argument("--sync-policy", choices=["batch", "always", "none"],
+                   help="message store fsync: batch (group commit, default, safe), always, "
+                   "none (no fsync: survives kill -9, not power loss)")
     return p
 
 
@@ -145,4 +150,7 @@ def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = 
         raw = getattr(args, key, None)
         if raw is not None:
             values[key] = _coerce(key, raw)
-    return replace(Config(), **values)
+    config = replace(Config(), **values)
+    if config.sync_policy not in ("batch", "always", "none"):
+        raise ConfigError(f"sync_policy: expected batch, always or none, got {config.sync_policy!r}")
+    return config

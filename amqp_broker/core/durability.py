@@ -18,8 +18,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from queues.message import Message
+    from queues.queue import Queue
     from queues.store.store import MessageStore
+    from routing.destination import Destination
+    from routing.exchange import Exchange
 
+    from ..definitions.store import DefinitionsStore
     from .channel import Channel
 
 __all__ = ["Durability", "store_key"]
@@ -34,10 +38,13 @@ class Durability:
     """Persistence hooks of one broker. ``store`` is None for a broker without a message store
     (then persistent messages live in memory only and confirms are immediate)."""
 
-    __slots__ = ("store", "on_dirty", "dirty", "waiting")
+    __slots__ = ("store", "definitions", "on_dirty", "dirty", "waiting")
 
-    def __init__(self, store: MessageStore | None = None) -> None:
+    def __init__(self, store: MessageStore | None = None,
+                 definitions: DefinitionsStore | None = None) -> None:
         self.store = store
+        #: Durable exchanges, queues and bindings (SQLite); None: definitions are not kept.
+        self.definitions = definitions
         #: Called (no arguments) when the store has writes that need a sync; set by the I/O layer.
         self.on_dirty: Callable[[], None] | None = None
         self.dirty = False
@@ -70,11 +77,47 @@ class Durability:
         if sid is not None and self.store is not None:
             self.store.mark_delivered(key, sid)
 
-    def queue_deleted(self, key: str) -> None:
-        """A durable queue was deleted: the store forgets everything it held."""
-        if self.store is not None and self.store.delete_queue(key):
+    def queue_deleted(self, vhost: str, name: str) -> None:
+        """A durable queue was deleted: its definition and every message it held go."""
+        if self.definitions is not None:
+            self.definitions.delete_queue(vhost, name)
+        if self.store is not None and self.store.delete_queue(store_key(vhost, name)):
             self._mark_dirty()
 
+    # ----------------------------------------------------------------------- definitions
+    # RabbitMQ keeps durable exchanges, durable non-exclusive queues, and bindings whose source
+    # and destination are both durable ("Queues" / "Exchanges" guides: durability).
+    def exchange_declared(self, vhost: str, ex: Exchange) -> None:
+        """A new exchange: stored when durable."""
+        if self.definitions is not None and ex.durable:
+            self.definitions.save_exchange(vhost, ex.name, ex.type, ex.durable, ex.auto_delete,
+                                           ex.internal, dict(ex.arguments))
+
+    def exchanges_deleted(self, vhost: str, names: list[str]) -> None:
+        """Exchanges gone (deleted, or auto-deleted in a cascade), with their bindings."""
+        if self.definitions is not None:
+            for name in names:
+                self.definitions.delete_exchange(vhost, name)
+
+    def queue_declared(self, vhost: str, q: Queue) -> None:
+        """A new queue: stored when durable and not exclusive."""
+        if self.definitions is not None and q.durable and q.exclusive_owner is None:
+            self.definitions.save_queue(vhost, q.name, True, q.auto_delete, dict(q.arguments))
+
+    def binding_changed(self, vhost: str, source: Exchange, destination: Destination,
+                        destination_durable: bool, binding_key: str, arguments: dict | None,
+                        added: bool) -> None:
+        """A binding added or removed: stored only when both ends are durable."""
+        if self.definitions is None or not (source.durable and destination_durable):
+            return
+        if added:
+            self.definitions.save_binding(vhost, source.name, destination.kind, destination.name,
+                                          binding_key, dict(arguments or {}))
+        else:
+            self.definitions.delete_binding(vhost, source.name, destination.kind,
+                                            destination.name, binding_key, dict(arguments or {}))
+
+    # ----------------------------------------------------------------------- group commit
     def begin_sync(self) -> None:
         """The I/O layer is about to flush: writes from now on need another sync."""
         self.dirty = False

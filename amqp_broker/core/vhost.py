@@ -131,8 +131,10 @@ class VirtualHost:
                 c.ACCESS_REFUSED, f"ACCESS_REFUSED - exchange name '{name}' contains reserved "
                 f"prefix 'amq.*'")
         try:
-            self.routing.declare_exchange(name, type_, durable=durable, auto_delete=auto_delete,
-                                          internal=internal, arguments=dict(arguments or {}))
+            ex = self.routing.declare_exchange(name, type_, durable=durable,
+                                               auto_delete=auto_delete, internal=internal,
+                                               arguments=dict(arguments or {}))
+            self.broker.durability.exchange_declared(self.name, ex)
         except UnknownExchangeType:
             raise ConnectionException(c.COMMAND_INVALID,
                                       f"COMMAND_INVALID - unknown exchange type '{type_}'") from None
@@ -154,7 +156,8 @@ class VirtualHost:
             raise ChannelException(c.PRECONDITION_FAILED,
                                    f"PRECONDITION_FAILED - exchange '{name}' in vhost '{self.name}' "
                                    f"in use")
-        self.routing.delete_exchange(name)
+        gone = self.routing.delete_exchange(name)
+        self.broker.durability.exchanges_deleted(self.name, [name, *gone])
 
     def bind(self, source: str, destination: Destination, binding_key: str,
              arguments: dict | None, *, unbind: bool = False) -> None:
@@ -163,14 +166,24 @@ class VirtualHost:
         if not source or (destination.kind == "exchange" and not destination.name):
             raise ChannelException(c.ACCESS_REFUSED,
                                    "ACCESS_REFUSED - operation not permitted on the default exchange")
-        self.get_exchange(source)
+        src = self.get_exchange(source)
         if destination.kind == "exchange":
-            self.get_exchange(destination.name)
+            dest_durable = self.get_exchange(destination.name).durable
+        else:
+            q = self.queues.get(destination.name)
+            dest_durable = q is not None and q.durable and q.exclusive_owner is None
+        durability = self.broker.durability
         try:
             if unbind:
-                self.routing.unbind(source, destination, binding_key, arguments or {})
-            else:
-                self.routing.bind(source, destination, binding_key, dict(arguments or {}))
+                result = self.routing.unbind(source, destination, binding_key, arguments or {})
+                if result:
+                    durability.binding_changed(self.name, src, destination, dest_durable,
+                                               binding_key, arguments, added=False)
+                    if result.auto_deleted:
+                        durability.exchanges_deleted(self.name, list(result.auto_deleted))
+            elif self.routing.bind(source, destination, binding_key, dict(arguments or {})):
+                durability.binding_changed(self.name, src, destination, dest_durable, binding_key,
+                                           arguments, added=True)
         except RoutingInvalidArgument as exc:
             raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}") from None
 
@@ -217,6 +230,7 @@ class VirtualHost:
                               exclusive_owner=conn if exclusive else None, arguments=arguments)
         if exclusive:
             conn.exclusive_queues.add(q)
+        self.broker.durability.queue_declared(self.name, q)
         self.touch(name)
         return q
 
@@ -265,7 +279,9 @@ class VirtualHost:
         count = q.message_count
         del self.queues[q.name]
         self.queue_last_used.pop(q.name, None)
-        self.routing.remove_queue(q.name)
+        gone = self.routing.remove_queue(q.name)
+        if gone:
+            self.broker.durability.exchanges_deleted(self.name, gone)
         for consumer in list(q.consumers()):
             ch = consumer.channel
             q.remove_consumer(consumer)
@@ -277,7 +293,7 @@ class VirtualHost:
             owner.exclusive_queues.discard(q)
         q.delete()
         if q.durable:
-            self.broker.durability.queue_deleted(store_key(self.name, q.name))
+            self.broker.durability.queue_deleted(self.name, q.name)
         self.broker.needs_dispatch.discard(q)
         return count
 
