@@ -151,6 +151,21 @@ class Broker:
     def log_tail(self, lines: int = 60) -> str:
         return _log_tail(self.log_path, lines)
 
+    def kill(self) -> int | None:
+        """SIGKILL at once (a crash), wait for it.  Returns the exit code (None if external)."""
+        proc = self.process
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(STOP_TIMEOUT)
+        if getattr(proc, "_log_file", None) is not None:
+            proc._log_file.close()
+        return proc.returncode
+
     def stop(self) -> int | None:
         """SIGTERM, wait, then SIGKILL.  Returns the exit code (None for external brokers)."""
         proc = self.process
