@@ -6,36 +6,31 @@ failures (``send_failed``) and commands (``bootstrap``, ``join``, ``leave``); ev
 (seconds, the driver's monotonic clock) and returns a list of ``cluster.actions`` for the driver.
 Must not know: sockets, framing, the broker core, real time.
 
-Rules:
-- A view is an ordered member list; the first member is the leader. View numbers only grow; a
-  Membership with a view not above ours is ignored (except as a confirmation of ours). A new view is
-  numbered ``((old >> 16) + 1) << 16 | proposer's index in the old view``, so two proposers that
-  both changed the same view never announce the same number: the greater one wins everywhere.
-- Known limit (the proposal has it too: "no virtual synchrony"): grants are leases, not a two-phase
-  commit. If a partition cuts a member off right after it granted a view change and before the
-  announcement reached it, it may later grant a change of the same view on the other side, and both
-  sides go on with their own views. Views are then ordered by ``view_key`` (number, then member
-  list), so on heal the greater line wins and the other side's nodes re-join. Two-phase accept
-  (Paxos-style) would close this; it needs one more message exchange per change.
-- Join: a member forwards a Join to the leader; the leader adds the node at the end. Members that
-  see a new node replay their state to it (``Replay``); the new node applies the leader's replay
-  first and accepts clients after every member's Synch.
+Rules (the round's majority rule is in ``rounds``, the joiner's replay order in ``syncing``):
+- A view is an ordered member list; the first member is the leader. View numbers only grow; older
+  views are ignored. A new view is numbered ``((old >> 16) + 1) << 16 | proposer's index in the
+  old view``: two proposers that changed the same view never announce the same number.
+- Join: a member forwards a Join to the leader, which adds the node at the end (one per view).
+  Members that see a new node replay to it (``Replay``). A joining node is silent, and takes a view
+  only from the leader announcing it last in it (not an older view that still lists a former self).
 - Ring: each member pings the one before it, the leader pings the last. A peer unheard for
-  ``missed * ping_interval``, or a failed send, becomes a suspicion: reported to the leader with
-  Suspect, or, when the leader is the suspect, to the first member after it that we do not suspect
-  (if that is us, we try to take over; if it does nothing within ``retry``, we suspect it too).
-- Every change of view (join, leave, suspicion, takeover) is a *round*: the proposer (the leader,
-  or the taker-over) sends Vote requests to every member of the current view and waits
-  ``verify_timeout`` (less when all answered). A member grants one proposer per view per
-  ``grant_lease``; the leader never grants a takeover (answering proves it is alive, which aborts
-  the takeover). With a majority of grants the proposer announces the view of the members that
-  answered, less the leavers, plus the joiners. Without answers from a majority it changes nothing
-  and stops serving mirrored queues: a minority side never elects a leader nor changes membership.
+  ``missed * ping_interval``, or a failed send, is suspected: Suspect to the leader, or, when the
+  leader is the suspect, to the first member after it that we do not suspect (if that is us, we
+  take over; if it does nothing within ``retry``, we pass it over too).
+- Every change (join, leave, suspicion, takeover) is a round of Vote requests to the current view;
+  with a majority of grants the proposer announces the members that answered, less leavers, plus
+  the joiner. Without a majority nothing changes: a minority never elects a leader nor changes
+  membership. A restarted broker has lost its grants and view: it has no vote until it re-joined.
 - The leader checks every ``confirm_period`` that a majority answers its Ping and re-sends the
   Membership as a confirmation; a member without one for ``quorum_lease`` stops serving mirrored
   queues and suspects the leader.
-- A member that hears from a node with an older view, or from a node not in its view, sends it its
-  Membership (rate-limited); a node that finds itself left out of a newer view re-joins.
+- A member that hears from a node with an older view, or not in its view, sends it its Membership
+  (rate-limited); a node left out of a newer view re-joins (``Excluded``).
+- Known limit (the proposal's too: "no virtual synchrony"): grants are leases, not a two-phase
+  commit. A partition that cuts a member off after it granted a change and before the announcement
+  reached it may let it grant a change of the same view on the other side: two lines of views.
+  ``view_key`` (number, then member list) orders them so that on heal the greater line wins and the
+  other side re-joins. A Paxos-style accept phase would close this, at one more exchange per change.
 """
 
 from __future__ import annotations
@@ -44,10 +39,11 @@ import enum
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from . import actions as a
 from .codec import ClusterMethod, Join, Leave, Membership, Ping, Suspect, Synch, Vote
+from .rounds import Decision, Grants, Round, decide
+from .syncing import JoinSync
 
 __all__ = ["Node", "Status", "next_view", "FIRST_VIEW"]
 
@@ -81,19 +77,6 @@ class Status(enum.Enum):
 IN_VIEW = frozenset({Status.SYNCING, Status.MEMBER, Status.LEAVING})
 
 
-@dataclass
-class _Round:
-    number: int
-    view: int
-    members: a.Members
-    deadline: float
-    joins: dict[str, str]
-    leaves: frozenset[str]
-    takeover_of: str | None
-    responded: set[str] = field(default_factory=set)
-    granted: set[str] = field(default_factory=set)
-
-
 class Node:
     """The membership state machine of node ``name`` listening for peers at ``address``."""
 
@@ -110,21 +93,17 @@ class Node:
         self._addresses: dict[str, str] = {}
         self._out: list[a.Action] = []
         self._reset_view_state(0.0)
-        self._round: _Round | None = None
+        self._round: Round | None = None
         self._round_number = 0
         self._pending_joins: dict[str, str] = {}
         self._pending_leaves: set[str] = set()
-        self._grant: tuple[int, str, float] | None = None  # view, candidate, until
+        self._grants = Grants()
         self._quorum_until = 0.0
         self._serving_mirrored = False
         self._informed: dict[str, tuple[int, float]] = {}
         self._seeds: list[tuple[str, str]] = []
         self._next_join = 0.0
-        self._awaiting: set[str] = set()
-        self._sync_leader: str | None = None
-        self._leader_applied = False
-        self._buffered: list[str] = []
-        self._early_synchs: dict[str, int] = {}
+        self._sync = JoinSync()
         self._handlers: dict[type[ClusterMethod], Callable[[str, ClusterMethod, float], None]] = {
             Join: self._on_join, Membership: self._on_membership, Leave: self._on_leave,
             Suspect: self._on_suspect, Synch: self._on_synch, Ping: self._on_ping,
@@ -236,7 +215,7 @@ class Node:
                 self._tick_check(now)
             elif now - self._last_confirm >= t.quorum_lease and self.leader is not None:
                 self._suspect(self.leader, now)
-            self._tick_delegation(now)
+            self._tick_suspicions(now)
             if self._round is not None and now >= self._round.deadline:
                 self._finish_round(now)
             if self.status is Status.LEAVING and now >= self._next_join:
@@ -299,18 +278,10 @@ class Node:
     def _on_synch(self, sender: str, m: ClusterMethod, now: float) -> None:
         assert isinstance(m, Synch)
         if self.status is Status.JOINING:   # it can overtake the Membership (another link)
-            self._early_synchs[m.from_node] = m.view
-            return
-        if self.status is not Status.SYNCING or m.from_node not in self._awaiting:
-            return
-        self._awaiting.discard(m.from_node)
-        if m.from_node == self._sync_leader:
-            self._apply_leader_replay()
-        elif self._leader_applied:
-            self._emit(a.ApplyReplay(m.from_node))
-        else:
-            self._buffered.append(m.from_node)
-        self._maybe_synched()
+            self._sync.early(m.from_node, m.view)
+        elif self.status is Status.SYNCING:
+            self._out += self._sync.synch(m.from_node)
+            self._maybe_synched()
 
     def _on_ping(self, sender: str, m: ClusterMethod, now: float) -> None:
         assert isinstance(m, Ping)
@@ -327,10 +298,7 @@ class Node:
         r = self._round
         if r is None or m.candidate != self.name or m.round != r.number or m.view != r.view:
             return
-        r.responded.add(sender)
-        if m.granted:
-            r.granted.add(sender)
-        if sender == r.takeover_of or r.responded >= set(dict(r.members)) - {self.name}:
+        if r.answer(sender, m.granted, self.name):
             self._finish_round(now)
 
     # ----------------------------------------------------------------- suspicion
@@ -372,7 +340,7 @@ class Node:
         self._delegated.clear()
         self._bypassed.clear()
 
-    def _tick_delegation(self, now: float) -> None:
+    def _tick_suspicions(self, now: float) -> None:
         for candidate, since in list(self._delegated.items()):
             if now - since >= self.timing.retry:   # it did nothing: pass it over too
                 del self._delegated[candidate]
@@ -390,11 +358,7 @@ class Node:
             return False
         if self.is_leader and candidate != self.name:
             return False
-        g = self._grant
-        if g is not None and g[0] == view and g[2] > now and g[1] != candidate:
-            return False
-        self._grant = (view, candidate, now + self.timing.grant_lease)
-        return True
+        return self._grants.grant(view, candidate, now, self.timing.grant_lease)
 
     def _maybe_start_round(self, now: float) -> None:
         if self._round is not None or now < self._next_round or self.status not in IN_VIEW:
@@ -407,7 +371,7 @@ class Node:
         elif not (self._pending_suspects or self._pending_joins or self._pending_leaves):
             return
         if not self._grant_to(self.name, self.view, now):
-            self._next_round = self._grant[2] if self._grant else now + self.timing.retry
+            self._next_round = self._grants.free_at(now)
             return
         self._round_number += 1
         # one joiner per view (a joiner waits for the Synch of every member before it in the view),
@@ -415,7 +379,7 @@ class Node:
         joins = (dict(list(self._pending_joins.items())[:1])
                  if takeover is None and self.name not in self._pending_leaves else {})
         leaves = frozenset(self._pending_leaves) if takeover is None else frozenset()
-        self._round = r = _Round(self._round_number, self.view, self.members,
+        self._round = r = Round(self._round_number, self.view, self.members,
                                  now + self.timing.verify_timeout, joins, leaves, takeover)
         for n, _ in self.members:
             if n != self.name:
@@ -427,37 +391,28 @@ class Node:
         r, self._round = self._round, None
         if r is None or r.view != self.view:
             return
+        out = decide(r, self.name)
         names = [n for n, _ in r.members]
-        majority = len(names) // 2 + 1
-        if r.takeover_of is not None and r.takeover_of in r.responded:
+        if out.decision is Decision.LEADER_ALIVE:
             self._leader_alive()
             self._next_round = now + self.timing.retry
-            return
-        if len(r.granted) + 1 >= majority:
+        elif out.decision in (Decision.MINORITY, Decision.SPLIT):
+            self._next_round = now + self.timing.retry
+            if out.decision is Decision.SPLIT:   # stagger the proposers by rank
+                self._next_round += self.timing.grant_lease * names.index(self.name) / len(names)
+        else:
             self._quorum_until = now + self.timing.quorum_lease
             self._want_takeover = False
-            keep = [(n, ad) for n, ad in r.members
-                    if (n == self.name or n in r.responded) and n not in r.leaves
-                    and n not in r.joins]
-            # a Join from a member (it restarted) removes it now and adds it in the next round,
-            # so every member sees it go and come back, and replays to it
-            joins = [(n, ad) for n, ad in r.joins.items() if n not in names]
-            new = tuple(keep + joins)
-            for n, _ in joins:
+            for n in out.joined:
                 self._pending_joins.pop(n, None)
             self._pending_leaves -= r.leaves
             self._pending_suspects.clear()
-            if new == r.members:
+            if out.decision is Decision.UNCHANGED:
                 self._broadcast(Membership(self.view, self.members), self.names)
             else:
-                targets = set(names) | {n for n, _ in joins}
                 view = next_view(r.view, names.index(self.name))
-                self._broadcast(Membership(view, new), targets)
-                self._install(view, new, now)
-        else:
-            self._next_round = now + self.timing.retry
-            if len(r.granted) + 1 < len(r.responded) + 1 >= majority:   # split grants
-                self._next_round += self.timing.grant_lease * names.index(self.name) / len(names)
+                self._broadcast(Membership(view, out.members), set(names) | set(out.joined))
+                self._install(view, out.members, now)
 
     # ----------------------------------------------------------------- leader's quorum check
     def _tick_check(self, now: float) -> None:
@@ -517,22 +472,13 @@ class Node:
         self._emit(a.ViewInstalled(view, members, added, removed))
         if self.status is Status.JOINING:
             self.status = Status.SYNCING
-            self._awaiting = set(names) - {self.name}
-            self._sync_leader, self._leader_applied, self._buffered = names[0], False, []
-            if self._sync_leader == self.name:
-                self._leader_applied = True
-            early, self._early_synchs = self._early_synchs, {}
-            for n in names:
-                if early.get(n, -1) >= view:
-                    self._on_synch(n, Synch(early[n], n), now)
-        elif self.status is Status.SYNCING and not self._leader_applied \
-                and self._sync_leader not in names:
+            self._out += self._sync.begin(self.name, view, names)
+        elif self.status is Status.SYNCING and self._sync.lost_leader(names):
             self._rejoin(members, now)   # the leader died before its replay was done: start over
             return
         else:
             for n in added:
                 self._emit(a.Replay(n, self._addresses.get(n, ""), view, names[0] == self.name))
-        self._awaiting &= set(names)
         if names[0] == self.name and old_leader != self.name:
             self._emit(a.BecameLeader(view))
         self._maybe_synched()
@@ -544,22 +490,13 @@ class Node:
         self._seeds = [m for m in members if m[0] != self.name] or self._seeds
         self._send_join(now)
 
-    def _apply_leader_replay(self) -> None:
-        self._leader_applied = True
-        self._emit(a.ApplyReplay(self._sync_leader or ""))
-        for n in self._buffered:
-            self._emit(a.ApplyReplay(n))
-        self._buffered = []
-
     def _maybe_synched(self) -> None:
-        if self.status is Status.SYNCING and not self._awaiting:
-            if not self._leader_applied:
-                self._leader_applied = True
-                for n in self._buffered:
-                    self._emit(a.ApplyReplay(n))
-                self._buffered = []
-            self.status = Status.MEMBER
-            self._emit(a.AcceptClients(self.view))
+        if self.status is Status.SYNCING:
+            last = self._sync.finish()
+            if last is not None:
+                self._out += last
+                self.status = Status.MEMBER
+                self._emit(a.AcceptClients(self.view))
 
     def _maybe_inform(self, sender: str, their_view: int, now: float) -> None:
         """Send our Membership to a peer that is behind, or not in our view at all."""
