@@ -14,6 +14,7 @@ import anyio
 
 from queues.store.store import MessageStore
 
+from . import dedup_state
 from .config import Config
 from .core.broker import Broker
 from .core.durability import Durability
@@ -40,11 +41,17 @@ def open_broker(config: Config) -> Broker:
         for name in broker.vhosts:
             definitions.save_vhost(name)
     recover(broker)
+    dedup_state.load(data, broker)
     return broker
 
 
-def close_broker(broker: Broker) -> None:
-    """Flush and close the stores (a clean close: recovery then needs no redelivered flags)."""
+def close_broker(broker: Broker, data_dir: Path) -> None:
+    """Save the dedup windows, flush and close the stores (a clean close: recovery then needs no
+    redelivered flags)."""
+    try:
+        dedup_state.save(data_dir, broker)
+    except OSError as exc:
+        log.error("cannot save dedup windows: %s", exc)
     durability = broker.durability
     if durability.store is not None:
         durability.store.close()
@@ -58,7 +65,7 @@ async def serve(config: Config, ready: Callable[[int], None] | None = None) -> N
     try:
         await _serve(broker, config, ready)
     finally:
-        close_broker(broker)
+        close_broker(broker, Path(config.data_dir))
 
 
 async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | None) -> None:
@@ -71,7 +78,22 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
                     tg.cancel_scope.cancel()
                     return
 
+        async def snapshot_dedup() -> None:
+            last = dedup_state.changes(broker)
+            while True:
+                await anyio.sleep(dedup_state.SNAPSHOT_SECONDS)
+                now = dedup_state.changes(broker)
+                if now != last:
+                    payload = dedup_state.collect(broker)
+                    try:
+                        await anyio.to_thread.run_sync(dedup_state.write, Path(config.data_dir),
+                                                       payload)
+                    except OSError as exc:
+                        log.error("cannot save dedup windows: %s", exc)
+                    last = now
+
         tg.start_soon(stop_on_signal)
+        tg.start_soon(snapshot_dedup)
         await run_broker(broker, config.host, config.port, ready)
 
 

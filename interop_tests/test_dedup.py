@@ -44,3 +44,37 @@ def test_retried_publish_is_confirmed_and_delivered_once(broker, unique_name):
         assert ch.queue_declare(unique_name, passive=True).method.message_count == 0
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill -9 after a snapshot"])
+def test_dedup_window_survives_a_restart(broker_factory, tmp_path, how):
+    if broker_factory is None:
+        pytest.skip("needs private broker processes")
+    data = tmp_path / "data"
+    b = broker_factory(data_dir=data)
+    conn = pika.BlockingConnection(pika.URLParameters(b.uri))
+    ch = conn.channel()
+    ch.queue_declare("dd", durable=True, arguments={"x-message-deduplication": True})
+    ch.confirm_delivery()
+    ch.basic_publish("", "dd", b"first", pika.BasicProperties(message_id="m1", delivery_mode=2))
+    ch.basic_publish("", "dd", b"second", pika.BasicProperties(message_id="m2", delivery_mode=2))
+    assert ch.basic_get("dd", auto_ack=True)[2] == b"first"  # m1 consumed: only the window knows it
+    conn.close()
+    if how == "sigterm":
+        b.stop()
+    else:
+        import time
+        time.sleep(2.5)  # more than one snapshot interval
+        b.kill()
+    b = broker_factory(data_dir=data, port=b.port)
+    conn = pika.BlockingConnection(pika.URLParameters(b.uri))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for mid in ("m1", "m2"):  # retries of both: consumed one and still-queued one
+        ch.basic_publish("", "dd", b"retry", pika.BasicProperties(message_id=mid, delivery_mode=2))
+    ch.basic_publish("", "dd", b"third", pika.BasicProperties(message_id="m3", delivery_mode=2))
+    bodies = []
+    while (got := ch.basic_get("dd", auto_ack=True))[0] is not None:
+        bodies.append(got[2])
+    assert bodies == [b"second", b"third"]
+    conn.close()

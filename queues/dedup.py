@@ -41,13 +41,15 @@ class DedupWindow:
     """Keys seen recently. ``size``: keys kept at most (> 0); ``ttl_ms``: ms each is kept (None:
     no expiry); ``clock()``: ms. ``check_and_add(key)`` is True when ``key`` is a duplicate."""
 
-    __slots__ = ("size", "ttl_ms", "_clock", "_keys")
+    __slots__ = ("size", "ttl_ms", "_clock", "_keys", "changes")
 
     def __init__(self, size: int | None, ttl_ms: int | None, clock: Callable[[], int]) -> None:
         self.size = size or DEFAULT_DEDUP_CACHE_SIZE
         self.ttl_ms = ttl_ms
         self._clock = clock
         self._keys: OrderedDict[str, int] = OrderedDict()  # key -> expiry ms (0: none)
+        #: Counts additions (for "has it changed since?" polling by a persister).
+        self.changes = 0
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -70,6 +72,7 @@ class DedupWindow:
         if key in keys:
             return True
         keys[key] = now + self.ttl_ms if self.ttl_ms is not None else 0
+        self.changes += 1
         if len(keys) > self.size:
             keys.popitem(last=False)
         return False
