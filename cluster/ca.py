@@ -26,6 +26,7 @@ import re
 import ssl
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -173,7 +174,7 @@ def client_ssl_context(directory: str | os.PathLike[str], node: str) -> ssl.SSLC
     return ctx
 
 
-def peer_node_name(peercert: dict | None) -> str | None:
+def peer_node_name(peercert: dict[str, Any] | None) -> str | None:
     """The node name (subject CN) of a verified peer certificate, as ``SSLSocket.getpeercert()``
     or anyio's ``TLSAttribute.peer_certificate`` return it; None when there is none."""
     if not peercert:

@@ -319,7 +319,7 @@ def register(mapping: dict[int, type[base.Frame]] | None = None) -> None:
     for cls in METHODS:
         held = target.get(cls.index)
         if held is not None and held is not cls:
-            raise RuntimeError(f"method index {cls.index:#x} already used by {held.name}")
+            raise RuntimeError(f"method index {cls.index:#x} already used by {held!r}")
         target[cls.index] = cls
     if mapping is None:
         import sys

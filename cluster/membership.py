@@ -92,7 +92,15 @@ class Node:
         self.peer_load: dict[str, dict[str, int]] = {}
         self._addresses: dict[str, str] = {}
         self._out: list[a.Action] = []
-        self._reset_view_state(0.0)
+        # per-view state, reset by _reset_view_state at every view change
+        self._last_heard: dict[str, float] = {}
+        self._suspects: dict[str, float] = {}     # node -> when we last acted on suspecting it
+        self._delegated: dict[str, float] = {}    # takeover candidate told -> when
+        self._bypassed: set[str] = set()          # candidates that did nothing: passed over
+        self._want_takeover = False
+        self._pending_suspects: set[str] = set()
+        self._next_ping = self._next_round = self._last_confirm = self._next_check = 0.0
+        self._check: tuple[float, set[str]] | None = None   # leader's quorum check: start, replies
         self._round: Round | None = None
         self._round_number = 0
         self._pending_joins: dict[str, str] = {}
@@ -436,16 +444,16 @@ class Node:
 
     # ----------------------------------------------------------------- views
     def _reset_view_state(self, now: float) -> None:
-        self._last_heard: dict[str, float] = {}
-        self._suspects: dict[str, float] = {}
-        self._delegated: dict[str, float] = {}
-        self._bypassed: set[str] = set()
+        self._last_heard = {}
+        self._suspects = {}
+        self._delegated = {}
+        self._bypassed = set()
         self._want_takeover = False
-        self._pending_suspects: set[str] = set()
+        self._pending_suspects = set()
         self._next_ping = now
         self._next_round = now
         self._last_confirm = now
-        self._check: tuple[float, set[str]] | None = None
+        self._check = None
         self._next_check = now
 
     def _install(self, view: int, members: a.Members, now: float) -> None:
