@@ -134,7 +134,9 @@ def test_decode_round_trips_pamqp(method: base.Frame) -> None:
 
 def test_every_pamqp_command_is_covered() -> None:
     covered = {type(m) for m in ALL_CASES} | {commands.Basic.Publish}
-    assert covered == set(commands.INDEX_MAPPING.values())
+    # Only pamqp's own commands: extension classes (cluster/codec.py) register themselves too.
+    assert covered == {cls for cls in commands.INDEX_MAPPING.values()
+                       if cls.__module__ == commands.__name__}
 
 
 @pytest.mark.parametrize("method", ALL_CASES, ids=_ids)
