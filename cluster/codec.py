@@ -321,13 +321,6 @@ def register(mapping: dict[int, type[base.Frame]] | None = None) -> None:
         if held is not None and held is not cls:
             raise RuntimeError(f"method index {cls.index:#x} already used by {held!r}")
         target[cls.index] = cls
-    if mapping is None:
-        import sys
-        methods_module = sys.modules.get("amqp_broker.protocol.methods")
-        arg_types = getattr(methods_module, "_ARG_TYPES", None)
-        if isinstance(arg_types, dict):
-            for cls in METHODS:
-                arg_types.setdefault(cls.index, tuple(cls.amqp_type(s) for s in cls.__slots__))
 
 
 register()

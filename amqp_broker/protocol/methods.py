@@ -26,8 +26,15 @@ _PUBLISH_PREFIX = b"\x00\x3c\x00\x28"
 _HEAD = struct.Struct(">BHI")
 _INDEX = struct.Struct(">I")
 _FIXED_SIZE = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
-_ARG_TYPES = {index: tuple(cls.amqp_type(name) for name in cls.__slots__)
-              for index, cls in commands.INDEX_MAPPING.items()}
+_ARG_TYPES: dict[int, tuple[str, ...]] = {}  # method index -> argument types, filled on first use
+
+
+def _arg_types(index: int, cls: type[base.Frame]) -> tuple[str, ...]:
+    """Argument types of a method class, cached (works for extension classes registered later)."""
+    types = _ARG_TYPES.get(index)
+    if types is None:
+        types = _ARG_TYPES[index] = tuple(cls.amqp_type(name) for name in cls.__slots__)
+    return types
 
 
 def _arguments_fit(types: tuple[str, ...], data: bytes) -> bool:
@@ -115,7 +122,7 @@ def decode_method(payload: bytes) -> Publish | base.Frame:
         raise ConnectionException(
             c.NOT_IMPLEMENTED, f"NOT_IMPLEMENTED - unknown method {index >> 16}.{index & 0xFFFF}",
             index >> 16, index & 0xFFFF)
-    if not _arguments_fit(_ARG_TYPES[index], payload[4:]):
+    if not _arguments_fit(_arg_types(index, cls), payload[4:]):
         raise _syntax_error(f"cannot decode {cls.name}: argument list truncated or too long", index)
     method = cls()
     try:
