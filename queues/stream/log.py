@@ -1,0 +1,526 @@
+"""The append-only log of one stream queue: segment files, an in-memory sparse index, a tail cache,
+retention, and the write half of group commit.
+
+Owns: one stream directory (``format`` documents the bytes), the offsets (0, 1, ... for the life of
+the stream; retention removes whole segments from the head, offsets never restart), reading records
+back from any offset (``Cursor``), and finding the first record at or after a timestamp.
+Must not know: consumers, credit, channels, event loops. Single-threaded: call every method from one
+thread; only the descriptors handed out by ``flush()`` may be fsynced elsewhere (see ``flush``).
+
+* Index: per segment its base offset, record count, size, first/last timestamp and a sparse index
+  (offset, file position, timestamp) every ``INDEX_INTERVAL`` bytes, rebuilt on open by scanning
+  the record headers (Kafka ``OffsetIndex`` is sparse the same way; ours is not persisted).
+* Tail cache: the most recent records (up to ``cache_bytes`` of bodies) stay in memory as
+  ``Message`` objects, so consumers at the tail never touch the disk; lagging consumers read
+  256 KiB chunks with ``os.pread``.
+* Crash safety: the active segment's torn tail (partial record, crc mismatch) is cut on open.
+  Appended records are buffered (``append``); ``flush()`` writes them to the OS and returns the
+  descriptors to fsync. A record is durable once an fsync of a flush that followed it finished.
+* Retention ("RabbitMQ: Streams", retention): whole non-active segments are deleted from the head
+  while the log is larger than ``max_bytes`` or while the head segment's newest record is older than
+  ``max_age_ms``. Evaluated when a segment rolls over and by ``apply_retention()`` (the queue calls
+  it from the core's timer for age retention). The active segment is never deleted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import time
+from array import array
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from ..message import Message
+from . import format as fmt
+
+__all__ = ["Cursor", "StreamLog", "DEFAULT_SEGMENT_BYTES"]
+
+log = logging.getLogger(__name__)
+
+#: Default segment size (RabbitMQ's default x-stream-max-segment-size-bytes is 500 MB; smaller
+#: segments make retention finer at the cost of more files).
+DEFAULT_SEGMENT_BYTES = 64 << 20
+INDEX_INTERVAL = 4096  # bytes between sparse index entries
+READ_CHUNK = 256 << 10
+SCAN_CHUNK = 4 << 20
+MAX_READ_FDS = 8
+
+
+class Cursor:
+    """A reader's place in a log: the next ``offset`` to read, and where it is on disk when known
+    (``segment_base``, ``position``: file position of that record; ``None`` when unknown)."""
+
+    __slots__ = ("offset", "segment_base", "position")
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+        self.segment_base: int | None = None
+        self.position = 0
+
+
+class _Segment:
+    __slots__ = ("base", "path", "size", "count", "first_ts", "last_ts", "idx_off", "idx_pos",
+                 "idx_ts", "_last_indexed")
+
+    def __init__(self, base: int, path: Path) -> None:
+        self.base = base
+        self.path = path
+        self.size = fmt.FILE_HEADER_SIZE
+        self.count = 0
+        self.first_ts = 0
+        self.last_ts = 0
+        self.idx_off = array("q")
+        self.idx_pos = array("q")
+        self.idx_ts = array("q")
+        self._last_indexed = -INDEX_INTERVAL
+
+    def note(self, offset: int, position: int, timestamp: int, size: int) -> None:
+        """Account for a record of ``size`` bytes at ``position``."""
+        if self.count == 0:
+            self.first_ts = timestamp
+        self.last_ts = timestamp
+        self.count += 1
+        self.size = position + size
+        if position - self._last_indexed >= INDEX_INTERVAL:
+            self.idx_off.append(offset)
+            self.idx_pos.append(position)
+            self.idx_ts.append(timestamp)
+            self._last_indexed = position
+
+    @property
+    def next_offset(self) -> int:
+        return self.base + self.count
+
+
+class StreamLog:
+    """The log of one stream (see module doc). Construction opens or creates ``directory``.
+
+    ``max_segment_bytes``: roll to a new segment when a record would take the active one past this
+    (a bigger record gets a segment of its own). ``max_bytes`` / ``max_age_ms``: retention (None:
+    keep). ``wall_clock()``: seconds since the epoch (record timestamps). ``cache_bytes``: bodies
+    kept in the tail cache. ``on_dirty()``: called after the first append since the last
+    ``flush()`` (the group-commit syncer's wake-up). Raises ``StreamFormatError`` for a foreign or
+    newer segment file, ``OSError`` from the file system.
+    """
+
+    def __init__(self, directory: Path | str, *, max_segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 max_bytes: int | None = None, max_age_ms: int | None = None,
+                 wall_clock: Callable[[], float] = time.time, cache_bytes: int = 4 << 20,
+                 write_buffer_bytes: int = 1 << 20,
+                 on_dirty: Callable[[], None] | None = None) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.max_segment_bytes = max(4096, max_segment_bytes)
+        self.max_bytes = max_bytes
+        self.max_age_ms = max_age_ms
+        self.wall_clock = wall_clock
+        self.cache_bytes = cache_bytes
+        self.write_buffer_bytes = write_buffer_bytes
+        self.on_dirty = on_dirty
+        self._segments: list[_Segment] = []
+        self._bases: list[int] = []
+        self._buf = bytearray()
+        self._dirty = False  # bytes handed to the OS since the last flush() took an fd
+        self._pending = False  # appended since the last flush() (on_dirty already called)
+        self._rolled_fds: list[int] = []
+        self._dir_dirty = False
+        self._read_fds: dict[int, int] = {}
+        self._cache: deque[Message] = deque()
+        self._cache_start = 0
+        self._cache_size = 0
+        self._last_ts = 0
+        self._closed = False
+        #: (segment file, position, bytes cut) for every torn tail cut while opening.
+        self.cuts: list[tuple[str, int, int]] = []
+        self._open()
+        active = self._segments[-1]
+        self._wfd = os.open(active.path, os.O_WRONLY | os.O_APPEND)
+        self._cache_start = active.next_offset
+
+    # -- opening ---------------------------------------------------------------------------------
+    def _open(self) -> None:
+        files = sorted(p for p in self.directory.iterdir() if p.suffix == ".seg")
+        expected: int | None = None
+        for i, path in enumerate(files):
+            base = int(path.stem)
+            if expected is not None and base != expected:
+                log.error("stream %s: segment %s does not follow offset %d: dropped with the rest",
+                          self.directory, path.name, expected)
+                for extra in files[i:]:
+                    extra.unlink()
+                break
+            cuts = len(self.cuts)
+            seg = self._scan_segment(path, base, last=i == len(files) - 1)
+            self._segments.append(seg)
+            self._bases.append(base)
+            expected = seg.next_offset
+            if len(self.cuts) > cuts:  # a cut in a sealed segment: drop what follows
+                for extra in files[i + 1:]:
+                    extra.unlink()
+                break
+        if not self._segments:
+            self._new_segment(0)
+        else:
+            self._last_ts = self._segments[-1].last_ts
+
+    def _scan_segment(self, path: Path, base: int, last: bool) -> _Segment:
+        seg = _Segment(base, path)
+        with open(path, "r+b") as f:
+            fd = f.fileno()
+            file_size = os.fstat(fd).st_size
+            fmt.parse_file_header(os.pread(fd, fmt.FILE_HEADER_SIZE, 0), base)
+            pos = fmt.FILE_HEADER_SIZE
+            while pos < file_size:
+                data = os.pread(fd, min(SCAN_CHUNK, file_size - pos), pos)
+                records, stop = fmt.scan_records(data, 0, pos, seg.next_offset, verify=last,
+                                                 with_payload=False)
+                if not records:
+                    need = _record_size_at(fd, pos, file_size)
+                    if need is None or need <= len(data):
+                        break
+                    data = os.pread(fd, need, pos)
+                    records, stop = fmt.scan_records(data, 0, pos, seg.next_offset,
+                                                     verify=last, with_payload=False)
+                    if not records:
+                        break
+                for rec in records:
+                    seg.note(rec.offset, rec.position, rec.timestamp, rec.size)
+                pos += stop
+            if seg.size < file_size:
+                self.cuts.append((path.name, seg.size, file_size - seg.size))
+                log.warning("stream %s: cut %d bytes of torn tail at %d in %s", self.directory,
+                            file_size - seg.size, seg.size, path.name)
+                f.truncate(seg.size)
+        return seg
+
+    def _new_segment(self, base: int) -> _Segment:
+        path = self.directory / fmt.segment_name(base)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, fmt.encode_file_header(base))
+        finally:
+            os.close(fd)
+        seg = _Segment(base, path)
+        self._segments.append(seg)
+        self._bases.append(base)
+        self._dir_dirty = True
+        return seg
+
+    # -- figures ---------------------------------------------------------------------------------
+    @property
+    def first_offset(self) -> int:
+        """The oldest offset still in the log (== ``next_offset`` when empty)."""
+        return self._segments[0].base
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def length(self) -> int:
+        """Records currently in the log."""
+        return self.next_offset - self.first_offset
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of all segments (file headers included; buffered bytes counted)."""
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        """Number of segment files."""
+        return len(self._segments)
+
+    # -- appending -------------------------------------------------------------------------------
+    def append(self, message: Message) -> tuple[int, Message]:
+        """Append ``message``; returns (offset, the stored message: same routing and body, content
+        header carrying ``x-stream-offset``). Buffered: durable only after a ``flush()`` and its
+        fsync. Raises ``OSError`` (segment roll-over, buffer write-out)."""
+        if self._closed:
+            raise ValueError("stream log is closed")
+        active = self._segments[-1]
+        offset = active.next_offset
+        ts = int(self.wall_clock() * 1000)
+        if ts < self._last_ts:
+            ts = self._last_ts  # timestamps never go back within a stream
+        self._last_ts = ts
+        header = fmt.with_offset_header(message.header_payload, offset)
+        routing = message.routing_raw
+        if routing is None:
+            routing = _short(message.exchange) + _short(message.routing_key)
+        record = fmt.encode_record(offset, ts, routing, header, message.body)
+        if active.count and active.size + len(record) > self.max_segment_bytes:
+            active = self._roll(offset)
+        active.note(offset, active.size, ts, len(record))
+        self._buf += record
+        stored = Message(message.exchange, message.routing_key, header, message.body)
+        stored.routing_raw = routing
+        cache = self._cache
+        cache.append(stored)
+        self._cache_size += len(message.body) + len(header)
+        while self._cache_size > self.cache_bytes and len(cache) > 1:
+            old = cache.popleft()
+            self._cache_size -= len(old.body) + len(old.header_payload)
+            self._cache_start += 1
+        if len(self._buf) >= self.write_buffer_bytes:
+            self._write_out()
+        if not self._pending:
+            self._pending = True
+            if self.on_dirty is not None:
+                self.on_dirty()
+        return offset, stored
+
+    def _write_out(self) -> None:
+        buf = self._buf
+        if not buf:
+            return
+        view = memoryview(buf)
+        done = 0
+        while done < len(buf):
+            done += os.write(self._wfd, view[done:])
+        view.release()
+        self._buf = bytearray()
+        self._dirty = True
+
+    def _roll(self, base: int) -> _Segment:
+        self._write_out()
+        if self._dirty:
+            self._rolled_fds.append(self._wfd)  # fsynced (and closed) by the next flush's sync
+            self._dirty = False
+        else:
+            os.close(self._wfd)
+        seg = self._new_segment(base)
+        self._wfd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
+        self.apply_retention()
+        return seg
+
+    def flush(self) -> tuple[list[int], int]:
+        """Hand buffered records to the OS; returns (descriptors to fdatasync, directory descriptor
+        to fsync or -1). The caller owns them (fsync, then close; any thread) and a record
+        appended before this call is durable once that is done."""
+        self._pending = False
+        if self._closed:
+            return [], -1
+        self._write_out()
+        fds, self._rolled_fds = self._rolled_fds, []
+        if self._dirty:
+            fds.append(os.dup(self._wfd))
+            self._dirty = False
+        dir_fd = -1
+        if self._dir_dirty:
+            dir_fd = os.open(self.directory, os.O_RDONLY)
+            self._dir_dirty = False
+        return fds, dir_fd
+
+    # -- retention -------------------------------------------------------------------------------
+    def apply_retention(self, now: float | None = None) -> int:
+        """Delete head segments beyond ``max_bytes`` / older than ``max_age_ms`` (never the active
+        one); returns how many went. ``now``: seconds since the epoch (default ``wall_clock()``)."""
+        segs = self._segments
+        removed = 0
+        if self.max_bytes is not None:
+            total = sum(s.size for s in segs)
+            while len(segs) > 1 and total > self.max_bytes:
+                total -= segs[0].size
+                self._drop_head()
+                removed += 1
+        if self.max_age_ms is not None:
+            cutoff = int((self.wall_clock() if now is None else now) * 1000) - self.max_age_ms
+            while len(segs) > 1 and segs[0].last_ts < cutoff:
+                self._drop_head()
+                removed += 1
+        return removed
+
+    def age_deadline(self) -> float | None:
+        """When (seconds since the epoch) the head segment falls out of ``max_age_ms``; None when
+        there is no age limit or only the active segment."""
+        if self.max_age_ms is None or len(self._segments) < 2:
+            return None
+        return (self._segments[0].last_ts + self.max_age_ms) / 1000
+
+    def _drop_head(self) -> None:
+        seg = self._segments.pop(0)
+        self._bases.pop(0)
+        fd = self._read_fds.pop(seg.base, None)
+        if fd is not None:
+            os.close(fd)
+        try:
+            seg.path.unlink()
+        except FileNotFoundError:
+            pass
+        self._dir_dirty = True
+        first = self._segments[0].base
+        while self._cache_start < first and self._cache:
+            old = self._cache.popleft()
+            self._cache_size -= len(old.body) + len(old.header_payload)
+            self._cache_start += 1
+        if self._cache_start < first:
+            self._cache_start = first
+        log.info("stream %s: retention removed segment %s", self.directory, seg.path.name)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def read(self, cursor: Cursor, max_count: int) -> list[Message]:
+        """Up to ``max_count`` messages from ``cursor.offset`` on, advancing the cursor (message i
+        has offset ``start + i``, ``start`` being ``cursor.offset`` after this call's clamping:
+        a cursor behind the head jumps to ``first_offset``). Empty at the tail. The messages carry
+        ``x-stream-offset``. Raises ``OSError``."""
+        first = self._segments[0].base
+        if cursor.offset < first:
+            cursor.offset = first
+            cursor.segment_base = None
+        offset = cursor.offset
+        if offset >= self.next_offset or max_count <= 0:
+            return []
+        if offset >= self._cache_start:
+            i = offset - self._cache_start
+            cache = self._cache
+            out = [cache[j] for j in range(i, min(len(cache), i + max_count))]
+            cursor.offset += len(out)
+            cursor.segment_base = None
+            return out
+        return self._read_disk(cursor, max_count)
+
+    def _segment_of(self, offset: int) -> _Segment:
+        return self._segments[bisect.bisect_right(self._bases, offset) - 1]
+
+    def _read_fd(self, seg: _Segment) -> int:
+        fd = self._read_fds.get(seg.base)
+        if fd is None:
+            if len(self._read_fds) >= MAX_READ_FDS:
+                old = next(iter(self._read_fds))
+                os.close(self._read_fds.pop(old))
+            fd = self._read_fds[seg.base] = os.open(seg.path, os.O_RDONLY)
+        return fd
+
+    def _position_of(self, seg: _Segment, offset: int) -> tuple[int, int]:
+        """(file position, offset) of the indexed record at or before ``offset``."""
+        i = bisect.bisect_right(seg.idx_off, offset) - 1
+        if i < 0:
+            return fmt.FILE_HEADER_SIZE, seg.base
+        return seg.idx_pos[i], seg.idx_off[i]
+
+    def _read_disk(self, cursor: Cursor, max_count: int) -> list[Message]:
+        offset = cursor.offset
+        seg = self._segment_of(offset)
+        if seg is self._segments[-1] and self._buf:
+            self._write_out()
+        if cursor.segment_base == seg.base:
+            pos, at = cursor.position, offset
+        else:
+            pos, at = self._position_of(seg, offset)
+        fd = self._read_fd(seg)
+        out: list[Message] = []
+        end = seg.size
+        while len(out) < max_count and pos < end:
+            data = os.pread(fd, min(READ_CHUNK, end - pos), pos)
+            records, stop = fmt.scan_records(data, 0, pos, at)
+            if not records:
+                need = _record_size_at(fd, pos, end)
+                if need is not None and need > len(data):
+                    data = os.pread(fd, need, pos)
+                    records, stop = fmt.scan_records(data, 0, pos, at)
+                if not records:
+                    log.error("stream %s: unreadable record at %d in %s; skipping the segment",
+                              self.directory, pos, seg.path.name)
+                    cursor.offset = seg.next_offset
+                    cursor.segment_base = None
+                    return out
+            for rec in records:
+                if len(out) >= max_count:
+                    break
+                pos = rec.position + rec.size
+                at = rec.offset + 1
+                if rec.offset >= offset:
+                    exchange, key = fmt.decode_routing(rec.routing)
+                    msg = Message(exchange, key, rec.header, rec.body)
+                    msg.routing_raw = rec.routing
+                    out.append(msg)
+        cursor.offset = offset + len(out)
+        if pos >= end:
+            cursor.segment_base = None
+        else:
+            cursor.segment_base, cursor.position = seg.base, pos
+        return out
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int:
+        """The first offset whose record was appended at or after ``timestamp_ms`` (ms since the
+        epoch); ``next_offset`` when every record is older. Raises ``OSError``."""
+        segs = self._segments
+        for seg in segs:
+            if seg.count and seg.last_ts >= timestamp_ms:
+                break
+        else:
+            return self.next_offset
+        if seg.first_ts >= timestamp_ms:
+            return seg.base
+        if seg is segs[-1] and self._buf:
+            self._write_out()
+        i = max(0, bisect.bisect_left(seg.idx_ts, timestamp_ms) - 1)
+        pos, at = (seg.idx_pos[i], seg.idx_off[i]) if len(seg.idx_ts) else (
+            fmt.FILE_HEADER_SIZE, seg.base)
+        fd = self._read_fd(seg)
+        while pos < seg.size:
+            data = os.pread(fd, min(SCAN_CHUNK, seg.size - pos), pos)
+            records, stop = fmt.scan_records(data, 0, pos, at, verify=False, with_payload=False)
+            if not records:
+                need = _record_size_at(fd, pos, seg.size)
+                if need is None or need <= len(data):
+                    break
+                data = os.pread(fd, need, pos)
+                records, stop = fmt.scan_records(data, 0, pos, at, verify=False,
+                                                 with_payload=False)
+                if not records:
+                    break
+            for rec in records:
+                if rec.timestamp >= timestamp_ms:
+                    return rec.offset
+            at = records[-1].offset + 1
+            pos += stop
+        return seg.next_offset
+
+    # -- closing ---------------------------------------------------------------------------------
+    def close(self, fsync: bool = True) -> None:
+        """Write out, fsync (unless ``fsync`` is False) and close every descriptor. Idempotent."""
+        if self._closed:
+            return
+        self._write_out()
+        fds = [*self._rolled_fds, self._wfd]
+        self._rolled_fds = []
+        try:
+            if fsync:
+                for fd in fds:
+                    os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close without syncing and remove the stream's directory (Queue.Delete)."""
+        self.close(fsync=False)
+        self._cache.clear()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _short(text: str) -> bytes:
+    raw = text.encode("utf-8", "surrogateescape")[:255]
+    return bytes((len(raw),)) + raw
+
+
+def _record_size_at(fd: int, pos: int, end: int) -> int | None:
+    """Total size of the record at ``pos`` per its length field, None when it cannot fit."""
+    head = os.pread(fd, 8, pos)
+    if len(head) < 8:
+        return None
+    length = int.from_bytes(head[:4], "big")
+    if length < fmt.RECORD_FIXED or length > fmt.MAX_RECORD or pos + 8 + length > end:
+        return None
+    return 8 + length
