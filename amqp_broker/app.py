@@ -14,7 +14,7 @@ import anyio
 
 from queues.store.store import MessageStore
 
-from . import dedup_state
+from . import clustering, dedup_state
 from .config import Config
 from .core.broker import Broker
 from .core.durability import Durability
@@ -69,14 +69,27 @@ async def serve(config: Config, ready: Callable[[int], None] | None = None) -> N
 
 
 async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | None) -> None:
+    clustered = bool(config.seeds or config.cluster_name or config.cluster_secret)
+    drivers: list = []
     async with anyio.create_task_group() as tg:
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for signum in signals:
                     log.info("signal %s: shutting down", signal.Signals(signum).name)
+                    if drivers:
+                        await clustering.leave_cluster(drivers[0])
                     await shutdown(broker)
                     tg.cancel_scope.cancel()
                     return
+
+        async def join(port: int) -> None:
+            drivers.append(await clustering.start_cluster(broker, config, port, tg))
+
+        def listening(port: int) -> None:
+            if clustered:
+                tg.start_soon(join, port)
+            if ready is not None:
+                ready(port)
 
         async def snapshot_dedup() -> None:
             last = dedup_state.changes(broker)
@@ -94,7 +107,7 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
 
         tg.start_soon(stop_on_signal)
         tg.start_soon(snapshot_dedup)
-        await run_broker(broker, config.host, config.port, ready)
+        await run_broker(broker, config.host, config.port, listening)
 
 
 async def shutdown(broker: Broker, grace: float = 2.0) -> None:

@@ -45,6 +45,11 @@ class Config:
     channel_max: int = 2047
     memory_high_watermark: float = 0.4
     sync_policy: str = "batch"
+    cluster_name: str = ""
+    seeds: str = ""
+    cluster_secret: str = ""
+    sync_replies: str = "all"
+    ping_interval: float = 0.5
     users: tuple[User, ...] = (User("guest", "guest", ("*",), loopback_only=True),)
 
     def broker_settings(self) -> BrokerSettings:
@@ -116,6 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frame-max", type=int, help="largest frame offered to clients, bytes")
     p.add_argument("--memory-high-watermark", type=float,
                    help="memory alarm threshold: bytes, or a fraction of RAM when < 1 (0 = off)")
+    p.add_argument("--cluster", dest="cluster_name", metavar="NAME",
+                   help="cluster name (peers must agree on it)")
+    p.add_argument("--seed", dest="seed_list", action="append", metavar="HOST:PORT",
+                   help="join the cluster through this member (repeatable)")
+    p.add_argument("--cluster-secret", metavar="FILE",
+                   help="file holding the shared secret cluster peers authenticate with")
+    p.add_argument("--sync-replies", metavar="all|majority|none|N",
+                   help="members that must confirm a declare/bind/delete before the client is "
+                   "answered (default all)")
+    p.add_argument("--ping-interval", type=float, help="ring ping interval, s (default 0.5)")
     p.add_argument("--sync-policy", choices=["batch", "always", "none"],
                    help="message store fsync: batch (group commit, default, safe), always, "
                    "none (no fsync: survives kill -9, not power loss)")
@@ -150,7 +165,14 @@ def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = 
         raw = getattr(args, key, None)
         if raw is not None:
             values[key] = _coerce(key, raw)
+    if args.seed_list:
+        values["seeds"] = ",".join(args.seed_list)
     config = replace(Config(), **values)
+    if (config.seeds or config.cluster_name) and not config.cluster_secret:
+        raise ConfigError("clustering (--seed/--cluster) needs --cluster-secret FILE")
+    if config.sync_replies not in ("all", "majority", "none") and not config.sync_replies.isdigit():
+        raise ConfigError(f"sync_replies: expected all, majority, none or a number, got "
+                          f"{config.sync_replies!r}")
     if config.sync_policy not in ("batch", "always", "none"):
         raise ConfigError(f"sync_policy: expected batch, always or none, got {config.sync_policy!r}")
     return config

@@ -45,6 +45,22 @@ class Broker:
         self.needs_dispatch: set[Queue] = set()
         self.memory_alarm = False
         self._ids = itertools.count(1)
+        # --- cluster seams (set by the composition root when clustering; None: a lone broker) ---
+        #: Authenticates ``cluster-peer`` connections: ``.mechanism`` (SASL name) and
+        #: ``.new_server()`` -> object with ``challenge(initial) -> str`` and ``verify(response)
+        #: -> node name`` (raising on failure). See ``cluster.secret``.
+        self.peer_auth = None
+        #: Called as ``peer_handler(channel, method) -> bool`` for every method on a peer
+        #: connection's channel; True when the cluster consumed it (Cluster class methods, buffered
+        #: replay), False to run the ordinary handler.
+        self.peer_handler = None
+        #: ``propagate(vhost, method, done)``: send a client's change to every member; ``done(None
+        #: | reason)`` once the reply policy is met. See ``cluster.ports.ClusterHooks``.
+        self.cluster_hooks = None
+        #: Extra Connection.Start server properties (cluster_view, cluster_members, ...).
+        self.cluster_properties: dict = {}
+        #: False while a joining node waits for every member's Synch: clients are refused.
+        self.accepting_clients = True
 
     def clock_ms(self) -> int:
         """The clock in whole milliseconds (what queues use for TTL)."""

@@ -75,6 +75,10 @@ class Channel:
             return
         if self.assembler.expecting_content:
             raise self.assembler.unexpected("method frame")
+        if self.connection.peer_node is not None:
+            peer_handler = self.connection.broker.peer_handler
+            if peer_handler is not None and peer_handler(self, method, payload):
+                return
         try:
             if method.__class__ is Publish:
                 self._check_publish(method)

@@ -23,6 +23,7 @@ from ..protocol.framing import FrameSplitter
 from ..protocol.methods import decode_method, encode_method, method_ids
 from .auth import MECHANISMS, authenticate, parse_response
 from .channel import Channel
+from .settings import User
 
 if TYPE_CHECKING:
     from pamqp.base import Frame
@@ -58,6 +59,7 @@ class State(enum.Enum):
 
     AWAIT_HEADER = 0
     AWAIT_START_OK = 1
+    AWAIT_SECURE_OK = 7  # cluster peer: challenge sent
     AWAIT_TUNE_OK = 2
     AWAIT_OPEN = 3
     OPEN = 4
@@ -93,6 +95,9 @@ class Connection:
         self.on_writable: Callable[[], None] | None = None
         self.closed = False
         self.blocked = False  # Connection.Blocked sent (memory alarm)
+        #: Set when a cluster peer authenticated: its node name (see ``_start_ok``).
+        self.peer_node: str | None = None
+        self._peer_auth = None
         self.has_published = False
         self._out: list[bytes] = []
         self.output_size = 0
@@ -102,6 +107,11 @@ class Connection:
         self.created_at = now
         self.last_received = now
         self.last_sent = now
+
+    @property
+    def is_peer(self) -> bool:
+        """True for an authenticated cluster peer link."""
+        return self.peer_node is not None
 
     @property
     def is_open(self) -> bool:
@@ -215,6 +225,9 @@ class Connection:
             return b""
         self.state = State.AWAIT_START_OK
         s = self.broker.settings
+        mechanisms = MECHANISMS
+        if self.broker.peer_auth is not None:
+            mechanisms = (*MECHANISMS, self.broker.peer_auth.mechanism)
         self.send_method(0, cmd.Connection.Start(
             0, 9, {
                 "product": "amqp-broker",
@@ -225,7 +238,8 @@ class Connection:
                 "capabilities": CAPABILITIES,
                 "cluster_name": s.cluster_name,
                 "node_name": s.node_name,
-            }, " ".join(MECHANISMS), "en_US"))
+                **self.broker.cluster_properties,
+            }, " ".join(mechanisms), "en_US"))
         return rest
 
     # ------------------------------------------------------------------- connection class
@@ -245,6 +259,8 @@ class Connection:
         cid, mid = method_ids(method)
         if state is State.AWAIT_START_OK and isinstance(method, cmd.Connection.StartOk):
             self._start_ok(method)
+        elif state is State.AWAIT_SECURE_OK and isinstance(method, cmd.Connection.SecureOk):
+            self._secure_ok(method)
         elif state is State.AWAIT_TUNE_OK and isinstance(method, cmd.Connection.TuneOk):
             self._tune_ok(method)
         elif state is State.AWAIT_OPEN and isinstance(method, cmd.Connection.Open):
@@ -265,6 +281,26 @@ class Connection:
         self.client_properties = method.client_properties or {}
         caps = self.client_properties.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
+        peer_auth = self.broker.peer_auth
+        claims_peer = bool(self.capabilities.get("cluster-peer"))
+        if claims_peer or (peer_auth is not None and method.mechanism == peer_auth.mechanism):
+            # Issue 5: a connection claiming cluster-peer must authenticate as one, or is refused.
+            if peer_auth is None or method.mechanism != peer_auth.mechanism or not claims_peer:
+                log.warning("refused cluster-peer connection from %s: mechanism %s, clustering %s",
+                            self.name, method.mechanism,
+                            "on" if peer_auth is not None else "off")
+                raise ConnectionException(
+                    c.ACCESS_REFUSED, "ACCESS_REFUSED - cluster-peer connections must "
+                    "authenticate with the cluster secret", 10, 11)
+            self._peer_auth = peer_auth.new_server()
+            try:
+                challenge = self._peer_auth.challenge(method.response)
+            except Exception:
+                raise ConnectionException(c.ACCESS_REFUSED, "ACCESS_REFUSED - bad cluster peer "
+                                          "name", 10, 11) from None
+            self.state = State.AWAIT_SECURE_OK
+            self.send_method(0, cmd.Connection.Secure(challenge))
+            return
         if method.mechanism not in MECHANISMS:
             raise ConnectionException(
                 c.ACCESS_REFUSED, f"ACCESS_REFUSED - unsupported mechanism {method.mechanism}",
@@ -278,6 +314,21 @@ class Connection:
                         creds[0] if creds else "?", self.name, why)
             raise ConnectionException(c.ACCESS_REFUSED, why, 10, 11)
         self.user = user
+        s = self.broker.settings
+        self.state = State.AWAIT_TUNE_OK
+        self.send_method(0, cmd.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
+
+    def _secure_ok(self, method: cmd.Connection.SecureOk) -> None:
+        try:
+            node = self._peer_auth.verify(method.response)
+        except Exception as exc:
+            log.warning("cluster peer from %s failed authentication: %s", self.name, exc)
+            raise ConnectionException(c.ACCESS_REFUSED, "ACCESS_REFUSED - cluster peer "
+                                      "authentication failed", 10, 21) from None
+        self._peer_auth = None
+        self.peer_node = node
+        self.name = f"{self.name} (peer {node})"
+        self.user = User(f"cluster:{node}", "", ("*",))
         s = self.broker.settings
         self.state = State.AWAIT_TUNE_OK
         self.send_method(0, cmd.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
@@ -307,6 +358,9 @@ class Connection:
         if vhost is None:
             raise ConnectionException(
                 c.NOT_ALLOWED, f"NOT_ALLOWED - vhost {method.virtual_host} not found", 10, 40)
+        if not self.broker.accepting_clients and not self.is_peer:
+            raise ConnectionException(c.CONNECTION_FORCED, "CONNECTION_FORCED - this node is "
+                                      "joining the cluster; connect to another member", 10, 40)
         if not allowed:
             raise ConnectionException(
                 c.NOT_ALLOWED,

@@ -10,6 +10,8 @@ from pamqp import commands as cmd
 
 from routing.destination import Destination
 
+from .propagation import reply
+
 if TYPE_CHECKING:
     from ..channel import Channel
 
@@ -18,30 +20,26 @@ def declare(ch: Channel, m: cmd.Exchange.Declare) -> None:
     """Exchange.Declare -> Declare-Ok (unless nowait); errors from ``VirtualHost.declare_exchange``."""
     ch.vhost.declare_exchange(m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
                               auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments)
-    if not m.nowait:
-        ch.connection.send_method(ch.id, cmd.Exchange.DeclareOk())
+    reply(ch, m, None if m.nowait else cmd.Exchange.DeclareOk(), local_only=m.passive)
 
 
 def delete(ch: Channel, m: cmd.Exchange.Delete) -> None:
     """Exchange.Delete -> Delete-Ok."""
     ch.vhost.delete_exchange(m.exchange, if_unused=m.if_unused)
-    if not m.nowait:
-        ch.connection.send_method(ch.id, cmd.Exchange.DeleteOk())
+    reply(ch, m, None if m.nowait else cmd.Exchange.DeleteOk())
 
 
 def bind(ch: Channel, m: cmd.Exchange.Bind) -> None:
     """Exchange.Bind (source -> destination exchange) -> Bind-Ok."""
     ch.vhost.bind(m.source, Destination("exchange", m.destination), m.routing_key, m.arguments)
-    if not m.nowait:
-        ch.connection.send_method(ch.id, cmd.Exchange.BindOk())
+    reply(ch, m, None if m.nowait else cmd.Exchange.BindOk())
 
 
 def unbind(ch: Channel, m: cmd.Exchange.Unbind) -> None:
     """Exchange.Unbind -> Unbind-Ok."""
     ch.vhost.bind(m.source, Destination("exchange", m.destination), m.routing_key, m.arguments,
                   unbind=True)
-    if not m.nowait:
-        ch.connection.send_method(ch.id, cmd.Exchange.UnbindOk())
+    reply(ch, m, None if m.nowait else cmd.Exchange.UnbindOk())
 
 
 HANDLERS = {cmd.Exchange.Declare: declare, cmd.Exchange.Delete: delete,

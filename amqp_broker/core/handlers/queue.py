@@ -17,6 +17,7 @@ from routing.destination import Destination
 
 from ...protocol import constants as c
 from ...protocol.errors import ChannelException
+from .propagation import reply
 
 if TYPE_CHECKING:
     from ..channel import Channel
@@ -48,17 +49,18 @@ def declare(ch: Channel, m: cmd.Queue.Declare) -> None:
                                exclusive=m.exclusive, auto_delete=m.auto_delete,
                                arguments=m.arguments)
     ch.last_queue = q.name
-    if not m.nowait:
-        ch.connection.send_method(ch.id, cmd.Queue.DeclareOk(q.name, q.message_count,
-                                                             q.consumer_count))
+    m.queue = q.name  # a server-generated name travels to the other members as it is
+    reply(ch, m, None if m.nowait else cmd.Queue.DeclareOk(q.name, q.message_count,
+                                                           q.consumer_count),
+          local_only=m.passive or q.exclusive_owner is not None)
 
 
 def bind(ch: Channel, m: cmd.Queue.Bind) -> None:
     """Queue.Bind -> Bind-Ok."""
     q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
     ch.vhost.bind(m.exchange, Destination("queue", q.name), m.routing_key, m.arguments)
-    if not m.nowait:
-        ch.connection.send_method(ch.id, cmd.Queue.BindOk())
+    m.queue = q.name
+    reply(ch, m, None if m.nowait else cmd.Queue.BindOk(), local_only=q.exclusive_owner is not None)
 
 
 def unbind(ch: Channel, m: cmd.Queue.Unbind) -> None:
@@ -66,15 +68,17 @@ def unbind(ch: Channel, m: cmd.Queue.Unbind) -> None:
     q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
     ch.vhost.bind(m.exchange, Destination("queue", q.name), m.routing_key, m.arguments,
                   unbind=True)
-    ch.connection.send_method(ch.id, cmd.Queue.UnbindOk())
+    m.queue = q.name
+    reply(ch, m, cmd.Queue.UnbindOk(), local_only=q.exclusive_owner is not None)
 
 
 def purge(ch: Channel, m: cmd.Queue.Purge) -> None:
     """Queue.Purge -> Purge-Ok(message_count purged); unacked messages stay."""
     q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
     count = q.purge()
-    if not m.nowait:
-        ch.connection.send_method(ch.id, cmd.Queue.PurgeOk(count))
+    m.queue = q.name
+    reply(ch, m, None if m.nowait else cmd.Queue.PurgeOk(count),
+          local_only=q.exclusive_owner is not None)
 
 
 def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
@@ -84,6 +88,7 @@ def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
     vhost = ch.vhost
     q = vhost.queues.get(name)
     count = 0
+    private = q is not None and q.exclusive_owner is not None
     if q is not None:
         q = vhost.get_queue(name, ch.connection)
         if m.if_unused and q.consumer_count:
@@ -95,8 +100,8 @@ def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
                                    f"PRECONDITION_FAILED - queue '{name}' in vhost '{vhost.name}' "
                                    f"is not empty")
         count = vhost.delete_queue(q)
-    if not m.nowait:
-        ch.connection.send_method(ch.id, cmd.Queue.DeleteOk(count))
+    m.queue = name
+    reply(ch, m, None if m.nowait else cmd.Queue.DeleteOk(count), local_only=private)
 
 
 HANDLERS = {cmd.Queue.Declare: declare, cmd.Queue.Bind: bind, cmd.Queue.Unbind: unbind,

@@ -1,0 +1,63 @@
+"""The broker's side of the cluster seam: what a member replays to a joiner, and load figures.
+
+Owns turning the broker's state into the AMQP methods that carry it (the Qpid proposal replays
+state as ordinary Exchange.Declare / Queue.Declare / Queue.Bind methods, "Cluster.Join"): the leader
+replays exchanges, shared (non-exclusive) queues and their bindings; every member would replay its
+private queues (proxies are not built yet, so nothing else is replayed). Replayed methods carry
+``nowait`` so the joiner need not answer them; vhost "/" only for now. Lives beside ``app`` because
+it knows both the core and the cluster package.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pamqp import commands as cmd
+
+from .core.broker import Broker
+
+__all__ = ["replay_methods", "load_figures"]
+
+
+def replay_methods(broker: Broker, shared: bool) -> list[Any]:
+    """The methods replaying our part of the state to a joiner (see module docstring)."""
+    if not shared:
+        return []
+    vhost = broker.vhosts.get("/")
+    if vhost is None:
+        return []
+    out: list[Any] = []
+    routing = vhost.routing
+    for ex in routing.exchanges():
+        if not ex.name or routing.is_reserved(ex.name):
+            continue
+        out.append(cmd.Exchange.Declare(exchange=ex.name, exchange_type=ex.type,
+                                        durable=ex.durable, auto_delete=ex.auto_delete,
+                                        internal=ex.internal, nowait=True,
+                                        arguments=dict(ex.arguments)))
+    shared_queues = set()
+    for q in vhost.queues.values():
+        if q.exclusive_owner is not None:
+            continue
+        shared_queues.add(q.name)
+        out.append(cmd.Queue.Declare(queue=q.name, durable=q.durable, auto_delete=q.auto_delete,
+                                     nowait=True, arguments=dict(q.arguments)))
+    for b in routing.bindings():
+        if b.destination.kind == "queue":
+            if b.destination.name in shared_queues:
+                out.append(cmd.Queue.Bind(queue=b.destination.name, exchange=b.source,
+                                          routing_key=b.binding_key, nowait=True,
+                                          arguments=dict(b.arguments)))
+        else:
+            out.append(cmd.Exchange.Bind(destination=b.destination.name, source=b.source,
+                                         routing_key=b.binding_key, nowait=True,
+                                         arguments=dict(b.arguments)))
+    return out
+
+
+def load_figures(broker: Broker) -> dict[str, int]:
+    """Cluster.Ping load figures: connections, queues, ready messages, cpu (per-mille, 0 here)."""
+    queues = sum(len(v.queues) for v in broker.vhosts.values())
+    messages = sum(q.message_count for v in broker.vhosts.values() for q in v.queues.values())
+    return {"connections": len(broker.connections), "queues": queues, "messages": messages,
+            "cpu": 0}

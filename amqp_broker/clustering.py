@@ -1,0 +1,100 @@
+"""Starting this broker as a cluster member: builds the membership node, the peer links and the
+driver, and plugs them into the broker's cluster seams (peer authentication, peer handler,
+propagation hooks, Connection.Start properties, client admission while joining).
+
+Clustering is on when ``--seed`` (or ``--cluster``) is given; it needs ``--cluster-secret FILE``
+(peers authenticate with it, ``cluster.secret``). With no seed answering... a broker given no seed
+founds a cluster of one. Source: issue "Peer clustering" (Configuration), DESIGN.md §4.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import anyio
+
+from cluster import secret as peer_secret
+from cluster.actions import Timing
+from cluster.driver import ClusterDriver
+from cluster.links import PeerLinks
+from cluster.membership import Node
+
+from . import __version__
+from .cluster_port import load_figures, replay_methods
+from .config import Config
+from .core.broker import Broker
+
+__all__ = ["SecretAuth", "start_cluster", "parse_seeds"]
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class SecretAuth:
+    """``broker.peer_auth`` for the shared-secret mechanism (``cluster.secret``)."""
+
+    secret: bytes
+    mechanism: str = peer_secret.MECHANISM
+
+    def new_server(self) -> peer_secret.SecretServer:
+        """Per-connection challenge/verify state."""
+        return peer_secret.SecretServer(self.secret)
+
+
+def parse_seeds(text: str) -> list[tuple[str, str]]:
+    """``"h1:p1,h2:p2"`` -> ``[("", "h1:p1"), ...]``; raises ``ValueError`` for a bad entry."""
+    seeds = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"seed {item!r} is not HOST:PORT")
+        seeds.append(("", item))
+    return seeds
+
+
+async def start_cluster(broker: Broker, config: Config, port: int,
+                        tg: anyio.abc.TaskGroup) -> ClusterDriver:
+    """Join (or found) the cluster; the driver's timers run in ``tg``. Raises ``ValueError`` /
+    ``OSError`` for a missing or short secret file or bad seeds."""
+    secret = peer_secret.load_secret(config.cluster_secret)
+    seeds = parse_seeds(config.seeds)
+    me = f"{config.host}:{port}"
+    timing = Timing(ping_interval=config.ping_interval)
+    node = Node(config.node_name, me, config.cluster_name or "amqp-broker", __version__, timing)
+    driver: ClusterDriver
+
+    def failed(peer: str) -> None:
+        driver.send_failed(peer)
+
+    links = PeerLinks(config.node_name, secret, on_failure=failed)
+    links.start(tg)
+    driver = ClusterDriver(node, broker, links, lambda shared: replay_methods(broker, shared),
+                           time.monotonic, config.sync_replies, lambda: load_figures(broker))
+    broker.peer_auth = SecretAuth(secret)
+    broker.peer_handler = driver.on_peer_method
+    broker.cluster_hooks = driver
+    broker.cluster_properties.update({"cluster_name": node.cluster_name,
+                                      "cluster_view": 0, "cluster_members": [me]})
+
+    async def ticker() -> None:
+        while True:
+            await anyio.sleep(TICK_SECONDS)
+            driver.tick()
+
+    tg.start_soon(ticker)
+    driver.start([s for s in seeds if s[1] != me])
+    log.info("cluster node %s at %s: %s", config.node_name, me,
+             f"joining via {config.seeds}" if seeds else "founding a cluster of one")
+    return driver
+
+
+async def leave_cluster(driver: ClusterDriver, grace: float = 1.0) -> None:
+    """Orderly shutdown: Cluster.Leave, then a moment for the leader to announce the new view."""
+    driver.leave()
+    with anyio.move_on_after(grace):
+        while driver.node.status.value not in ("left",):
+            await anyio.sleep(0.05)

@@ -1,0 +1,246 @@
+"""The cluster driver: runs the membership state machine against the broker and the peer links.
+
+Owns the glue of the Qpid ClusteringHA proposal: feeding ``membership.Node`` with received Cluster
+methods, clock ticks and send failures, and carrying out its actions (send, replay to a joiner and
+Synch, apply a buffered replay in the leader-first order, open the client listener after every
+Synch, publish the view in Connection.Start server properties); propagating a client's change to
+every member and answering the client after the reply policy's number of answers (``all``,
+``majority``, ``none`` or a number); buffering, on a joining node, the methods a member sends until
+its replay may be applied. Sans-IO: the links (``cluster.links``) do the I/O, ``tick(now)`` is called
+by a timer. Must not know: sockets, anyio, the core's internals beyond the broker's cluster seams
+(``peer_handler``, ``cluster_hooks``, ``cluster_properties``, ``accepting_clients``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from . import actions as a
+from .codec import ClusterMethod, Synch
+from .membership import IN_VIEW, Node, Status
+
+__all__ = ["ClusterDriver", "LinkSender", "reply_quorum"]
+
+log = logging.getLogger(__name__)
+
+Done = Callable[[tuple[int, str] | None], None]
+
+
+class LinkSender(Protocol):
+    """What the driver needs from the peer links (``cluster.links.PeerLinks``)."""
+
+    def send(self, node: str, address: str, method: Any,
+             on_reply: Callable[[tuple[int, str] | None], None] | None = None) -> None:
+        """Queue ``method`` to ``node``; with ``on_reply``, the member's answer (None: ok, or
+        (reply code, text)) is reported; a lost link reports (320, ...)."""
+
+    def close(self, node: str) -> None:
+        """Drop the link to ``node``."""
+
+
+def reply_quorum(policy: str, others: int) -> int:
+    """How many of ``others`` members must answer a propagated change before the client is
+    answered: ``all`` (default), ``majority`` (of the whole cluster, counting us), ``none``, or a
+    number (capped at ``others``). Raises ``ValueError`` for anything else."""
+    if policy == "all":
+        return others
+    if policy == "none":
+        return 0
+    if policy == "majority":
+        return (others + 1) // 2  # a majority of others+1 members, less ourselves
+    n = int(policy)
+    if n < 0:
+        raise ValueError("sync replies must be >= 0")
+    return min(n, others)
+
+
+@dataclass(slots=True)
+class _Pending:
+    need: int
+    waiting: set[str]
+    done: Done
+    answered: int = 0
+    finished: bool = False
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+
+class ClusterDriver:
+    """Drives ``node`` for ``broker`` over ``links``. ``replay(shared)`` yields the AMQP methods
+    replaying our state to a joiner (see ``amqp_broker.cluster_port``); ``load()`` the figures sent
+    in pings; ``clock()`` seconds (monotonic); ``reply_policy`` see ``reply_quorum``."""
+
+    def __init__(self, node: Node, broker: Any, links: LinkSender,
+                 replay: Callable[[bool], list[Any]], clock: Callable[[], float],
+                 reply_policy: str = "all",
+                 load: Callable[[], dict[str, int]] = dict) -> None:
+        reply_quorum(reply_policy, 1)  # validate early
+        self.node = node
+        self.broker = broker
+        self.links = links
+        self.replay = replay
+        self.load = load
+        self.clock = clock
+        self.reply_policy = reply_policy
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        self._buffers: dict[str, list[tuple[Any, bytes]]] = {}
+        self._applied: set[str] = set()
+        self.on_view: Callable[[int, a.Members], None] | None = None
+
+    # ------------------------------------------------------------------ broker seams
+    def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
+        """``broker.peer_handler``: Cluster methods go to the membership; on a node still joining,
+        a member's other methods wait for its replay turn. False: run the ordinary handler."""
+        sender = channel.connection.peer_node
+        if isinstance(method, ClusterMethod):
+            self._run(self.node.receive(sender, method, self.clock()))
+            return True
+        if self.node.status in (Status.JOINING, Status.SYNCING) and sender not in self._applied:
+            self._buffers.setdefault(sender, []).append((channel, payload))
+            return True
+        return False
+
+    def propagate(self, vhost: str, method: Any, done: Done) -> None:
+        """``broker.cluster_hooks.propagate``: send the change to every other member; ``done``
+        once the reply policy is met, or with the first refusal (a member's channel error)."""
+        others = [(n, addr) for n, addr in self.node.members if n != self.node.name]
+        need = reply_quorum(self.reply_policy, len(others))
+        pid = next(self._ids)
+        pending = _Pending(need, {n for n, _ in others}, done)
+        self._pending[pid] = pending
+        for name, address in others:
+            self.links.send(name, address, method,
+                            on_reply=lambda error, name=name: self._answered(pid, name, error))
+        self._check(pid)
+
+    def _answered(self, pid: int, node: str, error: tuple[int, str] | None) -> None:
+        pending = self._pending.get(pid)
+        if pending is None or node not in pending.waiting:
+            return
+        pending.waiting.discard(node)
+        if error is not None and error[0] != 320:
+            pending.errors.append(error)
+        elif error is None:
+            pending.answered += 1
+        self._check(pid)
+
+    def _check(self, pid: int) -> None:
+        pending = self._pending.get(pid)
+        if pending is None:
+            return
+        if pending.errors:
+            self._finish(pid, pending.errors[0])
+        elif pending.answered >= pending.need or not pending.waiting:
+            if pending.answered >= pending.need:
+                self._finish(pid, None)
+            else:
+                self._finish(pid, (541, f"INTERNAL_ERROR - only {pending.answered} of "
+                                        f"{pending.need} cluster members answered"))
+
+    def _finish(self, pid: int, error: tuple[int, str] | None) -> None:
+        pending = self._pending.pop(pid)
+        if not pending.finished:
+            pending.finished = True
+            pending.done(error)
+            self.broker.run_dispatch()
+
+    # ------------------------------------------------------------------ commands
+    def start(self, seeds: list[tuple[str, str]]) -> None:
+        """Join through ``seeds`` (``("", "host:port")``), or found a cluster of one."""
+        now = self.clock()
+        if seeds:
+            self.broker.accepting_clients = False
+            self._run(self.node.join(seeds, now))
+        else:
+            self._run(self.node.bootstrap(now))
+
+    def tick(self) -> None:
+        """Timers (call every ~50 ms)."""
+        self.node.set_load(self.load())
+        self._run(self.node.tick(self.clock()))
+
+    def send_failed(self, node: str) -> None:
+        """A link to ``node`` broke or could not open."""
+        self._run(self.node.send_failed(node, self.clock()))
+
+    def leave(self) -> None:
+        """Orderly shutdown: Cluster.Leave."""
+        self._run(self.node.leave(self.clock()))
+
+    # ------------------------------------------------------------------ actions
+    def _run(self, actions: list[a.Action]) -> None:
+        for action in actions:
+            handler = getattr(self, "_do_" + type(action).__name__, None)
+            if handler is None:
+                log.debug("cluster action %r ignored", action)
+            else:
+                handler(action)
+
+    def _do_Send(self, act: a.Send) -> None:
+        self.links.send(act.to, act.address, act.method)
+
+    def _do_ViewInstalled(self, act: a.ViewInstalled) -> None:
+        log.info("cluster view %#x: %s", act.view, ", ".join(n for n, _ in act.members))
+        self.broker.cluster_properties.update({
+            "cluster_view": act.view,
+            "cluster_members": [addr for _n, addr in act.members],
+            "cluster_member_names": [n for n, _ in act.members],
+        })
+        for node in act.removed:
+            self.links.close(node)
+            for pid in list(self._pending):
+                self._answered(pid, node, (320, "CONNECTION_FORCED - member left the view"))
+        if self.on_view is not None:
+            self.on_view(act.view, act.members)
+
+    def _do_BecameLeader(self, act: a.BecameLeader) -> None:
+        log.info("this node leads cluster view %#x", act.view)
+
+    def _do_Replay(self, act: a.Replay) -> None:
+        methods = self.replay(act.shared)
+        log.info("replaying %d definitions to %s", len(methods), act.to)
+        for method in methods:
+            self.links.send(act.to, act.address, method)
+        self.links.send(act.to, act.address, Synch(act.view, self.node.name))
+
+    def _do_ApplyReplay(self, act: a.ApplyReplay) -> None:
+        buffered = self._buffers.pop(act.from_node, [])
+        self._applied.add(act.from_node)
+        for channel, payload in buffered:
+            if channel.connection.channels.get(channel.id) is channel and not channel.closing:
+                channel.on_method(payload)
+        self.broker.run_dispatch()
+
+    def _do_AcceptClients(self, act: a.AcceptClients) -> None:
+        log.info("cluster view %#x synchronised: accepting clients", act.view)
+        self._applied.clear()
+        for buffered in self._buffers.values():  # members that joined the sync late
+            for channel, payload in buffered:
+                if channel.connection.channels.get(channel.id) is channel:
+                    channel.on_method(payload)
+        self._buffers.clear()
+        self.broker.accepting_clients = True
+
+    def _do_Excluded(self, act: a.Excluded) -> None:
+        log.warning("excluded from cluster view %#x: re-joining", act.view)
+
+    def _do_StopMirrored(self, act: a.StopMirrored) -> None:
+        log.warning("no majority confirmed: mirrored queues would stop being served")
+
+    def _do_ResumeMirrored(self, act: a.ResumeMirrored) -> None:
+        log.info("majority confirmed")
+
+    def _do_Left(self, act: a.Left) -> None:
+        log.info("left the cluster (view %#x)", act.view)
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> dict[str, Any]:
+        """The node's view for logs and ``cluster-status``."""
+        node = self.node
+        return {"node": node.name, "status": node.status.value, "view": node.view,
+                "leader": node.leader, "members": [list(m) for m in node.members],
+                "in_view": node.status in IN_VIEW}

@@ -1,0 +1,218 @@
+"""Peer links: one outgoing AMQP 0-9-1 connection from this broker to each other member (the Qpid
+proposal: "each broker is a client of every other"), the I/O half of the cluster.
+
+A link connects to the member's AMQP port, announces the ``cluster-peer`` capability, authenticates
+with the cluster secret (``cluster.secret``: CLUSTER-HMAC-SHA256 over Connection.Secure/SecureOk),
+opens vhost "/" and channel 1, then writes what the driver queues: Cluster methods and replayed or
+propagated AMQP methods. Replies to propagated methods (Declare-Ok, Bind-Ok, ... or a Channel.Close
+with the member's reply code) come back in order on the same channel and are reported to the
+request's ``on_reply``; after a Channel.Close the channel is reopened and later requests are resent.
+A link that cannot connect or breaks reports ``send_failed`` to the driver (a suspicion) and fails
+its waiting requests with 320. Must not know: membership rules, the broker core.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from pamqp import commands as cmd
+
+from amqp_broker.protocol import constants as c
+from amqp_broker.protocol.framing import FrameSplitter
+from amqp_broker.protocol.methods import decode_method, encode_method
+
+from . import secret as peer_secret
+
+__all__ = ["PeerLinks", "LinkError"]
+
+log = logging.getLogger(__name__)
+
+OnReply = Callable[[tuple[int, str] | None], None]
+CONNECT_TIMEOUT = 2.0
+_REPLIES = (cmd.Exchange.DeclareOk, cmd.Exchange.DeleteOk, cmd.Exchange.BindOk,
+            cmd.Exchange.UnbindOk, cmd.Queue.DeclareOk, cmd.Queue.BindOk, cmd.Queue.UnbindOk,
+            cmd.Queue.PurgeOk, cmd.Queue.DeleteOk, cmd.Basic.ConsumeOk, cmd.Basic.CancelOk)
+
+
+class LinkError(Exception):
+    """The link could not be opened or broke (handshake refused, socket closed)."""
+
+
+class _Link:
+    __slots__ = ("node", "address", "queue", "inflight", "wake", "closed", "task_running")
+
+    def __init__(self, node: str, address: str) -> None:
+        self.node = node
+        self.address = address
+        self.queue: deque[tuple[Any, OnReply | None]] = deque()
+        self.inflight: deque[tuple[Any, OnReply]] = deque()
+        self.wake = anyio.Event()
+        self.closed = False
+        self.task_running = False
+
+
+class PeerLinks:
+    """All outgoing links of node ``me``. ``start(task_group)`` before use; ``send`` never blocks.
+    ``on_failure(node)`` is called (in the event loop) when a link to ``node`` fails."""
+
+    def __init__(self, me: str, secret: bytes, on_failure: Callable[[str], None]) -> None:
+        self.me = me
+        self.secret = secret
+        self.on_failure = on_failure
+        self._links: dict[str, _Link] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Links run their tasks in ``task_group``."""
+        self._tg = task_group
+
+    def send(self, node: str, address: str, method: Any, on_reply: OnReply | None = None) -> None:
+        """Queue ``method`` to ``node`` (opened to ``address`` "host:port" when needed).
+        ``on_reply`` gets the member's answer: None, or (reply code, text); 320 if the link broke."""
+        link = self._links.get(node)
+        if link is None or (address and link.address != address and not link.task_running):
+            link = self._links[node] = _Link(node, address or (link.address if link else ""))
+        link.queue.append((method, on_reply))
+        link.wake.set()
+        if not link.task_running and self._tg is not None and link.address:
+            link.task_running = True
+            self._tg.start_soon(self._run, link)
+
+    def close(self, node: str) -> None:
+        """Stop the link to ``node`` and fail what it still holds."""
+        link = self._links.pop(node, None)
+        if link is not None:
+            link.closed = True
+            link.wake.set()
+            self._fail(link)
+
+    def _fail(self, link: _Link) -> None:
+        pending = [cb for _m, cb in link.inflight] + [cb for _m, cb in link.queue]
+        link.inflight.clear()
+        link.queue.clear()
+        for cb in pending:
+            if cb is not None:
+                cb((320, f"CONNECTION_FORCED - link to {link.node} lost"))
+
+    async def _run(self, link: _Link) -> None:
+        try:
+            host, _, port = link.address.rpartition(":")
+            with anyio.fail_after(CONNECT_TIMEOUT):
+                stream = await anyio.connect_tcp(host, int(port))
+            async with stream:
+                splitter = FrameSplitter(c.FRAME_MIN_SIZE)
+                pending: deque[tuple[int, Any]] = deque()
+                with anyio.fail_after(CONNECT_TIMEOUT):
+                    await self._handshake(stream, splitter, pending)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._reader, link, stream, splitter, pending, tg)
+                    try:
+                        await self._writer(link, stream)
+                    except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        pass
+                    tg.cancel_scope.cancel()
+        except (OSError, anyio.BrokenResourceError, anyio.EndOfStream, TimeoutError, LinkError,
+                ValueError) as exc:
+            if not link.closed:
+                log.info("link to %s (%s) failed: %s", link.node, link.address, exc)
+        finally:
+            link.task_running = False
+            failed = not link.closed
+            self._fail(link)
+            if self._links.get(link.node) is link:
+                del self._links[link.node]
+            if failed:
+                self.on_failure(link.node)
+
+    async def _read_method(self, stream: Any, splitter: FrameSplitter,
+                           pending: deque[tuple[int, Any]]) -> tuple[int, Any]:
+        while not pending:
+            data = await stream.receive(65536)
+            for ftype, channel, payload in splitter.feed(data):
+                if ftype == c.FRAME_METHOD:
+                    pending.append((channel, decode_method(payload)))
+        return pending.popleft()
+
+    async def _handshake(self, stream: Any, splitter: FrameSplitter,
+                         pending: deque[tuple[int, Any]]) -> None:
+        await stream.send(c.PROTOCOL_HEADER)
+        _, start = await self._read_method(stream, splitter, pending)
+        if not isinstance(start, cmd.Connection.Start):
+            raise LinkError(f"expected Connection.Start, got {start!r}")
+        props = {"product": "amqp-broker cluster link", "node": self.me,
+                 "capabilities": {"cluster-peer": True, "consumer_cancel_notify": True}}
+        await stream.send(encode_method(0, cmd.Connection.StartOk(
+            props, peer_secret.MECHANISM, peer_secret.initial_response(self.me), "en_US")))
+        _, secure = await self._read_method(stream, splitter, pending)
+        if not isinstance(secure, cmd.Connection.Secure):
+            raise LinkError(f"peer refused the link: {secure!r}")
+        await stream.send(encode_method(0, cmd.Connection.SecureOk(
+            peer_secret.answer(self.secret, self.me, secure.challenge))))
+        _, tune = await self._read_method(stream, splitter, pending)
+        if not isinstance(tune, cmd.Connection.Tune):
+            raise LinkError(f"peer refused the link: {getattr(tune, 'reply_text', tune)!r}")
+        frame_max = min(tune.frame_max or 131072, 131072)
+        await stream.send(encode_method(0, cmd.Connection.TuneOk(tune.channel_max, frame_max, 0)))
+        splitter.set_frame_max(frame_max)
+        await stream.send(encode_method(0, cmd.Connection.Open("/")))
+        _, ok = await self._read_method(stream, splitter, pending)
+        if not isinstance(ok, cmd.Connection.OpenOk):
+            raise LinkError(f"peer refused the link: {ok!r}")
+        await stream.send(encode_method(1, cmd.Channel.Open()))
+        _, ok = await self._read_method(stream, splitter, pending)
+        if not isinstance(ok, cmd.Channel.OpenOk):
+            raise LinkError(f"peer refused channel 1: {ok!r}")
+
+    async def _writer(self, link: _Link, stream: Any) -> None:
+        while not link.closed:
+            if not link.queue:
+                await link.wake.wait()
+                link.wake = anyio.Event()
+                continue
+            out = []
+            while link.queue:
+                method, on_reply = link.queue.popleft()
+                if on_reply is not None:
+                    link.inflight.append((method, on_reply))
+                out.append(encode_method(1, method))
+            await stream.send(b"".join(out))
+
+    async def _reader(self, link: _Link, stream: Any, splitter: FrameSplitter,
+                      pending: deque[tuple[int, Any]], tg: anyio.abc.TaskGroup) -> None:
+        try:
+            while True:
+                channel, method = await self._read_method(stream, splitter, pending)
+                if isinstance(method, _REPLIES):
+                    if link.inflight:
+                        _m, cb = link.inflight.popleft()
+                        cb(None)
+                elif isinstance(method, cmd.Channel.Close):
+                    # The member refused the head request; later in-flight ones were discarded
+                    # by it: answer the first, reopen the channel, resend the rest.
+                    if link.inflight:
+                        _m, cb = link.inflight.popleft()
+                        cb((method.reply_code, method.reply_text))
+                    resend = list(link.inflight)
+                    link.inflight.clear()
+                    await stream.send(encode_method(1, cmd.Channel.CloseOk())
+                                      + encode_method(1, cmd.Channel.Open()))
+                    while True:
+                        _ch, reply = await self._read_method(stream, splitter, pending)
+                        if isinstance(reply, cmd.Channel.OpenOk):
+                            break
+                    for item in reversed(resend):
+                        link.queue.appendleft(item)
+                    link.wake.set()
+                elif isinstance(method, cmd.Connection.Close):
+                    log.info("%s closed the link: %s %s", link.node, method.reply_code,
+                             method.reply_text)
+                    return
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream,
+                ValueError) as exc:
+            log.info("link to %s: %s", link.node, exc)
+        finally:
+            tg.cancel_scope.cancel()
