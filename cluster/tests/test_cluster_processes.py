@@ -1,0 +1,169 @@
+"""A cluster of real broker processes on 127.0.0.2-6, driven by pika clients (issue "Peer clustering").
+
+Covers: three brokers form one ordered view, leader first, visible in every broker's Connection.Start
+(``cluster_members``); a late joiner (joining through a non-leader) gets every exchange, queue and
+binding; declarations made on one broker exist on the others when the client gets its Declare-Ok
+(reply policy ``all``), an inequivalent redeclare on another broker is refused with 406, and with
+``--sync-replies none`` the client is answered at once and the change still arrives; kill -9 of a
+member and of the leader gives a new view within 2 s and clients on the survivors keep publishing
+and consuming; a frozen (SIGSTOP) broker is removed by the ring ping and rejoins after SIGCONT; an
+orderly SIGTERM leaves the view; a lone survivor of a three-member view (a minority) does not change
+the view; a client claiming ``cluster-peer`` without the secret is refused with 403.
+Source: ../shared/seeds/qpid-clustering-ha-proposal.txt, DESIGN.md §4.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+from pamqp import commands
+
+from cluster.tests.processes import Cluster, server_properties, wait_for
+from interop_tests.rawamqp import RawConnection
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster.create(tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop_all()
+
+
+def _three(cluster: Cluster):
+    n2 = cluster.start(2)
+    n3 = cluster.start(3, n2)
+    n4 = cluster.start(4, n2)
+    expected = [n2.address, n3.address, n4.address]
+    wait_for(lambda: all(m.members() == expected for m in (n2, n3, n4)), 10,
+             "the three brokers did not agree on one view")
+    return n2, n3, n4
+
+
+def test_three_brokers_form_one_ordered_view(cluster):
+    n2, n3, n4 = _three(cluster)
+    props = server_properties(n3.host, n3.port)
+    assert props["node_name"] == "n3"
+    assert props["cluster_member_names"] == ["n2", "n3", "n4"]  # the leader first
+
+
+def test_declarations_propagate_and_a_late_joiner_gets_them(cluster):
+    n2, n3, n4 = _three(cluster)
+    conn = n3.connect()
+    ch = conn.channel()
+    ch.exchange_declare("orders", "topic", durable=True)
+    ch.queue_declare("shipping", durable=True)
+    ch.queue_bind("shipping", "orders", "order.*")
+    # Declare-Ok came after every member applied it (policy "all").
+    other = n4.connect()
+    och = other.channel()
+    och.basic_publish("orders", "order.new", b"routed on n4")
+    assert och.basic_get("shipping", auto_ack=True)[2] == b"routed on n4"
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        och.exchange_declare("orders", "fanout", durable=True)
+    assert info.value.reply_code == 406
+    n5 = cluster.start(5, n4)  # joins through a non-leader
+    wait_for(lambda: n5.members() == [n2.address, n3.address, n4.address, n5.address], 10,
+             "n5 did not join")
+    late = n5.connect().channel()
+    late.exchange_declare("orders", "topic", durable=True, passive=True)
+    late.basic_publish("orders", "order.late", b"routed on n5")
+    assert late.basic_get("shipping", auto_ack=True)[2] == b"routed on n5"
+    ch.queue_delete("shipping")
+    check = n5.connect().channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        check.queue_declare("shipping", passive=True)
+    assert info.value.reply_code == 404
+
+
+def test_reply_policy_none_answers_at_once_and_still_propagates(cluster):
+    n2 = cluster.start(2)
+    n3 = cluster.start(3, n2, "--sync-replies", "none")
+    wait_for(lambda: n2.members() == [n2.address, n3.address], 10, "no view of two")
+    n3.connect().channel().queue_declare("eventually")
+
+    def on_n2() -> bool:
+        ch = n2.connect().channel()
+        try:
+            ch.queue_declare("eventually", passive=True)
+            return True
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+    wait_for(on_n2, 5, "the declaration never reached n2")
+
+
+@pytest.mark.parametrize("victim", ["member", "leader"])
+def test_kill_9_gives_a_new_view_within_2_s_and_survivors_serve(cluster, victim):
+    n2, n3, n4 = _three(cluster)
+    dead, survivors = (n4, (n2, n3)) if victim == "member" else (n2, (n3, n4))
+    conn = survivors[0].connect()
+    ch = conn.channel()
+    ch.queue_declare("work")
+    cluster.kill(dead)
+    expected = [m.address for m in survivors]
+    took = wait_for(lambda: all(m.members() == expected for m in survivors), 10,
+                    f"no new view after kill -9 of the {victim}")
+    assert took < 2.0, f"new view took {took:.2f} s"
+    ch.basic_publish("", "work", b"still here")
+    assert ch.basic_get("work", auto_ack=True)[2] == b"still here"
+    ch.queue_declare("declared-after")
+    survivors[1].connect().channel().queue_declare("declared-after", passive=True)
+
+
+def test_frozen_broker_is_removed_and_rejoins_after_sigcont(cluster):
+    n2, n3, n4 = _three(cluster)
+    cluster.freeze(n4)
+    took = wait_for(lambda: n2.members() == [n2.address, n3.address], 10,
+                    "a frozen broker was never removed")
+    assert took < 2.5, f"removal took {took:.2f} s"
+    cluster.thaw(n4)
+    wait_for(lambda: n2.members() == [n2.address, n3.address, n4.address]
+             and n4.members() == n2.members(), 15, "the thawed broker did not rejoin")
+
+
+def test_orderly_leave_on_sigterm(cluster):
+    n2, n3, n4 = _three(cluster)
+    assert cluster.terminate(n3) == 0
+    wait_for(lambda: n2.members() == [n2.address, n4.address], 5, "n3's Leave was not applied")
+
+
+def test_minority_does_not_change_the_view(cluster):
+    n2, n3, n4 = _three(cluster)
+    cluster.freeze(n3)
+    cluster.freeze(n4)
+    time.sleep(3)  # six ping intervals: long enough for any suspicion to act
+    assert n2.members() == [n2.address, n3.address, n4.address]
+    cluster.thaw(n3)
+    cluster.thaw(n4)
+
+
+def test_cluster_peer_without_the_secret_is_refused(cluster):
+    n2 = cluster.start(2)
+    raw = RawConnection(n2.host, n2.port)
+    try:
+        raw.send(b"AMQP\x00\x00\x09\x01")
+        _, start = raw.read_method()
+        assert isinstance(start, commands.Connection.Start)
+        raw.send_method(commands.Connection.StartOk(
+            client_properties={"capabilities": {"cluster-peer": True}}, mechanism="PLAIN",
+            response="\x00guest\x00guest", locale="en_US"))
+        close = raw.expect_connection_close()
+        assert close.reply_code == 403
+    finally:
+        raw.close()
+
+
+def test_broker_with_the_wrong_secret_cannot_join(cluster, tmp_path):
+    n2 = cluster.start(2)
+    wrong = tmp_path / "wrong.secret"
+    wrong.write_text("not-the-cluster-secret-0123456789")
+    intruder = cluster.start(3, n2, "--cluster-secret", str(wrong), wait=False)
+    time.sleep(3)
+    assert n2.members() == [n2.address]
+    assert "failed authentication" in n2.log_tail(200)
+    assert n2.address not in (intruder.members() or [])
