@@ -8,6 +8,12 @@ the server's frames back with a timeout.  Frames are encoded/decoded with
 
     type:octet  channel:short  size:long  payload:size octets  frame-end:0xCE
 
+At the end are the helpers the bad-input test modules share (``test_bad_input.py``,
+``test_bad_frames.py``, ``test_fuzz.py``; moved here when that module was split):
+``handshake(broker)``, ``assert_broker_alive``, ``expect_close`` / ``check_bad`` (the server must
+answer with Connection.Close and one of the given reply codes, then close the socket), and
+builders for Basic.Publish, content header/body and Basic.Qos frames.
+
 Every read is bounded by a deadline; nothing here can block forever.
 """
 
@@ -17,11 +23,15 @@ import select
 import socket
 import struct
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+from pamqp import body as pbody
 from pamqp import commands
 from pamqp import frame as pframe
+from pamqp import header as pheader
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_END = 0xCE
@@ -362,3 +372,89 @@ def connect_and_handshake(host: str, port: int, **kw: Any) -> RawConnection:
         conn.close()
         raise
     return conn
+
+
+# ------------------------------------------------ helpers shared by the bad-input test modules
+# (test_bad_input.py, test_bad_frames.py, test_fuzz.py): a handshake against the ``broker``
+# fixture, the Connection.Close assertions, and builders for common frames.
+CLOSE_TIMEOUT = 10.0  # RabbitMQ waits up to 3 s for CloseOk after a frame error
+
+
+def interop_name(prefix: str) -> str:
+    return f"interop-bad-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def is_rabbitmq(conn: RawConnection) -> bool:
+    product = conn.server_properties.get("product", b"")
+    if isinstance(product, bytes):
+        product = product.decode(errors="replace")
+    return str(product) == "RabbitMQ"
+
+
+def handshake(broker, **kw) -> RawConnection:
+    return connect_and_handshake(broker.host, broker.port, **kw)
+
+
+def assert_broker_alive(broker) -> None:
+    """A fresh client can connect, open a channel, declare and close cleanly."""
+    pid = getattr(broker, "pid", None)
+    if pid:
+        import psutil
+
+        assert psutil.pid_exists(pid), "broker process is gone"
+        alive = getattr(broker, "alive", None)
+        assert alive is None or alive(), "broker process exited"
+    with handshake(broker) as conn:
+        conn.send_method(commands.Queue.Declare(queue="", exclusive=True, auto_delete=True), 1)
+        ch, ok = conn.read_method(5.0)
+        assert (ch, type(ok)) == (1, commands.Queue.DeclareOk), ok
+        conn.send_method(
+            commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+        )
+        deadline = time.monotonic() + 5.0
+        while True:
+            ch, m = conn.read_method(max(0.0, deadline - time.monotonic()))
+            if isinstance(m, commands.Connection.CloseOk):
+                break
+        # Whoever receives Close-Ok closes the socket (RabbitMQ waits for the client).
+
+
+def expect_close(conn: RawConnection, codes: set[int], what: str) -> int:
+    """The server answers with Connection.Close(code in codes) and then closes."""
+    try:
+        close = conn.expect_connection_close(CLOSE_TIMEOUT)
+    except Closed:
+        pytest.fail(f"{what}: socket closed without Connection.Close (seen: {conn.seen})")
+    except Timeout:
+        pytest.fail(f"{what}: no Connection.Close within {CLOSE_TIMEOUT} s (seen: {conn.seen})")
+    assert close.reply_code in codes, (
+        f"{what}: got {close.reply_code} {close.reply_text!r}, want one of {sorted(codes)}"
+    )
+    assert conn.wait_closed(CLOSE_TIMEOUT), (
+        f"{what}: socket not closed after Connection.Close/CloseOk"
+    )
+    return close.reply_code
+
+
+def check_bad(broker, data: bytes, codes: set[int], what: str, **hs) -> int:
+    with handshake(broker, **hs) as conn:
+        conn.send(data)
+        code = expect_close(conn, codes, what)
+    assert_broker_alive(broker)
+    return code
+
+
+def publish(routing_key: str = "x", channel: int = 1) -> bytes:
+    return method_frame(commands.Basic.Publish(exchange="", routing_key=routing_key), channel)
+
+
+def content_header(size: int, channel: int = 1) -> bytes:
+    return pframe.marshal(pheader.ContentHeader(0, size, commands.Basic.Properties()), channel)
+
+
+def content_body(data: bytes, channel: int = 1) -> bytes:
+    return pframe.marshal(pbody.ContentBody(data), channel)
+
+
+def qos(channel: int = 1) -> bytes:
+    return method_frame(commands.Basic.Qos(prefetch_count=1), channel)
