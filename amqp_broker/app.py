@@ -13,12 +13,14 @@ from pathlib import Path
 import anyio
 
 from queues.store.store import MessageStore
+from queues.stream.manager import StreamManager
 
 from . import clustering, dedup_state
 from .config import Config
 from .core.broker import Broker
 from .core.durability import Durability
 from .core.recovery import recover
+from .core.vhost import settle_stream_confirms
 from .definitions.store import DefinitionsStore
 from .server.listener import run_broker
 
@@ -35,6 +37,8 @@ def open_broker(config: Config) -> Broker:
     durability = Durability(MessageStore(data / "messages", sync=config.sync_policy),
                             DefinitionsStore(data / "definitions.db"))
     broker = Broker(config.broker_settings(), durability=durability)
+    #: Stream queues' logs (data/streams/<vhost>/<queue>/), opened as recovery declares them.
+    broker.streams = StreamManager(data / "streams", sync=config.sync_policy)  # type: ignore[attr-defined]
     definitions = durability.definitions
     assert definitions is not None
     with definitions.transaction():
@@ -52,6 +56,9 @@ def close_broker(broker: Broker, data_dir: Path) -> None:
         dedup_state.save(data_dir, broker)
     except OSError as exc:
         log.error("cannot save dedup windows: %s", exc)
+    streams = getattr(broker, "streams", None)
+    if streams is not None:
+        streams.close()
     durability = broker.durability
     if durability.store is not None:
         durability.store.close()
@@ -107,7 +114,37 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
 
         tg.start_soon(stop_on_signal)
         tg.start_soon(snapshot_dedup)
+        tg.start_soon(_stream_syncer, broker)
         await run_broker(broker, config.host, config.port, listening)
+
+
+async def _stream_syncer(broker: Broker) -> None:
+    """Group commit of the stream logs (as the message store's syncer): whenever a stream has new
+    records or a confirm waits, flush every log to the OS, fdatasync in a worker thread, then send
+    the publisher confirms that sync covers. One fsync serves everything appended before it."""
+    manager = getattr(broker, "streams", None)
+    if manager is None:
+        return
+    wake = anyio.Event()
+
+    def on_dirty() -> None:
+        wake.set()
+
+    manager.on_dirty = on_dirty
+    manager.syncing = True
+    if manager.dirty:
+        wake.set()
+    try:
+        while True:
+            await wake.wait()
+            wake = anyio.Event()
+            sync = manager.flush()
+            await anyio.to_thread.run_sync(sync.run)
+            settle_stream_confirms(broker, manager.synced(sync))
+            broker.run_dispatch()
+    finally:
+        manager.on_dirty = None
+        manager.syncing = False
 
 
 async def shutdown(broker: Broker, grace: float = 2.0) -> None:

@@ -21,6 +21,8 @@ from queues.dead_letter import is_death_cycle
 from queues.errors import InvalidArgument as QueueInvalidArgument
 from queues.message import Message
 from queues.queue import PublishResult, Queue
+from queues.stream.manager import StreamManager
+from queues.stream.queue import StreamQueue, stream_settings
 from routing.destination import Destination
 from routing.errors import InvalidArgument as RoutingInvalidArgument
 from routing.errors import UnknownExchangeType
@@ -30,6 +32,7 @@ from routing.table import RoutingTable
 from ..protocol import constants as c
 from ..protocol.errors import ChannelException, ConnectionException
 from .durability import store_key
+from .relay import local_consumer_count
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -40,7 +43,7 @@ __all__ = ["VirtualHost"]
 
 log = logging.getLogger(__name__)
 
-SERVED_QUEUE_TYPES = ("classic",)
+SERVED_QUEUE_TYPES = ("classic", "stream")
 ROUTED = PublishResult.ROUTED
 
 
@@ -59,6 +62,7 @@ class VirtualHost:
         self.routing = RoutingTable()
         self.queues: dict[str, Queue] = {}
         self.queue_last_used: dict[str, float] = {}  # x-expires bookkeeping, seconds
+        self.stream_names: set[str] = set()  # names of the stream queues among ``queues``
 
     # ------------------------------------------------------------------------ helpers
     def not_found(self, kind: str, name: str) -> ChannelException:
@@ -226,6 +230,8 @@ class VirtualHost:
                 c.PRECONDITION_FAILED,
                 f"PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue '{name}' in vhost "
                 f"'{self.name}': queue type '{settings.queue_type}' is not served by this broker")
+        if settings.queue_type == "stream":
+            self._check_stream_declare(name, durable, exclusive, auto_delete, arguments)
         q = self.create_queue(name, settings, durable=durable, auto_delete=auto_delete,
                               exclusive_owner=conn if exclusive else None, arguments=arguments)
         if exclusive:
@@ -237,6 +243,8 @@ class VirtualHost:
     def create_queue(self, name: str, settings: Any, *, durable: bool, auto_delete: bool,
                      exclusive_owner: Connection | None, arguments: dict | None) -> Queue:
         """Make and register a queue (no checks: declare_queue and recovery do those)."""
+        if settings.queue_type == "stream":
+            return self._create_stream(name, settings, arguments)  # type: ignore[return-value]
         on_discard = None
         durability = self.broker.durability
         if durable and durability.store is not None:
@@ -255,7 +263,63 @@ class VirtualHost:
     _EQUIV_ARGS = ("x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-overflow",
                    "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority",
                    "x-single-active-consumer", "x-queue-type", "x-message-deduplication",
-                   "x-cache-size", "x-cache-ttl")
+                   "x-cache-size", "x-cache-ttl", "x-max-age", "x-stream-max-segment-size-bytes")
+
+    # ------------------------------------------------------------------------ streams
+    def _check_stream_declare(self, name: str, durable: bool, exclusive: bool, auto_delete: bool,
+                              arguments: dict | None) -> None:
+        """RabbitMQ's refusals of a stream declaration, all 406 ("RabbitMQ: Streams", checked
+        against 3.10): non-durable, exclusive, auto-delete; an argument of another queue type;
+        a malformed x-max-age / x-stream-max-segment-size-bytes."""
+        where = f"for queue '{name}' in vhost '{self.name}'"
+        for bad, prop in ((not durable, "non-durable"), (exclusive, "exclusive-owner"),
+                          (auto_delete, "auto-delete")):
+            if bad:
+                raise ChannelException(c.PRECONDITION_FAILED,
+                                       f"PRECONDITION_FAILED - invalid property '{prop}' {where}")
+        try:
+            stream_settings(arguments)
+        except QueueInvalidArgument as exc:
+            tail = (" of queue type rabbit_stream_queue" if exc.reason == "not allowed"
+                    else f": {exc.reason}")
+            raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid arg "
+                                   f"'{exc.argument}' {where}{tail}") from None
+
+    def stream_manager(self) -> StreamManager:
+        """The broker's stream logs (``broker.streams``, set by the composition root); a broker
+        built without one (core tests) gets a manager in a temporary directory."""
+        manager = getattr(self.broker, "streams", None)
+        if manager is None:
+            import tempfile
+            manager = StreamManager(tempfile.mkdtemp(prefix="amqp-broker-streams-"))
+            self.broker.streams = manager  # type: ignore[attr-defined]
+        return manager
+
+    def _create_stream(self, name: str, settings: Any, arguments: dict | None) -> StreamQueue:
+        """Open (recover) or create the log of stream ``name`` and register the queue. Raises
+        ``QueueInvalidArgument`` for bad stream arguments, ``OSError`` / ``StreamFormatError``."""
+        ss = stream_settings(arguments)
+        log_ = self.stream_manager().open_log(self.name, name, segment_bytes=ss.segment_bytes,
+                                              max_bytes=ss.max_bytes, max_age_ms=ss.max_age_ms)
+        q = StreamQueue(name, settings, log_, arguments=dict(arguments or {}),
+                        clock=self.broker.clock_ms)
+        self.queues[name] = q  # type: ignore[assignment]
+        self.stream_names.add(name)
+        self.routing.add_queue(name)
+        return q
+
+    def wait_for_stream_sync(self, ch: Any, seq: int, sid: int | None, ok: bool) -> None:
+        """Publish ``seq`` of confirm-mode channel ``ch`` went to a stream: its confirm waits for
+        the stream group commit (and, when ``sid`` is set, for the message store's sync too).
+        Without a running stream syncer it is settled at once."""
+        manager = self.stream_manager()
+        if manager.syncing:
+            manager.wait((ch, seq, sid, ok))
+        elif sid is None:
+            ch.confirms.settle(seq, ok)
+        else:
+            ch.confirms.defer(seq, sid, ok)
+            self.broker.durability.wait_for_sync(ch)
 
     def _check_equivalent_args(self, name: str, have: dict, got: dict) -> None:
         for key in self._EQUIV_ARGS:
@@ -285,6 +349,8 @@ class VirtualHost:
         for consumer in list(q.consumers()):
             ch = consumer.channel
             q.remove_consumer(consumer)
+            if ch is None:  # a relay consumer (another member's)
+                continue
             ch.consumers.pop(consumer.tag, None)
             if notify and ch.connection.capabilities.get("consumer_cancel_notify"):
                 ch.connection.send_method(ch.id, cmd.Basic.Cancel(consumer.tag, True))
@@ -292,6 +358,9 @@ class VirtualHost:
         if owner is not None:
             owner.exclusive_queues.discard(q)
         q.delete()
+        if q.name in self.stream_names and isinstance(q, StreamQueue):
+            self.stream_names.discard(q.name)
+            self.stream_manager().forget(self.name, q.name)
         if q.durable:
             self.broker.durability.queue_deleted(self.name, q.name)
         self.broker.needs_dispatch.discard(q)
@@ -309,14 +378,22 @@ class VirtualHost:
         q = consumer.queue
         q.had_consumers = True  # type: ignore[attr-defined]
         q.add_consumer(consumer)
+        self._consumers_changed(q)
 
     def remove_consumer(self, consumer: ChannelConsumer) -> None:
         """Unregister a consumer; an auto-delete queue whose last consumer went is deleted."""
         q = consumer.queue
         q.remove_consumer(consumer)
+        self._consumers_changed(q)
         self.touch(q.name)
         if q.auto_delete and q.consumer_count == 0 and self.queues.get(q.name) is q:
             self.delete_queue(q)
+
+    def _consumers_changed(self, q: Queue) -> None:
+        """Tell the cluster our consumer count of a shared queue changed (Cluster.Consumers)."""
+        hooks = self.broker.cluster_hooks
+        if hooks is not None and q.exclusive_owner is None and self.name == "/":
+            hooks.consumers_changed(self.name, q.name, local_consumer_count(q))
 
     # ------------------------------------------------------------------------ publish
     def route(self, msg: Message) -> set[str]:
@@ -336,8 +413,9 @@ class VirtualHost:
         queues = self.queues
         durability = self.broker.durability
         if durability.store is not None and msg.persistent:
+            streams = self.stream_names  # streams keep their own log, not the message store
             keys = [store_key(self.name, n) for n in queue_names
-                    if (q := queues.get(n)) is not None and q.durable]
+                    if (q := queues.get(n)) is not None and q.durable and n not in streams]
             if keys:
                 sid = durability.store_message(msg, keys)
         for name in queue_names:
@@ -379,3 +457,21 @@ class VirtualHost:
                 if (now - last) * 1000 >= expires:
                     log.info("queue %r expired after %s ms unused", q.name, expires)
                     self.delete_queue(q)
+
+
+def settle_stream_confirms(broker: Any, waiters: list) -> None:
+    """A stream group commit finished: settle the confirms it covers (``wait_for_stream_sync``
+    tuples ``(channel, seq, store_id, ok)``) and send them, one flush per channel."""
+    channels = {}
+    for ch, seq, sid, ok in waiters:
+        confirms = ch.confirms
+        if confirms is None:
+            continue
+        if sid is None:
+            confirms.settle(seq, ok)
+        else:
+            confirms.defer(seq, sid, ok)
+            broker.durability.wait_for_sync(ch)
+        channels[id(ch)] = ch
+    for ch in channels.values():
+        ch.flush_confirms()

@@ -20,6 +20,7 @@ from pamqp import commands as cmd
 from queues.arguments import parse_expiration
 from queues.errors import InvalidArgument as QueueInvalidArgument
 from queues.message import Message
+from queues.stream.queue import StreamQueue, parse_offset_spec
 from routing.errors import InvalidArgument as RoutingInvalidArgument
 
 from ...protocol import constants as c
@@ -64,6 +65,8 @@ def consume(ch: Channel, m: cmd.Basic.Consume) -> None:
         raise ChannelException(c.ACCESS_REFUSED, f"ACCESS_REFUSED - queue '{q.name}' in vhost "
                                f"'{vhost.name}' in exclusive use")
     args = m.arguments or {}
+    if isinstance(q, StreamQueue):
+        _check_stream_consume(ch, q, m.no_ack, args)
     priority = args.get("x-priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise ChannelException(c.PRECONDITION_FAILED,
@@ -75,6 +78,24 @@ def consume(ch: Channel, m: cmd.Basic.Consume) -> None:
         ch.connection.send_method(ch.id, cmd.Basic.ConsumeOk(tag))
     vhost.touch(q.name)
     vhost.add_consumer(consumer)
+
+
+def _check_stream_consume(ch: Channel, q: StreamQueue, no_ack: bool, args: dict) -> None:
+    """RabbitMQ's rules for consuming from a stream (checked against 3.10): a per-consumer prefetch
+    count is required (406 "consumer prefetch count is not set", also with only a global one),
+    then manual acks (540 NOT_IMPLEMENTED, connection), and a valid x-stream-offset (406)."""
+    where = f"queue '{q.name}' in vhost '{ch.vhost.name}'"
+    if not ch.prefetch:
+        raise ChannelException(c.PRECONDITION_FAILED, "PRECONDITION_FAILED - consumer prefetch "
+                               f"count is not set for '{where}'")
+    if no_ack:
+        raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - automatic "
+                                  f"acknowledgement not supported by stream queues {where}", 60, 20)
+    try:
+        parse_offset_spec(args.get("x-stream-offset"))
+    except ValueError as exc:
+        raise ChannelException(c.PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid arg "
+                               f"'x-stream-offset' for {where}: {exc}") from None
 
 
 def cancel(ch: Channel, m: cmd.Basic.Cancel) -> None:
@@ -161,7 +182,10 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
                                  msg.body, conn.frame_max))
     confirms = ch.confirms
     if confirms is not None:
-        if sid is None:
+        streams = vhost.stream_names
+        if streams and not streams.isdisjoint(names):  # in a stream log: confirm after its fsync
+            vhost.wait_for_stream_sync(ch, confirms.next_seq(), sid, ok)
+        elif sid is None:
             confirms.settle(confirms.next_seq(), ok)
         else:  # on disk only after the next group-commit sync
             confirms.defer(confirms.next_seq(), sid, ok)
@@ -172,6 +196,10 @@ def get(ch: Channel, m: cmd.Basic.Get) -> None:
     """Basic.Get -> Get-Ok + content, or Get-Empty."""
     vhost = ch.vhost
     q = vhost.get_queue(queue_name(ch, m.queue), ch.connection)
+    if isinstance(q, StreamQueue):  # as RabbitMQ: a connection error
+        raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - basic.get not supported "
+                                  f"by stream queues queue '{q.name}' in vhost '{vhost.name}'",
+                                  60, 70)
     vhost.touch(q.name)
     entry = q.get(m.no_ack)
     conn = ch.connection
@@ -251,6 +279,7 @@ def ack(ch: Channel, m: cmd.Basic.Ack) -> None:
 def nack(ch: Channel, m: cmd.Basic.Nack) -> None:
     """Basic.Nack (RabbitMQ extension): multiple, requeue."""
     tags = _tags(ch, m.delivery_tag, m.multiple)
+    _refuse_stream_nack(ch, tags, 120)
     if ch.tx is not None:
         ch.tx.append(("nack", (m.delivery_tag, m.multiple, m.requeue)))
         return
@@ -260,10 +289,25 @@ def nack(ch: Channel, m: cmd.Basic.Nack) -> None:
 def reject(ch: Channel, m: cmd.Basic.Reject) -> None:
     """Basic.Reject: one delivery, requeue or dead-letter."""
     tags = _tags(ch, m.delivery_tag, False)
+    _refuse_stream_nack(ch, tags, 90)
     if ch.tx is not None:
         ch.tx.append(("nack", (m.delivery_tag, False, m.requeue)))
         return
     settle_unacked(ch, tags, requeue=m.requeue)
+
+
+def _refuse_stream_nack(ch: Channel, tags: list[int], method_id: int) -> None:
+    """RabbitMQ (checked against 3.10) refuses Basic.Nack / Basic.Reject of a stream delivery with
+    540 NOT_IMPLEMENTED, a connection error: streams only take acks."""
+    if not ch.vhost.stream_names:
+        return
+    unacked = ch.unacked
+    for tag in tags:
+        q = unacked[tag][0]
+        if isinstance(q, StreamQueue):
+            raise ConnectionException(
+                c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - basic.nack and basic.reject not supported "
+                f"by stream queues queue '{q.name}' in vhost '{ch.vhost.name}'", 60, method_id)
 
 
 def recover(ch: Channel, m: cmd.Basic.Recover) -> None:
