@@ -13,6 +13,7 @@ Must not import ``amqp_broker.core`` or ``amqp_broker.server``.
 from .errors import (
     AMQPClientError,
     ChannelClosed,
+    ConfirmsLost,
     ConnectionClosed,
     MessageReturned,
     NoBrokerAvailable,
@@ -22,6 +23,6 @@ from .message import Message, Properties
 from .uri import ConnectionParams, parse_uri
 
 __all__ = [
-    "AMQPClientError", "ChannelClosed", "ConnectionClosed", "MessageReturned", "NoBrokerAvailable",
+    "AMQPClientError", "ChannelClosed", "ConfirmsLost", "ConnectionClosed", "MessageReturned", "NoBrokerAvailable",
     "PublishNacked", "Message", "Properties", "ConnectionParams", "parse_uri",
 ]

@@ -100,7 +100,8 @@ class Connection:
         self._all_channels: list[Channel] = []
         self._topology = Topology()
         self._wake = anyio.Event()
-        self._drained = anyio.Event()
+        self._drained = anyio.Event()  # set by the writer when idle and when a connection ends
+        self._sending = False  # the writer holds bytes taken from the buffer, not yet sent
         self._listeners: list[Callable[[Any], None]] = []
         self._conn_scope: anyio.CancelScope | None = None
         self._last_sent = 0.0
@@ -162,14 +163,22 @@ class Connection:
 
     async def drain(self) -> None:
         """Wait until the writer has handed every queued byte to the socket (bounded by
-        ``operation_timeout``; ``TimeoutError``). Raises ``ConnectionClosed`` if lost first."""
+        ``operation_timeout``; ``TimeoutError``). Raises ``ConnectionClosed`` if the connection
+        is lost first, also when it reconnects meanwhile: bytes queued on a dropped connection
+        are gone, never re-sent. Any number of tasks may drain at once."""
+        epoch = self.epoch
         with anyio.fail_after(self.operation_timeout):
-            while self._proto.buffered:
-                if not self.ready:
-                    raise self._lost_reason or ConnectionClosed(0, "connection is down")
-                self._drained = anyio.Event()
+            while self._proto.buffered or self._sending:
+                if not self.ready or self.epoch != epoch:
+                    raise self._lost_reason or ConnectionClosed(0, "connection lost while "
+                                                                   "draining")
+                if self._drained.is_set():
+                    self._drained = anyio.Event()
                 self._wake.set()
                 await self._drained.wait()
+                if not self.ready or self.epoch != epoch:
+                    raise self._lost_reason or ConnectionClosed(0, "connection lost while "
+                                                                   "draining")
 
     async def close(self) -> None:
         """Connection.Close (200) and wait (at most 5 s) for Close-Ok; no reconnect after."""
@@ -289,6 +298,8 @@ class Connection:
             first = False
             reason = self._lost_reason or ConnectionClosed(0, "connection lost")
             self.ready = False
+            self._sending = False
+            self._drained.set()  # wake drain() callers: they see the loss and raise
             self._ready_event = anyio.Event()
             final = self._closing or not self.reconnect
             for ch in list(self._all_channels):
@@ -427,11 +438,13 @@ class Connection:
                 await self._wake.wait()
                 self._wake = anyio.Event()
                 continue
+            self._sending = True
             try:
                 await stream.send(data)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 self._lost(ConnectionClosed(0, f"connection lost while writing: {exc!r}"))
                 return
+            self._sending = False
             self._last_sent = anyio.current_time()
 
     async def _heartbeat(self, proto: ClientProtocol) -> None:
@@ -467,7 +480,9 @@ async def connect(uris: str | ConnectionParams | Sequence[str | ConnectionParams
     ``connect_attempts``: rounds over the list before giving up (backoff ``backoff_initial``
     doubling up to ``backoff_max`` seconds, with jitter). With ``reconnect`` a lost connection
     is re-established on the next address (for at most ``reconnect_timeout`` seconds, None:
-    forever) and the topology replayed. ``operation_timeout``: seconds per request.
+    forever) and the topology replayed; publishes written on the lost connection are not
+    re-sent and never count as confirmed (their ``Confirmation`` fails, ``wait_for_confirms``
+    raises ``ConfirmsLost``, as aio-pika does). ``operation_timeout``: seconds per request.
     Raises ``NoBrokerAvailable`` (with each address's error), ``ValueError`` for a bad URI.
     On exit the connection is closed (Connection.Close, 200).
     """

@@ -21,8 +21,8 @@ from typing import Any
 from anyio.from_thread import start_blocking_portal
 
 from .aio import connect
-from .channel import Channel, Consumer
-from .message import Message, Properties, encode_properties
+from .channel import Channel, Confirmation, Consumer
+from .message import Message, Properties
 from .uri import ConnectionParams
 
 __all__ = ["BlockingConnection", "BlockingChannel", "BlockingConsumer"]
@@ -32,8 +32,8 @@ _FORWARDED = frozenset({
     "exchange_declare", "exchange_delete", "exchange_bind", "exchange_unbind", "queue_declare",
     "queue_bind", "queue_unbind", "queue_purge", "queue_delete", "basic_qos", "basic_cancel",
     "basic_get", "basic_ack", "basic_nack", "basic_reject", "basic_recover", "basic_publish",
-    "publish", "publish_nowait", "wait_for_confirms", "confirm_select", "tx_select", "tx_commit",
-    "tx_rollback", "close",
+    "publish", "publish_nowait", "wait_for_confirms", "wait_confirmations", "confirm_select",
+    "tx_select", "tx_commit", "tx_rollback", "close",
 })
 
 
@@ -94,7 +94,9 @@ class BlockingConnection:
 class BlockingChannel:
     """Blocking twin of ``clients.channel.Channel``: every method of ``_FORWARDED`` takes the
     same arguments and raises the same errors, but blocks. Extra: ``consume`` (an iterator),
-    ``ack``/``nack``/``reject`` of a received ``Message``, and ``publish_many``."""
+    ``ack``/``nack``/``reject`` of a received ``Message``, ``publish_batch`` and
+    ``publish_many``. As in the async API, publishes lost with a dropped connection are never
+    re-sent nor reported as confirmed, also with ``reconnect=True`` (``ConfirmsLost``)."""
 
     def __init__(self, owner: BlockingConnection, channel: Channel) -> None:
         self._owner = owner
@@ -138,27 +140,39 @@ class BlockingChannel:
         return BlockingConsumer(self, self._owner.portal.call(
             lambda: self.channel.basic_consume(queue, **kwargs)))
 
+    def publish_batch(self, messages: Iterable[Any], exchange: str = "", routing_key: str = "",
+                      properties: Properties | None = None, *,
+                      mandatory: bool = False) -> list[Confirmation]:
+        """``Channel.publish_batch`` in one trip to the event loop thread: write every message
+        (items: a body, ``(body, routing_key)`` or ``(body, routing_key, props)`` with
+        ``props`` a ``Properties``, encoded bytes or None), pausing at ``high_water`` bytes, and
+        return their ``Confirmation`` objects (empty outside confirm mode) without waiting for
+        them; hand them to ``wait_confirmations``. ``messages`` is read in the calling thread
+        first. Raises ``ChannelClosed``, ``ConfirmsLost``/``ConnectionClosed`` (connection lost
+        while writing: re-send the whole batch), ``TimeoutError``."""
+        items = messages if isinstance(messages, list) else list(messages)
+        return self._owner.portal.call(lambda: self.channel.publish_batch(
+            items, exchange, routing_key, properties, mandatory=mandatory))
+
     def publish_many(self, bodies: Iterable[bytes | str], exchange: str = "",
                      routing_key: str = "", properties: Properties | None = None, *,
                      mandatory: bool = False, batch: int = 1000,
                      timeout: float | None = None) -> int:
-        """Publish every body, ``batch`` per trip to the event loop thread; in confirm mode wait
-        for the confirms of each batch (``timeout`` seconds each). Returns the count published.
-        Raises like ``basic_publish`` / ``wait_for_confirms``."""
-        raw = encode_properties(properties)
+        """Publish every body (all with ``routing_key`` and ``properties``), ``batch`` per trip
+        to the event loop thread; in confirm mode wait for the confirms of each batch
+        (``timeout`` seconds each, default ``operation_timeout``) before sending the next.
+        Returns the count published. Raises ``ConfirmsLost`` (a ``ConnectionClosed``) when the
+        connection drops before a batch is confirmed, even if it reconnects: ``unconfirmed`` of
+        that batch may or may not have arrived, the batches before it were confirmed and later
+        ones were not sent; ``PublishNacked``, ``MessageReturned`` (mandatory, unroutable),
+        ``ChannelClosed``, ``ConnectionClosed``, ``TimeoutError``."""
         ch = self.channel
         count = 0
 
         async def send(chunk: list) -> None:
-            if not ch._conn.ready:
-                await ch._ready()
-            for body in chunk:
-                ch.publish_nowait(body, exchange, routing_key, mandatory=mandatory, props_raw=raw)
-                if ch._conn._proto.buffered >= ch._conn.high_water:
-                    await ch._conn.drain()
-            await ch._conn.drain()
-            if ch.confirm_mode:
-                await ch.wait_for_confirms(timeout)
+            confirmations = await ch.publish_batch(chunk, exchange, routing_key, properties,
+                                                   mandatory=mandatory)
+            await ch.wait_confirmations(confirmations, timeout)
 
         chunk: list = []
         for body in bodies:

@@ -8,7 +8,15 @@ returns matched to their confirm (the broker sends Basic.Return before the Ack o
 its consumers, and what must be replayed after a reconnect (qos, confirm mode, tx mode,
 consumers). The connection (``clients.aio.Connection``) does the I/O and calls the ``_on_*`` hooks.
 Errors: ``ChannelClosed`` (broker's Channel.Close: 403/404/405/406...), ``ConnectionClosed``,
-``TimeoutError`` (``operation_timeout`` seconds elapsed), ``PublishNacked``, ``MessageReturned``.
+``ConfirmsLost`` (publishes unanswered when the connection dropped), ``TimeoutError``
+(``operation_timeout`` seconds elapsed), ``PublishNacked``, ``MessageReturned``.
+
+Connection loss and publishes (also with ``reconnect=True``): what was written on a connection
+that dropped is never re-sent by the client and never reported as confirmed. Every pending
+``Confirmation`` fails with the connection error, ``wait_for_confirms`` / ``wait_confirmations``
+raise ``ConfirmsLost`` (how many were lost), and ``tx_commit`` raises ``ConnectionClosed`` when
+the transaction's publishes/acks died with the connection. This is aio-pika's behaviour (pending
+confirmation futures fail on connection loss); re-publish with the same ``message_id`` to retry.
 """
 
 from __future__ import annotations
@@ -16,14 +24,15 @@ from __future__ import annotations
 import itertools
 import logging
 import struct
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from pamqp import commands as cmd
 
-from .confirms import Confirmation, ConfirmTracker
+from .confirms import Confirmation, ConfirmTracker, failure_of, wait_all
 from .consumer import Consumer
-from .errors import ChannelClosed, ConnectionClosed, PublishNacked
+from .errors import ChannelClosed, ConfirmsLost, ConnectionClosed
 from .message import Message, Properties, encode_properties, encode_routing
 
 if TYPE_CHECKING:
@@ -71,6 +80,8 @@ class Channel:
         self._confirms = ConfirmTracker()
         self.consumers: dict[str, Consumer] = {}
         self._routing: dict[tuple[str, str, bool], bytes] = {}
+        self._tx_ops = 0  # publishes/acks sent in tx mode since the last commit/rollback
+        self._tx_lost = 0  # of those, how many died with a connection (reported at commit)
 
     # ------------------------------------------------------------------------- plumbing
     @property
@@ -99,11 +110,11 @@ class Channel:
                 await self._ready()
             w = _Waiter(expect)
             self._waiter = w
-            if callable(method):
-                method()
-            else:
-                conn._send_method(self.number, method)
             try:
+                if callable(method):
+                    method()
+                else:
+                    conn._send_method(self.number, method)
                 with anyio.fail_after(conn.operation_timeout):
                     await w.event.wait()
             finally:
@@ -182,6 +193,9 @@ class Channel:
             w.event.set()
         self._fail_pending(error)
         self._confirms.reset()
+        if self._tx_ops:  # the broker discarded the uncommitted transaction with the connection
+            self._tx_lost += self._tx_ops
+            self._tx_ops = 0
         if final:
             self._closed = error
             for consumer in self.consumers.values():
@@ -373,6 +387,8 @@ class Channel:
         self._check_sendable()
         self._conn._send_raw(_HEAD.pack(1, self.number, 13) + _ACK_PREFIX
                              + _TAG_BITS.pack(tag, int(multiple)) + b"\xce")
+        if self.tx_mode:
+            self._tx_ops += 1
         return True
 
     async def basic_ack(self, delivery_tag: int = 0, multiple: bool = False, *,
@@ -390,6 +406,8 @@ class Channel:
             return False
         self._check_sendable()
         self._conn._send_method(self.number, cmd.Basic.Nack(delivery_tag, multiple, requeue))
+        if self.tx_mode:
+            self._tx_ops += 1
         return True
 
     async def basic_reject(self, delivery_tag: int, requeue: bool = True, *,
@@ -399,6 +417,8 @@ class Channel:
             return False
         self._check_sendable()
         self._conn._send_method(self.number, cmd.Basic.Reject(delivery_tag, requeue))
+        if self.tx_mode:
+            self._tx_ops += 1
         return True
 
     async def basic_recover(self, requeue: bool = True) -> None:
@@ -411,8 +431,10 @@ class Channel:
         """Queue one Basic.Publish without waiting; returns its ``Confirmation`` in confirm mode,
         else None. ``body``: bytes (str is UTF-8 encoded). ``props_raw``: properties already
         encoded with ``message.encode_properties`` (reuse it for many messages). Nothing is
-        written until the caller awaits something (``publish``, ``conn.drain()``, a sleep).
-        Raises ``ChannelClosed``/``ConnectionClosed`` when the channel is down now."""
+        written until the caller awaits something (``publish``, ``conn.drain()``, a sleep);
+        ``publish_batch`` is the public way to write many with flow control.
+        Raises ``ChannelClosed``/``ConnectionClosed`` when the channel is down now (a message
+        queued here and lost with the connection fails its ``Confirmation``; it is not re-sent)."""
         if self._closed is not None or not self._conn.ready or self._conn.epoch != self.epoch:
             self._check_sendable()
         if body.__class__ is str:
@@ -428,6 +450,8 @@ class Channel:
             props_raw = encode_properties(properties)
         self._conn._proto.send_publish(self.number, routing, body, props_raw)
         if not self.confirm_mode:
+            if self.tx_mode:
+                self._tx_ops += 1
             return None
         confirmation = self._confirms.add(mandatory, exchange, routing_key)
         return confirmation
@@ -440,8 +464,10 @@ class Channel:
         ``wait`` is False) for the broker's answer, at most ``timeout`` seconds (default
         ``conn.operation_timeout``). Raises ``PublishNacked``, ``MessageReturned`` (mandatory,
         312 NO_ROUTE), ``ChannelClosed`` (e.g. 404 exchange missing), ``ConnectionClosed``
-        (the message may or may not have reached the broker: retry with the same message_id),
-        ``TimeoutError``."""
+        (the connection dropped after the message was queued, even if it reconnected since:
+        the message may or may not have reached the broker and is not re-sent; retry with the
+        same message_id), ``TimeoutError``. Outside confirm mode nothing tells whether the
+        message arrived; returns its ``Confirmation`` (None outside confirm mode)."""
         if self._closed is not None or not self._conn.ready or self._conn.epoch != self.epoch:
             await self._ready()
         confirmation = self.publish_nowait(body, exchange, routing_key, properties,
@@ -457,19 +483,101 @@ class Channel:
 
     publish = basic_publish
 
+    async def publish_batch(self, messages: Iterable[Any], exchange: str = "",
+                            routing_key: str = "", properties: Properties | None = None, *,
+                            mandatory: bool = False) -> list[Confirmation]:
+        """Write many Basic.Publish in one go and return their ``Confirmation`` objects (in
+        order; an empty list outside confirm mode). Does not wait for the confirms: pass the
+        list to ``wait_confirmations`` (or call ``wait_for_confirms``).
+
+        ``messages``: each item is a body (``bytes``/``str``, sent with ``routing_key`` and
+        ``properties``), or a tuple ``(body, routing_key)`` or ``(body, routing_key, props)``
+        where ``props`` is a ``Properties``, bytes already encoded with
+        ``message.encode_properties`` (fastest: encode once, reuse), or None for
+        ``properties``. All go to ``exchange`` with ``mandatory``.
+        Waits for a reconnect first when the connection is down; while writing, waits for the
+        writer whenever more than ``conn.high_water`` bytes are queued, and returns once every
+        byte was handed to the socket (bounded by ``conn.operation_timeout``, ``TimeoutError``).
+
+        Raises ``ChannelClosed`` (channel closed), ``ConnectionClosed`` outside confirm mode
+        or ``ConfirmsLost`` in confirm mode (``unconfirmed``: messages of this batch already
+        written) when the connection drops while writing: the rest of the batch was not sent,
+        nothing of it is re-sent, so re-send the whole batch (same message ids). ``ValueError``
+        / ``TypeError`` for a bad item (the items before it were sent)."""
+        conn = self._conn
+        if self._closed is not None or not conn.ready or conn.epoch != self.epoch:
+            await self._ready()
+        default_raw = encode_properties(properties)
+        publish = self.publish_nowait
+        high = conn.high_water
+        confirmations: list[Confirmation] = []
+        append = confirmations.append
+        try:
+            for item in messages:
+                if item.__class__ is tuple:
+                    body = item[0]
+                    key = item[1] if len(item) > 1 else routing_key
+                    props = item[2] if len(item) > 2 else None
+                    if props is None:
+                        raw = default_raw
+                    elif props.__class__ is bytes:
+                        raw = props
+                    else:
+                        raw = encode_properties(props)
+                else:
+                    body, key, raw = item, routing_key, default_raw
+                confirmation = publish(body, exchange, key, mandatory=mandatory, props_raw=raw)
+                if confirmation is not None:
+                    append(confirmation)
+                if conn._proto.buffered >= high:
+                    await conn.drain()
+            await conn.drain()
+        except ConnectionClosed as exc:
+            if not confirmations or isinstance(exc, ChannelClosed):
+                raise
+            for c in confirmations:
+                c.reported = True
+            raise ConfirmsLost(len(confirmations), exc,
+                               [c.delivery_tag for c in confirmations[:1000]]) from exc
+        return confirmations
+
+    async def wait_confirmations(self, confirmations: Iterable[Confirmation | None],
+                                 timeout: float | None = None) -> None:
+        """Wait until each of ``confirmations`` (from ``publish_batch``/``publish_nowait``;
+        None entries are skipped) is answered, within ``timeout`` seconds in all (default
+        ``conn.operation_timeout``; ``TimeoutError``). Then raises, if any failed:
+        ``ChannelClosed`` (the channel is gone), ``ConfirmsLost`` (``unconfirmed`` of them were
+        lost with the connection, even if it reconnected since), ``PublishNacked`` (every
+        nacked tag), ``MessageReturned`` (the first mandatory message returned). Failures raised
+        here are not raised again by ``wait_for_confirms``."""
+        conn = self._conn
+        conn._kick()
+        await wait_all(confirmations, conn.operation_timeout if timeout is None else timeout)
+
     async def wait_for_confirms(self, timeout: float | None = None) -> list[Message]:
         """Wait until every publish so far is answered (at most ``timeout`` seconds, default
         ``conn.operation_timeout``). Returns the messages returned by the broker (mandatory,
-        unroutable) since the last call; raises ``PublishNacked`` with every nacked tag since
-        the last call, ``ConnectionClosed``/``ChannelClosed`` if lost first, ``TimeoutError``."""
+        unroutable) since the last call. Raises, for the publishes since the last call whose
+        failure was not already raised (by ``Confirmation.wait``, ``basic_publish``,
+        ``wait_confirmations``...): ``ChannelClosed`` if the channel was closed;
+        ``ConfirmsLost`` (a ``ConnectionClosed``: ``unconfirmed`` counts them) if publishes
+        were lost unanswered with the connection, also when it has reconnected since (they
+        are not re-sent: re-publish them); ``PublishNacked`` with every nacked tag;
+        ``ConnectionClosed`` if the connection is gone for good; ``TimeoutError``."""
         conn = self._conn
         conn._kick()
         timeout = conn.operation_timeout if timeout is None else timeout
-        nacked, returned = await self._confirms.wait_all(timeout)
-        if self._closed is not None:
-            raise self._closed
-        if nacked:
-            raise PublishNacked(nacked)
+        failed, returned = await self._confirms.wait_all(timeout)
+        closed = self._closed
+        if isinstance(closed, ChannelClosed):
+            for c in failed:
+                c.reported = True
+            raise closed
+        error = failure_of(failed)
+        if error is not None:
+            raise error
+        if closed is not None:
+            raise closed
         return returned
 
     # ----------------------------------------------------------------- confirm and tx
@@ -485,10 +593,44 @@ class Channel:
         self.tx_mode = True
 
     async def tx_commit(self) -> None:
-        """Tx.Commit. Raises ``ChannelClosed`` 406 when not in tx mode. Publishes/acks since the
-        last commit are lost if the connection drops before Commit-Ok."""
-        await self._rpc(cmd.Tx.Commit(), (cmd.Tx.CommitOk,))
+        """Tx.Commit. Raises ``ChannelClosed`` 406 when not in tx mode; ``ConnectionClosed``
+        when the connection drops before Commit-Ok (the outcome is unknown), and also when
+        publishes/acks of this transaction were sent on a connection that dropped since the
+        last commit (the broker discarded them with it): then whatever was sent after the
+        reconnect is rolled back too, nothing is committed, and the caller redoes the whole
+        transaction."""
+        conn = self._conn
+
+        def send_commit() -> None:  # called in the epoch the commit goes out on
+            if self._tx_lost:
+                raise _TxLost
+            conn._send_method(self.number, cmd.Tx.Commit())
+
+        try:
+            await self._rpc(send_commit, (cmd.Tx.CommitOk,))
+        except _TxLost:
+            lost, self._tx_lost, self._tx_ops = self._tx_lost, 0, 0
+            try:
+                await self._rpc(cmd.Tx.Rollback(), (cmd.Tx.RollbackOk,))
+            except (ConnectionClosed, TimeoutError):
+                pass  # the transaction dies with that connection anyway
+            raise ConnectionClosed(0, f"transaction lost with the connection: {lost} "
+                                      f"publish(es)/ack(s) since the last commit were discarded "
+                                      f"by the broker; nothing was committed, redo the "
+                                      f"transaction") from None
+        finally:  # committed, or the caller was told it was not: a new transaction begins
+            self._tx_ops = 0
+            self._tx_lost = 0
 
     async def tx_rollback(self) -> None:
-        """Tx.Rollback. Raises ``ChannelClosed`` 406 when not in tx mode."""
-        await self._rpc(cmd.Tx.Rollback(), (cmd.Tx.RollbackOk,))
+        """Tx.Rollback (also forgets publishes/acks lost with an earlier connection). Raises
+        ``ChannelClosed`` 406 when not in tx mode."""
+        try:
+            await self._rpc(cmd.Tx.Rollback(), (cmd.Tx.RollbackOk,))
+        finally:
+            self._tx_ops = 0
+            self._tx_lost = 0
+
+
+class _TxLost(Exception):
+    """Internal: a commit found its transaction's operations lost with a connection."""

@@ -9,7 +9,7 @@ Reply codes: AMQP 0-9-1 "Constants" table. Must not know: sockets, event loops.
 from __future__ import annotations
 
 __all__ = ["AMQPClientError", "ChannelClosed", "ConnectionClosed", "NoBrokerAvailable",
-           "PublishNacked", "MessageReturned"]
+           "ConfirmsLost", "PublishNacked", "MessageReturned"]
 
 
 class AMQPClientError(Exception):
@@ -52,6 +52,35 @@ class NoBrokerAvailable(ConnectionClosed):
         text = "; ".join(f"{addr}: {exc!r}" for addr, exc in errors) or "no address given"
         super().__init__(0, f"no broker available ({text})")
         self.errors = errors
+
+
+class ConfirmsLost(ConnectionClosed):
+    """Confirm-mode publishes were written but the connection was lost before the broker answered
+    them: each of those messages may or may not have reached the broker (a message still in our
+    socket buffer or unread by the broker is gone; one the broker already stored is kept).
+    Re-publish them, ideally with the same ``message_id`` so a deduplicating queue drops copies.
+
+    Raised by ``Channel.wait_for_confirms``, ``Channel.wait_confirmations``,
+    ``Channel.publish_batch`` and the blocking ``publish_many``/``publish_batch``/
+    ``wait_confirmations``, also when the client reconnected since (a reconnect never makes a
+    lost publish look confirmed). A ``ConnectionClosed`` subclass, so existing handlers catch it.
+    ``unconfirmed``: how many publishes were lost unanswered; ``delivery_tags``: their tags on the
+    lost connection (at most the first 1000); ``error``: the connection error that lost them
+    (``reply_code``/``class_id``/``method_id`` are copied from it, 0 for a socket error).
+    """
+
+    def __init__(self, unconfirmed: int, error: BaseException,
+                 delivery_tags: list[int] | None = None) -> None:
+        super().__init__(getattr(error, "reply_code", 0),
+                         f"{unconfirmed} publish(es) unconfirmed when the connection was lost "
+                         f"({error})", getattr(error, "class_id", 0),
+                         getattr(error, "method_id", 0))
+        self.unconfirmed = unconfirmed
+        self.error = error
+        self.delivery_tags = list(delivery_tags or [])[:1000]
+
+    def __reduce__(self) -> tuple:
+        return (self.__class__, (self.unconfirmed, self.error, self.delivery_tags))
 
 
 class PublishNacked(AMQPClientError):

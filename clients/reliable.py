@@ -204,7 +204,10 @@ class ReliableClient:
         message id (a new UUID unless given: pass your own to make a whole put idempotent
         across your own retries). Retries on connection loss, nack and timeout for
         ``put_timeout`` seconds, then raises the last error (``ConnectionClosed``,
-        ``PublishNacked``, ``TimeoutError``); ``ChannelClosed`` 404 if the exchange vanished."""
+        ``PublishNacked``, ``TimeoutError``); ``ChannelClosed`` 404 if the exchange vanished.
+        A put whose confirm was lost (connection dropped, even with a reconnect after) stays in
+        the in-flight log and is re-sent with the same message id until confirmed; when this
+        raises it is still in the log, and the next ``resume()`` (on open) finishes it."""
         if isinstance(body, str):
             body = body.encode()
         mid = message_id or uuid.uuid4().hex
@@ -236,12 +239,9 @@ class ReliableClient:
                 ch = self._pub
                 if not ch.is_open:
                     self._pub = ch = await self.connection.channel(confirm=True)
-                await ch._ready()
-                confirmation = ch.publish_nowait(body, exchange, topic, props)
-                await self.connection.drain()
+                (confirmation,) = await ch.publish_batch([(body, topic, props)], exchange)
                 if self._after_send is not None:
                     self._after_send()
-                assert confirmation is not None
                 await confirmation.wait(max(remaining, 0.01))
                 return
             except (ConnectionClosed, PublishNacked, TimeoutError) as exc:

@@ -324,15 +324,23 @@ class Publisher:
         self.published = 0
 
     def send(self, messages: list[tuple[bytes, str, bytes]]) -> None:
+        """Publish ``messages`` (``(body, routing_key, props_raw)`` triples, as
+        ``MessageBuilder.build`` makes them) to ``opts.exchange``, then wait for the confirms of
+        the previous ``send`` (at most ``opts.confirm_timeout`` seconds). Raises as the class
+        says; ``clients.ConfirmsLost`` when the connection dropped with messages unconfirmed."""
         if not messages:
             return
-        self._inflight = self.conn.portal.call(self._send, messages, self._inflight)
+        opts = self.opts
+        confirmations = self.channel.publish_batch(messages, opts.exchange,
+                                                   mandatory=opts.mandatory)
+        previous, self._inflight = self._inflight, confirmations
+        self.channel.wait_confirmations(previous, opts.confirm_timeout)
         self.published += len(messages)
 
     def flush(self) -> None:
         """Wait until every message sent so far is confirmed (raises as the class says)."""
         if self._inflight:
-            self.conn.portal.call(self._send, [], self._inflight)
+            self.channel.wait_confirmations(self._inflight, self.opts.confirm_timeout)
             self._inflight = []
 
     def close(self) -> None:
@@ -347,26 +355,3 @@ class Publisher:
         except Exception:  # noqa: BLE001 - closing after an error must not hide that error
             if exc[0] is None:
                 raise
-
-    async def _send(self, messages: list, previous: list) -> list:
-        ch = self.channel.channel
-        conn = ch._conn
-        exchange, mandatory, timeout = self.opts.exchange, self.opts.mandatory, \
-            self.opts.confirm_timeout
-        publish = ch.publish_nowait
-        proto = conn._proto
-        high = conn.high_water
-        confirmations = []
-        append = confirmations.append
-        for body, key, raw in messages:
-            append(publish(body, exchange, key, mandatory=mandatory, props_raw=raw))
-            if proto.buffered >= high:
-                await conn.drain()
-        if messages:
-            await conn.drain()
-        for c in previous:
-            if not c.done or c.error is not None:
-                await c.wait(timeout)
-        if not messages:  # flush: wait for what was just checked is done; nothing new
-            return []
-        return confirmations
