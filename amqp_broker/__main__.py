@@ -1,16 +1,76 @@
-"""``amqp-broker`` / ``python -m amqp_broker``: parse the configuration and run the broker."""
+"""``amqp-broker`` / ``python -m amqp_broker``: run the broker, or one of the operator subcommands.
+
+    amqp-broker [run flags]                      parse the configuration and run the broker
+    amqp-broker cluster-ca init|issue ...        cluster CA and node certificates (cluster.ca_cli)
+    amqp-broker cluster-status --uri ... ...     each broker's cluster view as JSON (cluster_cli)
+
+A first argument naming a subcommand dispatches to it with the rest of the arguments; anything else
+is the broker's own flags (``amqp_broker.config``), so ``amqp-broker --port 5673`` runs as before.
+``amqp-broker --help`` lists the run flags, with the subcommands in its epilog. Exit codes: the
+subcommand's own, or 2 for a configuration/usage error, 0 after a clean broker shutdown.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
 
-from .config import ConfigError, load_config
+from .config import ConfigError, build_parser, load_config
+
+__all__ = ["main", "SUBCOMMANDS", "EPILOG"]
+
+EPILOG = """\
+subcommands (run `amqp-broker SUBCOMMAND --help` for their options):
+  amqp-broker cluster-ca init --dir D
+        make a cluster CA (EC P-256) in directory D
+  amqp-broker cluster-ca issue NODE --dir D [--host IP ...]
+        issue NODE.crt/NODE.key signed by the CA in D, valid for the given addresses
+  amqp-broker cluster-status --uri amqp://HOST:PORT/ [--uri ...]
+        print each broker's cluster view (name, view number, members, leader first) as JSON;
+        exit 1 when a broker does not answer
+"""
+
+
+def _cluster_ca(argv: list[str]) -> int:
+    """``cluster-ca``: ``cluster.ca_cli.main`` (imported late: it pulls in ``cryptography``)."""
+    from cluster import ca_cli
+    return ca_cli.main(argv)
+
+
+def _cluster_status(argv: list[str]) -> int:
+    """``cluster-status``: ``amqp_broker.cluster_cli.main``."""
+    from . import cluster_cli
+    return cluster_cli.main(argv)
+
+
+#: subcommand name -> function(argv after the name) returning the exit code
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "cluster-ca": _cluster_ca,
+    "cluster-status": _cluster_status,
+}
+
+
+def run_parser() -> argparse.ArgumentParser:
+    """The run flags' parser (``config.build_parser``) with the subcommands in its epilog."""
+    parser = build_parser()
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (2 for a configuration error)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[args[0]](args[1:])
+    if args and not args[0].startswith("-"):
+        print(f"amqp-broker: unknown command {args[0]!r} (commands: "
+              f"{', '.join(SUBCOMMANDS)}; run flags: amqp-broker --help)", file=sys.stderr)
+        return 2
+    run_parser().parse_args(args)   # --help (with the epilog) and usage errors exit here
     try:
-        config = load_config(argv)
+        config = load_config(args)
     except ConfigError as exc:
         print(f"amqp-broker: {exc}", file=sys.stderr)
         return 2

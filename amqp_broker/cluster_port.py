@@ -14,18 +14,24 @@ from typing import Any
 
 from pamqp import commands as cmd
 
+from cluster.codec import Consumers
+
 from .core.broker import Broker
+from .core.relay import local_consumer_count
 
 __all__ = ["replay_methods", "load_figures"]
 
 
-def replay_methods(broker: Broker, shared: bool) -> list[Any]:
-    """The methods replaying our part of the state to a joiner (see module docstring)."""
-    if not shared:
-        return []
+def replay_methods(broker: Broker, shared: bool, me: str) -> list[Any]:
+    """The methods replaying our part of the state to a joiner (see module docstring); every
+    member ends with its consumer counts on shared queues (Cluster.Consumers)."""
     vhost = broker.vhosts.get("/")
     if vhost is None:
         return []
+    counts = [Consumers("/", q.name, me, n) for q in vhost.queues.values()
+              if q.exclusive_owner is None and (n := local_consumer_count(q))]
+    if not shared:
+        return counts
     out: list[Any] = []
     routing = vhost.routing
     for ex in routing.exchanges():
@@ -52,7 +58,7 @@ def replay_methods(broker: Broker, shared: bool) -> list[Any]:
             out.append(cmd.Exchange.Bind(destination=b.destination.name, source=b.source,
                                          routing_key=b.binding_key, nowait=True,
                                          arguments=dict(b.arguments)))
-    return out
+    return out + counts
 
 
 def load_figures(broker: Broker) -> dict[str, int]:

@@ -24,6 +24,7 @@ from cluster.membership import Node
 from . import __version__
 from .cluster_port import load_figures, replay_methods
 from .config import Config
+from .core import relay
 from .core.broker import Broker
 
 __all__ = ["SecretAuth", "start_cluster", "parse_seeds"]
@@ -72,8 +73,20 @@ async def start_cluster(broker: Broker, config: Config, port: int,
 
     links = PeerLinks(config.node_name, secret, on_failure=failed)
     links.start(tg)
-    driver = ClusterDriver(node, broker, links, lambda shared: replay_methods(broker, shared),
-                           time.monotonic, config.sync_replies, lambda: load_figures(broker))
+    def on_consumers(vhost: str, queue: str, peer: str, count: int) -> None:
+        if vhost in broker.vhosts:
+            relay.set_remote_consumers(broker.vhosts[vhost], queue, peer, count)
+            broker.run_dispatch()
+
+    def on_node_removed(peer: str) -> None:
+        for vhost in broker.vhosts.values():
+            relay.remove_node(vhost, peer)
+
+    driver = ClusterDriver(node, broker, links,
+                           lambda shared: replay_methods(broker, shared, config.node_name),
+                           time.monotonic, config.sync_replies, lambda: load_figures(broker),
+                           on_consumers, on_node_removed)
+    broker.relay_sink = driver
     broker.peer_auth = SecretAuth(secret)
     broker.peer_handler = driver.on_peer_method
     broker.cluster_hooks = driver
@@ -84,6 +97,12 @@ async def start_cluster(broker: Broker, config: Config, port: int,
         while True:
             await anyio.sleep(TICK_SECONDS)
             driver.tick()
+            # Links drain between ticks: queues dealing to peers get another chance.
+            for vhost in broker.vhosts.values():
+                for q in vhost.queues.values():
+                    if q.message_count and q.consumer_count:
+                        broker.needs_dispatch.add(q)
+            broker.run_dispatch()
 
     tg.start_soon(ticker)
     driver.start([s for s in seeds if s[1] != me])

@@ -31,6 +31,11 @@ back negative and be "unknown". Method ids (fields in wire order, AMQP domains i
                   a broker taking over from a dead one) asks every member of the current view; a
                   member grants at most one proposer per view at a time, and a new view needs a
                   majority of grants, so a minority side never changes membership
+ 80   Consumers   vhost, queue, node [shortstr], count [long]: *our addition*: node's consumer count
+                  on a shared queue, so every broker deals to peers in proportion (proposal
+                  "Basic.Consume")
+ 90   Relay       vhost, queue [shortstr]: *our addition*: the next Basic.Publish on the channel is a
+                  message dealt to the receiver's consumers of that shared queue
 ====  ==========  ==================================================================================
 
 Members travel as JSON in a longstr rather than a field table because a table is unordered by the
@@ -50,7 +55,7 @@ from pamqp import base, commands
 
 __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
-    "Synch", "Ping", "Vote", "register",
+    "Synch", "Ping", "Vote", "Consumers", "Relay", "register",
 ]
 
 CLUSTER_CLASS_ID = 3200
@@ -305,7 +310,62 @@ class Vote(ClusterMethod):
         _check_view("round", self.round)
 
 
-METHODS: tuple[type[ClusterMethod], ...] = (Join, Membership, Leave, Suspect, Synch, Ping, Vote)
+class Consumers(ClusterMethod):
+    """Cluster.Consumers: ``node`` now has ``count`` consumers on shared queue ``queue`` of
+    ``vhost`` (proposal "Basic.Consume": every broker knows the cluster-wide consumer counts and
+    deals messages to a peer in proportion to them). Sent to every member when a local count
+    changes, and replayed to a joiner."""
+
+    __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "node", "count"]
+    frame_id: typing.ClassVar[int] = 80
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 80
+    name: typing.ClassVar[str] = "Cluster.Consumers"
+    _vhost = "shortstr"
+    _queue = "shortstr"
+    _node = "shortstr"
+    _count = "long"
+
+    def __init__(self, vhost: str = "/", queue: str = "", node: str = "", count: int = 0) -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.node = node
+        self.count = count
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a bad name or a count outside 0..2**32-1."""
+        for slot in ("vhost", "queue", "node"):
+            _check_shortstr(slot, getattr(self, slot))
+        if not isinstance(self.count, int) or not 0 <= self.count < 1 << 32:
+            raise ValueError("count must be an int in [0, 2**32)")
+
+
+class Relay(ClusterMethod):
+    """Cluster.Relay: the Basic.Publish that follows on this channel is a message dealt to one of
+    the receiver's consumers of shared queue ``queue`` of ``vhost`` (proposal "Basic.Publish": "the
+    message is relayed"); the publish keeps the original exchange and routing key so the consumer
+    sees them in Basic.Deliver."""
+
+    __slots__: typing.ClassVar[list[str]] = ["vhost", "queue"]
+    frame_id: typing.ClassVar[int] = 90
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 90
+    name: typing.ClassVar[str] = "Cluster.Relay"
+    _vhost = "shortstr"
+    _queue = "shortstr"
+
+    def __init__(self, vhost: str = "/", queue: str = "") -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a bad name."""
+        _check_shortstr("vhost", self.vhost)
+        _check_shortstr("queue", self.queue)
+
+
+METHODS: tuple[type[ClusterMethod], ...] = (Join, Membership, Leave, Suspect, Synch, Ping, Vote,
+                                            Consumers, Relay)
 
 
 def register(mapping: dict[int, type[base.Frame]] | None = None) -> None:

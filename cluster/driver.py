@@ -19,8 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from amqp_broker.protocol import constants as c
+from amqp_broker.protocol.delivery import encode_routing
+from amqp_broker.protocol.framing import encode_body_frames, encode_frame
+from amqp_broker.protocol.methods import encode_method
+
 from . import actions as a
-from .codec import ClusterMethod, Synch
+from .codec import ClusterMethod, Consumers, Relay, Synch
 from .membership import IN_VIEW, Node, Status
 
 __all__ = ["ClusterDriver", "LinkSender", "reply_quorum"]
@@ -28,6 +33,8 @@ __all__ = ["ClusterDriver", "LinkSender", "reply_quorum"]
 log = logging.getLogger(__name__)
 
 Done = Callable[[tuple[int, str] | None], None]
+_PUBLISH = b"\x00\x3c\x00\x28\x00\x00"  # Basic.Publish, ticket 0
+RELAY_FRAME_MAX = 131072
 
 
 class LinkSender(Protocol):
@@ -37,6 +44,12 @@ class LinkSender(Protocol):
              on_reply: Callable[[tuple[int, str] | None], None] | None = None) -> None:
         """Queue ``method`` to ``node``; with ``on_reply``, the member's answer (None: ok, or
         (reply code, text)) is reported; a lost link reports (320, ...)."""
+
+    def can_send(self, node: str) -> bool:
+        """True when the link to ``node`` is up and not backed up."""
+
+    def send_raw(self, node: str, data: bytes) -> None:
+        """Queue encoded frames on the open link to ``node``."""
 
     def close(self, node: str) -> None:
         """Drop the link to ``node``."""
@@ -76,13 +89,17 @@ class ClusterDriver:
     def __init__(self, node: Node, broker: Any, links: LinkSender,
                  replay: Callable[[bool], list[Any]], clock: Callable[[], float],
                  reply_policy: str = "all",
-                 load: Callable[[], dict[str, int]] = dict) -> None:
+                 load: Callable[[], dict[str, int]] = dict,
+                 on_consumers: Callable[[str, str, str, int], None] | None = None,
+                 on_node_removed: Callable[[str], None] | None = None) -> None:
         reply_quorum(reply_policy, 1)  # validate early
         self.node = node
         self.broker = broker
         self.links = links
         self.replay = replay
         self.load = load
+        self.on_consumers = on_consumers
+        self.on_node_removed = on_node_removed
         self.clock = clock
         self.reply_policy = reply_policy
         self._pending: dict[int, _Pending] = {}
@@ -96,13 +113,45 @@ class ClusterDriver:
         """``broker.peer_handler``: Cluster methods go to the membership; on a node still joining,
         a member's other methods wait for its replay turn. False: run the ordinary handler."""
         sender = channel.connection.peer_node
-        if isinstance(method, ClusterMethod):
+        if isinstance(method, ClusterMethod) and not isinstance(method, Consumers | Relay):
             self._run(self.node.receive(sender, method, self.clock()))
             return True
         if self.node.status in (Status.JOINING, Status.SYNCING) and sender not in self._applied:
             self._buffers.setdefault(sender, []).append((channel, payload))
             return True
+        if isinstance(method, Relay):
+            channel.relay_target = method.queue
+            return True
+        if isinstance(method, Consumers):
+            if self.on_consumers is not None and method.node != self.node.name:
+                self.on_consumers(method.vhost, method.queue, method.node, method.count)
+            return True
         return False
+
+    # ------------------------------------------------------------------ shared-queue dealing
+    def consumers_changed(self, vhost: str, queue: str, count: int) -> None:
+        """Our consumer count of shared queue ``queue`` changed: tell every member."""
+        for name, address in self.node.members:
+            if name != self.node.name:
+                self.links.send(name, address, Consumers(vhost, queue, self.node.name, count))
+
+    def can_relay(self, node: str) -> bool:
+        """True when a message may be dealt to ``node`` now (link up, backlog short)."""
+        return self.links.can_send(node)
+
+    def relay(self, node: str, vhost: str, queue: str, message: Any) -> None:
+        """Deal ``message`` to ``node``'s consumers of ``queue``: Cluster.Relay, then the message
+        as a Basic.Publish with its original exchange and routing key and its raw content."""
+        routing_raw = message.routing_raw
+        if routing_raw is None:
+            routing_raw = encode_routing(message.exchange, message.routing_key)
+        data = b"".join((
+            encode_method(1, Relay(vhost, queue)),
+            encode_frame(c.FRAME_METHOD, 1, _PUBLISH + routing_raw + b"\x00"),
+            encode_frame(c.FRAME_HEADER, 1, message.header_payload),
+            *(encode_body_frames(1, message.body, RELAY_FRAME_MAX) if message.body else ()),
+        ))
+        self.links.send_raw(node, data)
 
     def propagate(self, vhost: str, method: Any, done: Done) -> None:
         """``broker.cluster_hooks.propagate``: send the change to every other member; ``done``
@@ -192,6 +241,8 @@ class ClusterDriver:
         })
         for node in act.removed:
             self.links.close(node)
+            if self.on_node_removed is not None:
+                self.on_node_removed(node)
             for pid in list(self._pending):
                 self._answered(pid, node, (320, "CONNECTION_FORCED - member left the view"))
         if self.on_view is not None:

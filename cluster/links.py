@@ -43,7 +43,8 @@ class LinkError(Exception):
 
 
 class _Link:
-    __slots__ = ("node", "address", "queue", "inflight", "wake", "closed", "task_running")
+    __slots__ = ("node", "address", "queue", "inflight", "wake", "closed", "task_running",
+                 "connected")
 
     def __init__(self, node: str, address: str) -> None:
         self.node = node
@@ -53,6 +54,7 @@ class _Link:
         self.wake = anyio.Event()
         self.closed = False
         self.task_running = False
+        self.connected = False
 
 
 class PeerLinks:
@@ -82,6 +84,18 @@ class PeerLinks:
             link.task_running = True
             self._tg.start_soon(self._run, link)
 
+    def can_send(self, node: str, backlog: int = 512) -> bool:
+        """True when the link to ``node`` is up and holds fewer than ``backlog`` unsent items."""
+        link = self._links.get(node)
+        return link is not None and link.connected and len(link.queue) < backlog
+
+    def send_raw(self, node: str, data: bytes) -> None:
+        """Queue already-encoded frames (channel 1) on an open link; dropped when there is none."""
+        link = self._links.get(node)
+        if link is not None and link.connected:
+            link.queue.append((data, None))
+            link.wake.set()
+
     def close(self, node: str) -> None:
         """Stop the link to ``node`` and fail what it still holds."""
         link = self._links.pop(node, None)
@@ -108,6 +122,7 @@ class PeerLinks:
                 pending: deque[tuple[int, Any]] = deque()
                 with anyio.fail_after(CONNECT_TIMEOUT):
                     await self._handshake(stream, splitter, pending)
+                link.connected = True
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._reader, link, stream, splitter, pending, tg)
                     try:
@@ -121,6 +136,7 @@ class PeerLinks:
                 log.info("link to %s (%s) failed: %s", link.node, link.address, exc)
         finally:
             link.task_running = False
+            link.connected = False
             failed = not link.closed
             self._fail(link)
             if self._links.get(link.node) is link:
@@ -176,6 +192,9 @@ class PeerLinks:
             out = []
             while link.queue:
                 method, on_reply = link.queue.popleft()
+                if isinstance(method, bytes):
+                    out.append(method)
+                    continue
                 if on_reply is not None:
                     link.inflight.append((method, on_reply))
                 out.append(encode_method(1, method))

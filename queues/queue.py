@@ -350,6 +350,18 @@ class Queue:
         """
         self.requeue_many((entry,))
 
+    def deliver_to(self, consumer: Consumer, message: Message) -> QueueEntry:
+        """Hand ``message`` straight to ``consumer`` (a message relayed by another cluster member
+        for one of our consumers): it never waits in the ready list; with an ack-mode consumer it
+        is unacked here like any delivery. Raises ``QueueDeleted``."""
+        if self._deleted:
+            raise QueueDeleted(self.name)
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        entry = QueueEntry(message, seq)
+        self._deliver(consumer, entry)
+        return entry
+
     def restore(self, message: Message, redelivered: bool) -> QueueEntry:
         """Append a message recovered from the message store at broker start (tail, in publish
         order; no dedup, no length limits, no dispatch: there are no consumers yet). TTL counts

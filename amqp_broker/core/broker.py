@@ -61,6 +61,9 @@ class Broker:
         self.cluster_properties: dict = {}
         #: False while a joining node waits for every member's Synch: clients are refused.
         self.accepting_clients = True
+        #: Where messages dealt to another member's consumers go (``core.relay``): an object with
+        #: ``can_relay(node) -> bool`` and ``relay(node, vhost, queue, message)``.
+        self.relay_sink = None
 
     def clock_ms(self) -> int:
         """The clock in whole milliseconds (what queues use for TTL)."""

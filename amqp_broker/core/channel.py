@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
 
+from queues.message import Message
+
 from ..protocol import constants as c
 from ..protocol.assembler import ContentAssembler
 from ..protocol.errors import ChannelException, ConnectionException
@@ -21,6 +23,7 @@ from ..protocol.methods import Publish, decode_method, method_ids
 from .confirms import ConfirmTracker
 from .handlers import HANDLERS
 from .handlers.basic import publish_message, settle_unacked
+from .relay import deliver_relayed
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
@@ -55,6 +58,8 @@ class Channel:
         self.confirms: ConfirmTracker | None = None
         self.tx: list[tuple[str, Any]] | None = None
         self.last_queue = ""  # "the last queue declared on this channel" (spec: empty queue name)
+        #: On a cluster peer link: the shared queue the next Basic.Publish is relayed to.
+        self.relay_target: str | None = None
 
     @property
     def deliverable(self) -> bool:
@@ -120,6 +125,14 @@ class Channel:
                                       c.CLASS_BASIC, 40)
 
     def _publish(self, publish: Publish, header: bytes, body: bytes) -> None:
+        if self.connection.peer_node is not None and self.relay_target is not None:
+            # A message another member dealt to one of our consumers (cluster relay): it goes to
+            # the named queue's local consumers, never through routing again.
+            msg = Message(publish.exchange, publish.routing_key, header, body)
+            msg.routing_raw = publish.routing_raw
+            target, self.relay_target = self.relay_target, None
+            deliver_relayed(self.vhost, target, msg)
+            return
         try:
             publish_message(self, publish, header, body)
         except ChannelException as exc:

@@ -32,6 +32,7 @@ from routing.table import RoutingTable
 from ..protocol import constants as c
 from ..protocol.errors import ChannelException, ConnectionException
 from .durability import store_key
+from .relay import local_consumer_count
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -348,6 +349,8 @@ class VirtualHost:
         for consumer in list(q.consumers()):
             ch = consumer.channel
             q.remove_consumer(consumer)
+            if ch is None:  # a relay consumer (another member's)
+                continue
             ch.consumers.pop(consumer.tag, None)
             if notify and ch.connection.capabilities.get("consumer_cancel_notify"):
                 ch.connection.send_method(ch.id, cmd.Basic.Cancel(consumer.tag, True))
@@ -375,14 +378,22 @@ class VirtualHost:
         q = consumer.queue
         q.had_consumers = True  # type: ignore[attr-defined]
         q.add_consumer(consumer)
+        self._consumers_changed(q)
 
     def remove_consumer(self, consumer: ChannelConsumer) -> None:
         """Unregister a consumer; an auto-delete queue whose last consumer went is deleted."""
         q = consumer.queue
         q.remove_consumer(consumer)
+        self._consumers_changed(q)
         self.touch(q.name)
         if q.auto_delete and q.consumer_count == 0 and self.queues.get(q.name) is q:
             self.delete_queue(q)
+
+    def _consumers_changed(self, q: Queue) -> None:
+        """Tell the cluster our consumer count of a shared queue changed (Cluster.Consumers)."""
+        hooks = self.broker.cluster_hooks
+        if hooks is not None and q.exclusive_owner is None and self.name == "/":
+            hooks.consumers_changed(self.name, q.name, local_consumer_count(q))
 
     # ------------------------------------------------------------------------ publish
     def route(self, msg: Message) -> set[str]:

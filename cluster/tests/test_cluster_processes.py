@@ -167,3 +167,68 @@ def test_broker_with_the_wrong_secret_cannot_join(cluster, tmp_path):
     assert n2.members() == [n2.address]
     assert "failed authentication" in n2.log_tail(200)
     assert n2.address not in (intruder.members() or [])
+
+
+def _consume_counts(members_tags, queue: str, total: int, timeout: float = 20.0) -> dict:
+    """Start one consumer per (member, tag); return deliveries per tag once ``total`` arrived."""
+    import threading
+    from collections import Counter
+    got: Counter = Counter()
+    stop = threading.Event()
+    ready = threading.Barrier(len(members_tags) + 1, timeout=timeout)
+
+    def run(member, tag):
+        conn = member.connect()
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=20)
+
+        def on_message(channel, method, _props, _body):
+            got[tag] += 1
+            channel.basic_ack(method.delivery_tag)
+        ch.basic_consume(queue, on_message)
+        ready.wait()
+        while not stop.is_set():
+            conn.process_data_events(0.05)
+        conn.close()
+
+    threads = [threading.Thread(target=run, args=mt) for mt in members_tags]
+    for t in threads:
+        t.start()
+    ready.wait()
+    return {"got": got, "stop": stop, "threads": threads}
+
+
+def test_shared_queue_deals_fairly_across_brokers(cluster):
+    n2, n3, n4 = _three(cluster)
+    setup = n2.connect().channel()
+    setup.exchange_declare("jobs-x", "direct")
+    setup.queue_declare("jobs")
+    setup.queue_bind("jobs", "jobs-x", "job")
+    run = _consume_counts([(n2, "n2"), (n3, "n3"), (n4, "n4a"), (n4, "n4b")], "jobs", 2000)
+    time.sleep(1.0)  # Cluster.Consumers reaches every member
+    pub = n3.connect().channel()
+    pub.confirm_delivery()
+    for i in range(2000):
+        pub.basic_publish("jobs-x", "job", str(i).encode())
+    wait_for(lambda: sum(run["got"].values()) >= 2000, 20, f"only {run['got']} delivered")
+    run["stop"].set()
+    for t in run["threads"]:
+        t.join(10)
+    got = run["got"]
+    assert sum(got.values()) == 2000
+    for tag in ("n2", "n3", "n4a", "n4b"):  # each consumer's share within ±10 % of fair
+        assert abs(got[tag] - 500) <= 50, got
+
+
+def test_message_waits_until_a_consumer_appears_on_another_broker(cluster):
+    n2, n3, n4 = _three(cluster)
+    ch = n2.connect().channel()
+    ch.queue_declare("later")
+    ch.confirm_delivery()
+    for i in range(10):
+        ch.basic_publish("", "later", str(i).encode())
+    run = _consume_counts([(n4, "n4")], "later", 10)
+    wait_for(lambda: run["got"]["n4"] == 10, 10, f"got {run['got']}")
+    run["stop"].set()
+    for t in run["threads"]:
+        t.join(10)
