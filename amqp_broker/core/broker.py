@@ -44,6 +44,7 @@ class Broker:
         self.connections: dict[int, Connection] = {}
         self.needs_dispatch: set[Queue] = set()
         self.memory_alarm = False
+        self._input_since_check = 0
         self._ids = itertools.count(1)
         # --- cluster seams (set by the composition root when clustering; None: a lone broker) ---
         #: Authenticates ``cluster-peer`` connections: ``.mechanism`` (SASL name) and
@@ -127,6 +128,20 @@ class Broker:
                 conn.blocked = False
                 if conn.capabilities.get("connection.blocked"):
                     conn.send_method(0, cmd.Connection.Unblocked())
+
+    #: Input bytes between two in-line memory checks (bounds the overshoot of the alarm).
+    MEMORY_CHECK_BYTES = 4 * 1024 * 1024
+
+    def note_input(self, nbytes: int) -> None:
+        """Count received bytes; with a memory limit, re-check the alarm every
+        ``MEMORY_CHECK_BYTES`` so a fast publisher cannot overshoot between timer checks."""
+        limit = self.settings.memory_high_watermark_bytes
+        if not limit:
+            return
+        self._input_since_check += nbytes
+        if self._input_since_check >= self.MEMORY_CHECK_BYTES:
+            self._input_since_check = 0
+            self.set_memory_alarm(self.message_memory() > limit)
 
     def block(self, conn: Connection) -> None:
         """Mark ``conn`` blocked (and tell it when it understands connection.blocked)."""

@@ -158,6 +158,7 @@ class Connection:
         if self.closed or self._framing_broken:
             return
         self.last_received = self.broker.clock()
+        self.broker.note_input(len(data))
         if self.state is State.AWAIT_HEADER:
             data = self._protocol_header(data)
             if not data:
