@@ -17,6 +17,7 @@ from pamqp import commands as cmd
 from cluster.codec import Consumers
 
 from .core.broker import Broker
+from .core.proxies import HOME_ARGUMENT
 from .core.relay import local_consumer_count
 
 __all__ = ["replay_methods", "load_figures"]
@@ -28,8 +29,17 @@ def replay_methods(broker: Broker, shared: bool, me: str) -> list[Any]:
     vhost = broker.vhosts.get("/")
     if vhost is None:
         return []
-    counts = [Consumers("/", q.name, me, n) for q in vhost.queues.values()
-              if q.exclusive_owner is None and (n := local_consumer_count(q))]
+    counts: list[Any] = [Consumers("/", q.name, me, n) for q in vhost.queues.values()
+                         if q.exclusive_owner is None and (n := local_consumer_count(q))]
+    for q in vhost.queues.values():  # our private queues become proxies on the joiner
+        if q.exclusive_owner is None:
+            continue
+        counts.append(cmd.Queue.Declare(queue=q.name, nowait=True,
+                                        arguments={HOME_ARGUMENT: me}))
+        for b in vhost.routing.bindings_of_queue(q.name):
+            counts.append(cmd.Queue.Bind(queue=q.name, exchange=b.source,
+                                         routing_key=b.binding_key, nowait=True,
+                                         arguments=dict(b.arguments)))
     if not shared:
         return counts
     out: list[Any] = []

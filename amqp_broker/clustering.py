@@ -24,7 +24,7 @@ from cluster.membership import Node
 from . import __version__
 from .cluster_port import load_figures, replay_methods
 from .config import Config
-from .core import relay
+from .core import proxies, relay
 from .core.broker import Broker
 
 __all__ = ["SecretAuth", "start_cluster", "parse_seeds"]
@@ -81,6 +81,7 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     def on_node_removed(peer: str) -> None:
         for vhost in broker.vhosts.values():
             relay.remove_node(vhost, peer)
+            proxies.remove_home(vhost, peer)
 
     driver = ClusterDriver(node, broker, links,
                            lambda shared: replay_methods(broker, shared, config.node_name),

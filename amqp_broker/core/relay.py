@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .durability import store_key
+from .proxies import route_private
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
@@ -92,6 +93,9 @@ _turns: dict[int, int] = {}
 def deliver_relayed(vhost: VirtualHost, queue_name: str, message: Message) -> bool:
     """A message relayed to us for ``queue_name``: to a local consumer with credit (own turn
     order), else kept in our copy. False when the queue does not exist (the message is dropped)."""
+    if not queue_name:  # for our private queues (proxied on the sender): route it here
+        route_private(vhost, message)
+        return True
     q = vhost.queues.get(queue_name)
     if q is None:
         return False

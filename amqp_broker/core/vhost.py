@@ -32,6 +32,7 @@ from routing.table import RoutingTable
 from ..protocol import constants as c
 from ..protocol.errors import ChannelException, ConnectionException
 from .durability import store_key
+from .proxies import relay_to_homes
 from .relay import local_consumer_count
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class VirtualHost:
         self.name = name
         self.routing = RoutingTable()
         self.queues: dict[str, Queue] = {}
+        #: Private queues of other cluster members: name -> home node (``core.proxies``).
+        self.proxies: dict[str, str] = {}
         self.queue_last_used: dict[str, float] = {}  # x-expires bookkeeping, seconds
         self.stream_names: set[str] = set()  # names of the stream queues among ``queues``
 
@@ -73,6 +76,8 @@ class VirtualHost:
         """The queue named ``name``; 404 when missing, 405 when exclusive to another connection."""
         q = self.queues.get(name)
         if q is None:
+            if name in self.proxies:  # another member's private queue
+                raise self._locked(name)
             raise self.not_found("queue", name)
         if conn is not None and q.exclusive_owner is not None and q.exclusive_owner is not conn:
             raise self._locked(name)
@@ -200,8 +205,6 @@ class VirtualHost:
         invalid arguments, including an x-queue-type we do not serve."""
         existing = self.queues.get(name)
         if passive:
-            if existing is None:
-                raise self.not_found("queue", name)
             q = self.get_queue(name, conn)
             self.touch(name)
             return q
@@ -367,9 +370,13 @@ class VirtualHost:
         return count
 
     def connection_gone(self, conn: Connection) -> None:
-        """Delete the exclusive queues of a closed connection (RabbitMQ "Exclusive Queues")."""
+        """Delete the exclusive queues of a closed connection (RabbitMQ "Exclusive Queues"); in
+        a cluster their proxies on the other members go too."""
+        hooks = self.broker.cluster_hooks
         for q in list(conn.exclusive_queues):
             self.delete_queue(q, notify=False)
+            if hooks is not None and self.name == "/":
+                hooks.propagate(self.name, cmd.Queue.Delete(queue=q.name), lambda _error: None)
         conn.exclusive_queues.clear()
 
     # ---------------------------------------------------------------------- consumers
@@ -418,9 +425,11 @@ class VirtualHost:
                     if (q := queues.get(n)) is not None and q.durable and n not in streams]
             if keys:
                 sid = durability.store_message(msg, keys)
+        proxied = False
         for name in queue_names:
             q = queues.get(name)
             if q is None:
+                proxied = True
                 continue
             result = q.publish(msg)
             if result is not ROUTED:
@@ -428,6 +437,8 @@ class VirtualHost:
                     ok = False
                 if sid is not None and q.durable:
                     durability.forget(store_key(self.name, name), msg)
+        if proxied and self.proxies:
+            relay_to_homes(self, msg, queue_names)
         return ok, sid
 
     def _dead_letter(self, message: Message, exchange: str, routing_keys: list[str]) -> None:

@@ -232,3 +232,44 @@ def test_message_waits_until_a_consumer_appears_on_another_broker(cluster):
     run["stop"].set()
     for t in run["threads"]:
         t.join(10)
+
+
+def test_private_queue_is_reached_through_another_broker_and_relayed_once(cluster):
+    n2, n3, n4 = _three(cluster)
+    home = n3.connect()
+    ch = home.channel()
+    ch.exchange_declare("ev", "topic")
+    q1 = ch.queue_declare("", exclusive=True).method.queue
+    q2 = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q1, "ev", "a.*")
+    ch.queue_bind(q1, "ev", "*.b")  # a.b matches q1 twice and q2 once: one copy each
+    ch.queue_bind(q2, "ev", "*.b")
+    pub = n2.connect().channel()
+    pub.confirm_delivery()
+    pub.basic_publish("ev", "a.b", b"both")
+    pub.basic_publish("ev", "a.c", b"q1 only")
+
+    def drain(queue):
+        out = []
+        while (got := ch.basic_get(queue, auto_ack=True))[0] is not None:
+            out.append((got[0].exchange, got[0].routing_key, got[2]))
+        return out
+    wait_for(lambda: ch.queue_declare(q1, passive=True).method.message_count == 2, 5,
+             "the relayed messages did not reach the private queue")
+    assert drain(q1) == [("ev", "a.b", b"both"), ("ev", "a.c", b"q1 only")]
+    assert drain(q2) == [("ev", "a.b", b"both")]
+    other = n4.connect().channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        other.queue_declare(q1, passive=True)
+    assert info.value.reply_code == 405
+    home.close()  # the private queues go, and with them the proxies on n2 and n4
+    check = n2.connect().channel()
+
+    def gone() -> bool:
+        try:
+            n2.connect().channel().queue_declare(q1, passive=True)
+            return False
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            return exc.reply_code == 404
+    wait_for(gone, 5, "the proxy outlived its private queue")
+    check.basic_publish("ev", "a.b", b"nobody")

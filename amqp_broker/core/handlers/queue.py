@@ -17,6 +17,7 @@ from routing.destination import Destination
 
 from ...protocol import constants as c
 from ...protocol.errors import ChannelException
+from ..proxies import HOME_ARGUMENT, add_proxy, remove_proxy
 from .propagation import reply
 
 if TYPE_CHECKING:
@@ -40,6 +41,11 @@ def queue_name(ch: Channel, name: str) -> str:
 def declare(ch: Channel, m: cmd.Queue.Declare) -> None:
     """Queue.Declare -> Declare-Ok(queue, message_count, consumer_count)."""
     name = m.queue
+    if ch.connection.is_peer and m.arguments and HOME_ARGUMENT in m.arguments:
+        add_proxy(ch.vhost, name, str(m.arguments[HOME_ARGUMENT]))  # another member's private queue
+        if not m.nowait:
+            ch.connection.send_method(ch.id, cmd.Queue.DeclareOk(name, 0, 0))
+        return
     if not name:
         if m.passive:
             name = queue_name(ch, name)
@@ -50,26 +56,45 @@ def declare(ch: Channel, m: cmd.Queue.Declare) -> None:
                                arguments=m.arguments)
     ch.last_queue = q.name
     m.queue = q.name  # a server-generated name travels to the other members as it is
-    reply(ch, m, None if m.nowait else cmd.Queue.DeclareOk(q.name, q.message_count,
-                                                           q.consumer_count),
-          local_only=m.passive or q.exclusive_owner is not None)
+    ok = None if m.nowait else cmd.Queue.DeclareOk(q.name, q.message_count, q.consumer_count)
+    if q.exclusive_owner is not None:  # private: the other members get a proxy of it
+        proxy = cmd.Queue.Declare(queue=q.name, arguments={
+            HOME_ARGUMENT: ch.connection.broker.settings.node_name})
+        reply(ch, proxy, ok, local_only=m.passive)
+    else:
+        reply(ch, m, ok, local_only=m.passive)
+
+
+def _peer_proxy_bind(ch: Channel, m: cmd.Queue.Bind | cmd.Queue.Unbind, unbind: bool) -> bool:
+    """A member binds its private queue: we bind our proxy of it. False when not that case."""
+    if not (ch.connection.is_peer and m.queue in ch.vhost.proxies):
+        return False
+    ch.vhost.bind(m.exchange, Destination("queue", m.queue), m.routing_key, m.arguments,
+                  unbind=unbind)
+    if unbind or not m.nowait:
+        ch.connection.send_method(ch.id, cmd.Queue.UnbindOk() if unbind else cmd.Queue.BindOk())
+    return True
 
 
 def bind(ch: Channel, m: cmd.Queue.Bind) -> None:
-    """Queue.Bind -> Bind-Ok."""
+    """Queue.Bind -> Bind-Ok (propagated; for a private queue, to the members' proxies)."""
+    if _peer_proxy_bind(ch, m, unbind=False):
+        return
     q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
     ch.vhost.bind(m.exchange, Destination("queue", q.name), m.routing_key, m.arguments)
     m.queue = q.name
-    reply(ch, m, None if m.nowait else cmd.Queue.BindOk(), local_only=q.exclusive_owner is not None)
+    reply(ch, m, None if m.nowait else cmd.Queue.BindOk())
 
 
 def unbind(ch: Channel, m: cmd.Queue.Unbind) -> None:
     """Queue.Unbind -> Unbind-Ok (unbinding a binding that does not exist is not an error)."""
+    if _peer_proxy_bind(ch, m, unbind=True):
+        return
     q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
     ch.vhost.bind(m.exchange, Destination("queue", q.name), m.routing_key, m.arguments,
                   unbind=True)
     m.queue = q.name
-    reply(ch, m, cmd.Queue.UnbindOk(), local_only=q.exclusive_owner is not None)
+    reply(ch, m, cmd.Queue.UnbindOk())
 
 
 def purge(ch: Channel, m: cmd.Queue.Purge) -> None:
@@ -86,9 +111,12 @@ def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
     406 when ``if_unused`` and it has consumers or ``if_empty`` and it has ready messages."""
     name = queue_name(ch, m.queue)
     vhost = ch.vhost
+    if ch.connection.is_peer and remove_proxy(vhost, name):
+        if not m.nowait:
+            ch.connection.send_method(ch.id, cmd.Queue.DeleteOk(0))
+        return
     q = vhost.queues.get(name)
     count = 0
-    private = q is not None and q.exclusive_owner is not None
     if q is not None:
         q = vhost.get_queue(name, ch.connection)
         if m.if_unused and q.consumer_count:
@@ -101,7 +129,7 @@ def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
                                    f"is not empty")
         count = vhost.delete_queue(q)
     m.queue = name
-    reply(ch, m, None if m.nowait else cmd.Queue.DeleteOk(count), local_only=private)
+    reply(ch, m, None if m.nowait else cmd.Queue.DeleteOk(count))
 
 
 HANDLERS = {cmd.Queue.Declare: declare, cmd.Queue.Bind: bind, cmd.Queue.Unbind: unbind,
