@@ -21,7 +21,7 @@ from cluster.driver import ClusterDriver
 from cluster.links import PeerLinks
 from cluster.membership import Node
 
-from . import __version__
+from . import __version__, discovery_runtime
 from .cluster_port import load_figures, replay_methods
 from .config import Config
 from .core import proxies, relay
@@ -62,7 +62,11 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     """Join (or found) the cluster; the driver's timers run in ``tg``. Raises ``ValueError`` /
     ``OSError`` for a missing or short secret file or bad seeds."""
     secret = peer_secret.load_secret(config.cluster_secret)
-    seeds = parse_seeds(config.seeds)
+    if config.cluster_name and not config.seeds:  # --cluster NAME alone: find members by mDNS
+        broker.accepting_clients = False  # no client work until we know whether we join
+        seeds = await discovery_runtime.discover_seeds(config, port, tg)
+    else:
+        seeds = parse_seeds(config.seeds)
     me = f"{config.host}:{port}"
     timing = Timing(ping_interval=config.ping_interval)
     node = Node(config.node_name, me, config.cluster_name or "amqp-broker", __version__, timing)
@@ -108,7 +112,8 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     tg.start_soon(ticker)
     driver.start([s for s in seeds if s[1] != me])
     log.info("cluster node %s at %s: %s", config.node_name, me,
-             f"joining via {config.seeds}" if seeds else "founding a cluster of one")
+             f"joining via {', '.join(a for _, a in seeds)}" if seeds
+             else "founding a cluster of one")
     return driver
 
 
