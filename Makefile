@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test lint unit interop bench clean
+.PHONY: run test lint unit interop bench clean cluster
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,6 +27,9 @@ test: $(STAMP)
 
 unit: $(STAMP)
 	$(PY) -m pytest amqp_broker routing queues $(PYTEST_ARGS)
+
+cluster: $(STAMP)
+	$(PY) -m amqp_broker.local_cluster $(ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)
