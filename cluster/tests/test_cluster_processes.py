@@ -273,3 +273,51 @@ def test_private_queue_is_reached_through_another_broker_and_relayed_once(cluste
             return exc.reply_code == 404
     wait_for(gone, 5, "the proxy outlived its private queue")
     check.basic_publish("ev", "a.b", b"nobody")
+
+
+def test_restarted_broker_rejoins_with_its_durable_state(cluster):
+    n2, n3, n4 = _three(cluster)
+    ch = n2.connect().channel()
+    ch.exchange_declare("durable-x", "fanout", durable=True)
+    cluster.kill(n3)
+    wait_for(lambda: n2.members() == [n2.address, n4.address], 5, "n3 was not removed")
+    ch.queue_declare("declared-while-n3-was-down")
+    cluster.start(3, n2)  # same node name, address and data dir
+    wait_for(lambda: n2.members() == [n2.address, n4.address, n3.address], 15,
+             "the restarted broker did not rejoin")
+    back = n3.connect().channel()
+    back.exchange_declare("durable-x", "fanout", durable=True, passive=True)
+    back.queue_declare("declared-while-n3-was-down", passive=True)  # replayed by the leader
+
+
+def test_aio_pika_clients_on_different_brokers_share_a_queue(cluster):
+    import asyncio
+
+    import aio_pika
+
+    n2, n3, n4 = _three(cluster)
+
+    async def scenario() -> list[bytes]:
+        producer = await aio_pika.connect(n2.uri)
+        consumer = await aio_pika.connect(n4.uri)
+        async with producer, consumer:
+            pch = await producer.channel()
+            cch = await consumer.channel()
+            queue = await cch.declare_queue("aio-shared")
+            got: list[bytes] = []
+            done = asyncio.Event()
+
+            async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                async with message.process():
+                    got.append(message.body)
+                    if len(got) == 20:
+                        done.set()
+            await queue.consume(on_message)
+            await asyncio.sleep(0.5)  # the consumer count reaches n2
+            for i in range(20):
+                await pch.default_exchange.publish(aio_pika.Message(str(i).encode()),
+                                                   routing_key="aio-shared")
+            await asyncio.wait_for(done.wait(), 10)
+            return got
+    got = asyncio.run(scenario())
+    assert sorted(got, key=int) == [str(i).encode() for i in range(20)]
