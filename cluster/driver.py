@@ -105,6 +105,7 @@ class ClusterDriver:
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._buffers: dict[str, list[tuple[Any, bytes]]] = {}
+        self._relay_frames: dict[tuple[str, str], bytes] = {}  # Cluster.Relay frames, encoded once
         self._applied: set[str] = set()
         self.on_view: Callable[[int, a.Members], None] | None = None
 
@@ -145,8 +146,13 @@ class ClusterDriver:
         routing_raw = message.routing_raw
         if routing_raw is None:
             routing_raw = encode_routing(message.exchange, message.routing_key)
+        relay_frame = self._relay_frames.get((vhost, queue))
+        if relay_frame is None:
+            if len(self._relay_frames) > 4096:
+                self._relay_frames.clear()
+            relay_frame = self._relay_frames[(vhost, queue)] = encode_method(1, Relay(vhost, queue))
         data = b"".join((
-            encode_method(1, Relay(vhost, queue)),
+            relay_frame,
             encode_frame(c.FRAME_METHOD, 1, _PUBLISH + routing_raw + b"\x00"),
             encode_frame(c.FRAME_HEADER, 1, message.header_payload),
             *(encode_body_frames(1, message.body, RELAY_FRAME_MAX) if message.body else ()),
