@@ -115,7 +115,7 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
         tg.start_soon(stop_on_signal)
         tg.start_soon(snapshot_dedup)
         tg.start_soon(_stream_syncer, broker)
-        await run_broker(broker, config.host, config.port, listening)
+        await run_broker(broker, config.host, config.port, listening, data_dir=config.data_dir)
 
 
 async def _stream_syncer(broker: Broker) -> None:

@@ -5,7 +5,11 @@ host (str, 127.0.0.1), port (int, 5672), data_dir (path, ``<project>/data``), no
 log_level (debug|info|warning|error), heartbeat (s, 60), frame_max (bytes, 131072), channel_max
 (2047), memory_high_watermark (bytes; 0 = off; a float < 1 is a fraction of RAM, RabbitMQ's
 vm_memory_high_watermark; default 0.4), sync_policy (batch | always | none; default batch: publisher
-confirms for persistent messages wait for the group-commit fsync). Users in TOML as ``[[users]]`` tables with name, password,
+confirms for persistent messages wait for the group-commit fsync), queue_memory_budget (bytes,
+default 64 MiB: ready message bodies one durable queue keeps in RAM; persistent messages beyond it
+stay on disk only and are read back as consumers reach them; 0 = keep everything in RAM),
+disk_free_limit (bytes, default 50000000 as RabbitMQ's disk_free_limit: below this much free space
+on the data directory's file system the disk alarm blocks publishers; 0 = off). Users in TOML as ``[[users]]`` tables with name, password,
 vhosts, loopback_only; default guest/guest from loopback only (RabbitMQ "Access Control").
 Raises ``ConfigError`` for an unreadable file, an unknown key or a value of the wrong type.
 """
@@ -45,6 +49,8 @@ class Config:
     channel_max: int = 2047
     memory_high_watermark: float = 0.4
     sync_policy: str = "batch"
+    queue_memory_budget: int = 64 * 1024 * 1024
+    disk_free_limit: int = 50_000_000
     cluster_name: str = ""
     seeds: str = ""
     cluster_secret: str = ""
@@ -59,7 +65,9 @@ class Config:
             wm = wm * _total_memory()
         return BrokerSettings(node_name=self.node_name, frame_max=self.frame_max,
                               channel_max=self.channel_max, heartbeat=self.heartbeat,
-                              users=self.users, memory_high_watermark_bytes=int(wm))
+                              users=self.users, memory_high_watermark_bytes=int(wm),
+                              queue_memory_budget=self.queue_memory_budget,
+                              disk_free_limit_bytes=self.disk_free_limit)
 
 
 def _total_memory() -> int:
@@ -121,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frame-max", type=int, help="largest frame offered to clients, bytes")
     p.add_argument("--memory-high-watermark", type=float,
                    help="memory alarm threshold: bytes, or a fraction of RAM when < 1 (0 = off)")
+    p.add_argument("--queue-memory-budget", type=int, metavar="BYTES",
+                   help="ready message bodies a durable queue keeps in RAM; persistent messages "
+                   "beyond it stay on disk until consumers reach them (default 64 MiB; 0 = off)")
+    p.add_argument("--disk-free-limit", type=int, metavar="BYTES",
+                   help="free disk space on the data directory under which publishers are "
+                   "blocked (default 50000000, as RabbitMQ; 0 = off)")
     p.add_argument("--cluster", dest="cluster_name", metavar="NAME",
                    help="cluster name (peers must agree on it)")
     p.add_argument("--seed", dest="seed_list", action="append", metavar="HOST:PORT",
@@ -173,6 +187,8 @@ def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = 
     if config.sync_replies not in ("all", "majority", "none") and not config.sync_replies.isdigit():
         raise ConfigError(f"sync_replies: expected all, majority, none or a number, got "
                           f"{config.sync_replies!r}")
+    if config.queue_memory_budget < 0 or config.disk_free_limit < 0:
+        raise ConfigError("queue_memory_budget and disk_free_limit must not be negative")
     if config.sync_policy not in ("batch", "always", "none"):
         raise ConfigError(f"sync_policy: expected batch, always or none, got {config.sync_policy!r}")
     return config

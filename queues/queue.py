@@ -38,7 +38,8 @@ from queues.dead_letter import REASON_EXPIRED, REASON_MAXLEN, REASON_REJECTED, m
 from queues.dedup import DedupWindow, dedup_key
 from queues.entry import QueueEntry
 from queues.errors import QueueDeleted, UnknownEntry
-from queues.message import Message
+from queues.message import Message, body_size_of
+from queues.paged_list import PagedReadyList
 from queues.protocols import (
     REASON_DELETED,
     REASON_PURGED,
@@ -67,6 +68,12 @@ class Queue:
     ``auto_delete`` are stored for the core, which decides deletion (auto-delete: when
     ``consumer_count`` drops to 0 and ``had_consumers`` is True; "RabbitMQ: Queues").
 
+    Paging (issue 4, "Larger than RAM"): with ``page_in`` (``store_id -> Message | None``, the
+    message store's read) and ``memory_budget`` (bytes), a non-priority queue keeps at most about
+    ``memory_budget`` ready body bytes in RAM; stored messages beyond it are kept as store ids only
+    and read back as consumers need them (``queues.paged_list``). Delivered and unacked entries
+    always have their bodies.
+
     Counters: ``message_count`` (ready), ``message_bytes`` (body bytes of ready), ``unacked_count``
     (delivered to ack-mode consumers or fetched with Basic.Get no_ack=False, not settled),
     ``consumer_count``. Every published, accepted entry is at any time exactly one of: ready,
@@ -86,7 +93,9 @@ class Queue:
                  arguments: Mapping[str, object] | None = None, clock: Callable[[], int],
                  wall_clock: Callable[[], float] = time.time,
                  dead_letter: DeadLetterCallback | None = None,
-                 on_discard: DiscardCallback | None = None) -> None:
+                 on_discard: DiscardCallback | None = None,
+                 page_in: Callable[[int], Message | None] | None = None,
+                 memory_budget: int | None = None) -> None:
         self.name = name
         self.durable = durable
         self.exclusive_owner = exclusive_owner
@@ -98,8 +107,13 @@ class Queue:
         self._dead_letter = dead_letter
         self._on_discard = on_discard
         self._max_priority = settings.max_priority
-        self._ready: ReadyList | PriorityReadyList = (
-            ReadyList() if settings.max_priority is None else PriorityReadyList())
+        self._ready: ReadyList | PriorityReadyList
+        if settings.max_priority is not None:
+            self._ready = PriorityReadyList()
+        elif page_in is not None and memory_budget is not None:
+            self._ready = PagedReadyList(page_in, memory_budget, self._lost)
+        else:
+            self._ready = ReadyList()
         self._bytes = 0
         self._unacked: dict[int, QueueEntry] = {}
         self._consumers = ConsumerSet(settings.single_active_consumer)
@@ -131,6 +145,23 @@ class Queue:
     def message_bytes(self) -> int:
         """Body bytes of ready messages (what x-max-length-bytes limits)."""
         return self._bytes
+
+    @property
+    def paging(self) -> bool:
+        """True when this queue pages stored bodies out beyond its memory budget."""
+        return isinstance(self._ready, PagedReadyList)
+
+    def in_memory(self) -> tuple[int, int]:
+        """(ready entries held in RAM as objects, their body bytes); the rest of
+        ``message_count`` is paged out (a few dozen bytes each, no body)."""
+        ready = self._ready
+        if isinstance(ready, PagedReadyList):
+            return ready.in_memory()
+        return len(ready), self._bytes
+
+    def _lost(self, size: int) -> None:
+        """A paged message could not be read back (``page_in`` gave None): it left the queue."""
+        self._bytes -= size
 
     @property
     def unacked_count(self) -> int:
@@ -362,10 +393,13 @@ class Queue:
         self._deliver(consumer, entry)
         return entry
 
-    def restore(self, message: Message, redelivered: bool) -> QueueEntry:
+    def restore(self, message: Message, redelivered: bool, body_loaded: bool = True) -> QueueEntry:
         """Append a message recovered from the message store at broker start (tail, in publish
         order; no dedup, no length limits, no dispatch: there are no consumers yet). TTL counts
-        from now (the original enqueue time is not stored). Raises ``QueueDeleted``."""
+        from now (the original enqueue time is not stored). ``body_loaded=False``: the store left
+        the body on disk (``message.body`` is empty; the size comes from the content header), so
+        the entry goes straight to the paged tail -- only a paging queue takes that
+        (``ValueError`` otherwise). Raises ``QueueDeleted``."""
         if self._deleted:
             raise QueueDeleted(self.name)
         seq = self._next_seq
@@ -382,8 +416,16 @@ class Queue:
         entry = QueueEntry(message, seq, None if ttl is None else self._clock() + ttl,
                            priority if self._max_priority is not None else 0)
         entry.redelivered = redelivered
-        self._ready.append(entry)
-        self._bytes += len(message.body)
+        ready = self._ready
+        if body_loaded:
+            ready.append(entry)
+            self._bytes += len(message.body)
+        elif isinstance(ready, PagedReadyList):
+            size = body_size_of(message.header_payload)
+            ready.append_unloaded(entry, size)
+            self._bytes += size
+        else:
+            raise ValueError(f"queue {self.name!r} does not page: restore needs the body")
         return entry
 
     def requeue_many(self, entries: Iterable[QueueEntry]) -> None:
@@ -472,7 +514,8 @@ class Queue:
         Ready messages are dropped, not dead-lettered (RabbitMQ); ``on_discard`` sees "deleted".
         Consumers are unregistered (fetch ``consumers()`` first to send Basic.Cancel). Unacked
         entries stay with the core's channels; later ack/requeue/reject of them are no-ops.
-        ``len(result)`` is the Queue.DeleteOk message-count. Idempotent.
+        ``len(result)`` is the Queue.DeleteOk message-count. Idempotent. A paging queue returns
+        a sized iterable whose paged entries are store-id stubs (``paged_list.ClearedEntries``).
         """
         if self._deleted:
             return []

@@ -43,7 +43,8 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {n: VirtualHost(self, n) for n in self.settings.vhosts}
         self.connections: dict[int, Connection] = {}
         self.needs_dispatch: set[Queue] = set()
-        self.memory_alarm = False
+        #: Resource alarms raised now ("memory", "disk"): while any is, publishers are blocked.
+        self.alarms: set[str] = set()
         self._input_since_check = 0
         self._ids = itertools.count(1)
         # --- cluster seams (set by the composition root when clustering; None: a lone broker) ---
@@ -97,12 +98,17 @@ class Broker:
             vhost.tick(now)
         self.run_dispatch()
 
-    # -------------------------------------------------------------------- memory alarm
-    #: Bytes counted per ready message on top of its body: header, entry and object overhead.
+    # -------------------------------------------------------------------- resource alarms
+    #: Bytes counted per ready message held in RAM on top of its body: header, entry, objects.
     MESSAGE_OVERHEAD = 512
+    #: Bytes counted per paged-out ready message (its place in the paged tail's arrays).
+    PAGED_OVERHEAD = 32
+    #: Connection.Blocked reason per alarm, as RabbitMQ words them.
+    ALARM_REASONS = {"memory": "low on memory", "disk": "low on disk"}
 
     def message_memory(self) -> int:
-        """Bytes held by ready messages in all queues (body + ``MESSAGE_OVERHEAD`` each).
+        """Bytes held in RAM by ready messages in all queues: body + ``MESSAGE_OVERHEAD`` for each
+        message held as an object, ``PAGED_OVERHEAD`` for each one paged out to the store.
 
         This, not the process RSS, drives the memory alarm: CPython does not hand freed memory
         back to the OS promptly, so an RSS-driven alarm could stay raised after queues drained.
@@ -110,24 +116,48 @@ class Broker:
         total = 0
         for vhost in self.vhosts.values():
             for q in vhost.queues.values():
-                total += q.message_bytes + q.message_count * self.MESSAGE_OVERHEAD
+                in_memory = getattr(q, "in_memory", None)
+                if in_memory is None:  # a stream queue: its log is on disk
+                    total += q.message_bytes + q.message_count * self.MESSAGE_OVERHEAD
+                    continue
+                count, nbytes = in_memory()
+                total += (nbytes + count * self.MESSAGE_OVERHEAD
+                          + (q.message_count - count) * self.PAGED_OVERHEAD)
         return total
 
+    @property
+    def memory_alarm(self) -> bool:
+        """True while the memory alarm is raised."""
+        return "memory" in self.alarms
+
     def set_memory_alarm(self, on: bool) -> None:
-        """Raise or clear the memory alarm: publishing connections get Connection.Blocked /
-        Unblocked (RabbitMQ "Blocked Connection Notifications"); the I/O layer stops reading from
-        blocked connections."""
-        if on == self.memory_alarm:
+        """Raise or clear the memory alarm (``set_alarm("memory", on)``)."""
+        self.set_alarm("memory", on)
+
+    def set_alarm(self, name: str, on: bool) -> None:
+        """Raise or clear resource alarm ``name`` ("memory" or "disk"). While any alarm is
+        raised, publishing connections are blocked: Connection.Blocked with the reason of the
+        first alarm ("low on memory" / "low on disk"), Connection.Unblocked once every alarm is
+        clear (RabbitMQ "Blocked Connection Notifications", "Memory and Disk Alarms"); the I/O
+        layer stops reading from blocked connections that have published."""
+        alarms = self.alarms
+        if on == (name in alarms):
             return
-        self.memory_alarm = on
-        log.warning("memory alarm %s", "set" if on else "cleared")
-        for conn in self.connections.values():
-            if on:
+        was_blocking = bool(alarms)
+        if on:
+            alarms.add(name)
+        else:
+            alarms.discard(name)
+        log.warning("%s alarm %s", name, "set" if on else "cleared")
+        if on and not was_blocking:
+            for conn in self.connections.values():
                 self.block(conn)
-            elif conn.blocked:
-                conn.blocked = False
-                if conn.capabilities.get("connection.blocked"):
-                    conn.send_method(0, cmd.Connection.Unblocked())
+        elif not alarms:
+            for conn in self.connections.values():
+                if conn.blocked:
+                    conn.blocked = False
+                    if conn.capabilities.get("connection.blocked"):
+                        conn.send_method(0, cmd.Connection.Unblocked())
 
     #: Input bytes between two in-line memory checks (bounds the overshoot of the alarm).
     MEMORY_CHECK_BYTES = 4 * 1024 * 1024
@@ -149,4 +179,6 @@ class Broker:
             return  # a connection still in its handshake is blocked once Open-Ok is sent
         conn.blocked = True
         if conn.capabilities.get("connection.blocked"):
-            conn.send_method(0, cmd.Connection.Blocked("low on memory"))
+            reason = next((text for name, text in self.ALARM_REASONS.items()
+                           if name in self.alarms), "low on memory")
+            conn.send_method(0, cmd.Connection.Blocked(reason))

@@ -370,7 +370,7 @@ class Connection:
         self.vhost = vhost
         self.state = State.OPEN
         self.send_method(0, cmd.Connection.OpenOk())
-        if self.broker.memory_alarm:
+        if self.broker.alarms:
             self.broker.block(self)
 
     def _open_channel(self, channel_id: int, payload: bytes) -> None:

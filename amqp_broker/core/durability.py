@@ -13,8 +13,11 @@ durable queues), "Persistence Configuration".
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from queues.store.values import StoreError
 
 if TYPE_CHECKING:
     from queues.message import Message
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
     from .channel import Channel
 
 __all__ = ["Durability", "store_key"]
+
+log = logging.getLogger(__name__)
 
 
 def store_key(vhost: str, queue: str) -> str:
@@ -70,6 +75,24 @@ class Durability:
         sid = message.store_id
         if sid is not None and self.store is not None and self.store.ack(key, sid):
             self._mark_dirty()
+
+    def page_in(self, key: str, store_id: int) -> Message | None:
+        """Read message ``store_id`` of durable queue ``key`` back from the store (a paged-out
+        ready message reaching the head; see ``queues.paged_list``). None when it cannot be read:
+        the record failed its checksum (logged; the queue's hold on it is released so it does not
+        come back at every start) or no queue holds it any more (logged)."""
+        store = self.store
+        if store is None:
+            return None
+        try:
+            return store.read_message(store_id)
+        except KeyError:
+            log.error("paged message %d of queue %r is not in the message store", store_id, key)
+        except StoreError as exc:
+            log.error("paged message %d of queue %r is lost: %s", store_id, key, exc)
+            if store.ack(key, store_id):
+                self._mark_dirty()
+        return None
 
     def delivered(self, key: str, message: Message) -> None:
         """``message`` was delivered from ``key`` to a consumer that must ack it."""

@@ -22,6 +22,9 @@ from routing.errors import RoutingError
 from .vhost import VirtualHost
 
 if TYPE_CHECKING:
+    from queues.queue import Queue
+    from queues.store.store import MessageStore
+
     from .broker import Broker
 
 __all__ = ["recover", "RecoveryReport", "split_store_key"]
@@ -50,6 +53,43 @@ def _vhost(broker: Broker, name: str) -> VirtualHost:
     if vhost is None:
         vhost = broker.vhosts[name] = VirtualHost(broker, name)
     return vhost
+
+
+def _restore_messages(broker: Broker, store: MessageStore) -> int:
+    """Stream every stored message into its durable queue (``iter_recovered``: one message at a
+    time, so a backlog larger than RAM never exists as objects). With a queue memory budget, bodies
+    beyond it per queue stay on disk (``body_loaded=False``) and the queue pages them; a queue that
+    does not page (priority queues) reads such a body back at once. Messages of queues that no
+    longer exist are released afterwards (the store must not change while iterating). Returns
+    how many messages were restored."""
+    budget = broker.settings.queue_memory_budget or None
+    targets: dict[str, Queue | None] = {}
+    unknown: dict[str, int] = {}
+    restored = 0
+    for key, rec in store.iter_recovered(body_budget=budget):
+        if key in targets:
+            q = targets[key]
+        else:
+            vhost_name, name = split_store_key(key)
+            vhost = broker.vhosts.get(vhost_name)
+            q = vhost.queues.get(name) if vhost is not None else None
+            if q is not None and not q.durable:
+                q = None
+            targets[key] = q
+        if q is None:
+            unknown[key] = unknown.get(key, 0) + 1
+            continue
+        message = rec.message
+        if not rec.body_loaded and not q.paging:
+            message.body = store.read_body(rec.store_id)
+            q.restore(message, rec.redelivered)
+        else:
+            q.restore(message, rec.redelivered, rec.body_loaded)
+        restored += 1
+    for key, count in unknown.items():
+        log.warning("message store holds %d messages of unknown queue %r: released", count, key)
+        store.delete_queue(key)
+    return restored
 
 
 def recover(broker: Broker) -> RecoveryReport:
@@ -90,18 +130,7 @@ def recover(broker: Broker) -> RecoveryReport:
                           b.binding_key, exc)
     store = durability.store
     if store is not None:
-        for key, recovered in store.recover().items():
-            vhost_name, name = split_store_key(key)
-            vhost = broker.vhosts.get(vhost_name)
-            q = vhost.queues.get(name) if vhost is not None else None
-            if q is None or not q.durable:
-                log.warning("message store holds %d messages of unknown queue %r: released",
-                            len(recovered), key)
-                store.delete_queue(key)
-                continue
-            for rec in recovered:
-                q.restore(rec.message, rec.redelivered)
-            messages += len(recovered)
+        messages = _restore_messages(broker, store)
     report = RecoveryReport(exchanges, queues, bindings, messages)
     log.info("recovered %d exchanges, %d queues, %d bindings, %d messages", *(
         report.exchanges, report.queues, report.bindings, report.messages))

@@ -39,3 +39,7 @@ class BrokerSettings:
     users: tuple[User, ...] = field(
         default_factory=lambda: (User("guest", "guest", ("*",), loopback_only=True),))
     memory_high_watermark_bytes: int = 0  # 0: no memory alarm
+    #: Ready body bytes a durable queue keeps in RAM; stored (persistent) messages beyond it wait
+    #: on disk only and are read back as consumers need them. 0: no paging (issue 4).
+    queue_memory_budget: int = 64 * 1024 * 1024
+    disk_free_limit_bytes: int = 0  # free bytes under which the disk alarm is raised; 0: off

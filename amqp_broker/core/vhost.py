@@ -248,17 +248,23 @@ class VirtualHost:
         """Make and register a queue (no checks: declare_queue and recovery do those)."""
         if settings.queue_type == "stream":
             return self._create_stream(name, settings, arguments)  # type: ignore[return-value]
-        on_discard = None
+        on_discard = page_in = None
         durability = self.broker.durability
+        budget = self.broker.settings.queue_memory_budget
         if durable and durability.store is not None:
             key = store_key(self.name, name)
 
             def on_discard(entry: Any, reason: str, key: str = key) -> None:
                 durability.forget(key, entry.message)
 
+            if budget:  # stored bodies beyond the budget wait on disk (queues.paged_list)
+                def page_in(store_id: int, key: str = key) -> Message | None:
+                    return durability.page_in(key, store_id)
+
         q = Queue(name, settings, durable=durable, exclusive_owner=exclusive_owner,
                   auto_delete=auto_delete, arguments=dict(arguments or {}),
-                  clock=self.broker.clock_ms, dead_letter=self._dead_letter, on_discard=on_discard)
+                  clock=self.broker.clock_ms, dead_letter=self._dead_letter, on_discard=on_discard,
+                  page_in=page_in, memory_budget=budget)
         self.queues[name] = q
         self.routing.add_queue(name)
         return q

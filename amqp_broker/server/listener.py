@@ -1,8 +1,10 @@
-"""TCP listener and the broker's periodic tasks (tick, memory watch).
+"""TCP listener and the broker's periodic tasks (tick, memory watch, disk watch).
 
 ``run_broker`` serves until cancelled; each accepted socket gets ``serve_connection``. The memory
 watch raises the core's memory alarm while the message memory held by queues is above the configured
-high watermark (RabbitMQ "Memory Alarms"; see ``Broker.message_memory``). ``rss_bytes`` reads the
+high watermark (RabbitMQ "Memory Alarms"; see ``Broker.message_memory``). The disk watch raises the
+disk alarm while the data directory's file system has less free space than ``disk_free_limit``
+(RabbitMQ "Disk Alarms": checked periodically, publishers blocked). ``rss_bytes`` reads the
 process RSS from /proc for logs and tests. Source: DESIGN.md §2 (server layer).
 """
 
@@ -10,8 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 from anyio.abc import SocketStream
@@ -25,6 +29,7 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.1
 MEMORY_CHECK_SECONDS = 0.05
+DISK_CHECK_SECONDS = 1.0
 
 
 def rss_bytes() -> int:
@@ -77,10 +82,34 @@ async def _memory_watch(broker: Broker, limit: int) -> None:
         broker.set_memory_alarm(broker.message_memory() > limit)
 
 
+def disk_free_bytes(path: str | Path) -> int | None:
+    """Free bytes available on the file system holding ``path``; None when it cannot be read."""
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def check_disk(broker: Broker, path: str | Path, limit: int) -> None:
+    """Raise or clear the disk alarm for ``path`` against ``limit`` free bytes (an unreadable
+    file system leaves the alarm as it is)."""
+    free = disk_free_bytes(path)
+    if free is not None:
+        broker.set_alarm("disk", free < limit)
+
+
+async def _disk_watch(broker: Broker, path: str | Path, limit: int) -> None:
+    while True:
+        check_disk(broker, path, limit)
+        await anyio.sleep(DISK_CHECK_SECONDS)
+
+
 async def run_broker(broker: Broker, host: str, port: int,
-                     ready: Callable[[int], None] | None = None) -> None:
+                     ready: Callable[[int], None] | None = None,
+                     data_dir: str | Path | None = None) -> None:
     """Listen on ``host``:``port`` (0: any free port) and serve until cancelled; ``ready(port)`` is
-    called once listening."""
+    called once listening. With ``data_dir`` and a ``disk_free_limit_bytes`` setting, the disk
+    alarm watches that directory's file system (checked once before listening)."""
 
     async def handle(stream: SocketStream) -> None:
         try:
@@ -103,6 +132,10 @@ async def run_broker(broker: Broker, host: str, port: int,
             tg.start_soon(_store_syncer, broker)
         if broker.settings.memory_high_watermark_bytes:
             tg.start_soon(_memory_watch, broker, broker.settings.memory_high_watermark_bytes)
+        disk_limit = broker.settings.disk_free_limit_bytes
+        if data_dir is not None and disk_limit:
+            check_disk(broker, data_dir, disk_limit)
+            tg.start_soon(_disk_watch, broker, data_dir, disk_limit)
         if ready is not None:
             ready(bound)
         await listener.serve(handle, task_group=tg)

@@ -1,0 +1,1 @@
+"""Tests of the server layer (listener tasks)."""
