@@ -1,5 +1,6 @@
-"""Apache Spark integration: ``format("amqp")``, a batch and streaming sink on Spark 4's Python
-Data Source API that publishes rows through our client (``clients``) with publisher confirms.
+"""Apache Spark integration: ``format("amqp")`` on Spark 4's Python Data Source API: a batch and
+streaming sink that publishes rows through our client (``clients``) with publisher confirms, and
+a batch and streaming source that reads a stream queue (``x-queue-type: stream``) by offsets.
 
 Usage (needs the ``spark`` extra: ``pip install 'amqp-broker[spark]'``)::
 
@@ -8,9 +9,14 @@ Usage (needs the ``spark`` extra: ``pip install 'amqp-broker[spark]'``)::
     df.write.format("amqp").option("uri", "amqp://guest:guest@127.0.0.1:5672/%2F") \\
         .option("exchange", "results").option("routing_key", "iris").mode("append").save()
 
+    events = session.read.format("amqp").option("uri", "amqp://guest:guest@127.0.0.1:5672/%2F") \\
+        .option("queue", "events.stream").option("startingOffset", "first").load()
+
 Modules: ``publish`` (options, rows -> messages, confirmed publishing; no pyspark import),
-``datasource`` (``AmqpDataSource`` and its writers), ``local`` (a loopback-only local session
-for tests and examples), ``examples`` (runnable jobs), ``bench`` (throughput benchmark).
+``datasource`` (``AmqpDataSource`` and its writers), ``consume`` (source options, offsets
+probed over AMQP, reading an offset range; no pyspark import), ``source`` (the batch and stream
+readers), ``local`` (a loopback-only local session for tests and examples), ``examples``
+(runnable jobs), ``bench`` (throughput benchmark).
 Only this package imports pyspark, and only when ``AmqpDataSource`` or ``spark.datasource``
 is used: ``import spark`` itself works without it.
 """

@@ -1,4 +1,5 @@
-"""``AmqpDataSource``: the ``amqp`` format of Spark 4's Python Data Source API (a sink).
+"""``AmqpDataSource``: the ``amqp`` format of Spark 4's Python Data Source API (a sink and a
+stream-queue source).
 
 Owns the Spark side of the sink: the data source class Spark instantiates on the driver, the batch
 writer (``df.write.format("amqp")``) and the streaming writer (``df.writeStream.format("amqp")``),
@@ -8,7 +9,8 @@ every message id is derived from (query id, batch id, partition, row) so a retri
 restarted query re-sends the same ids, which a queue declared with
 ``x-message-deduplication: true`` drops; ``commit``/``abort`` append the batch's outcome to a
 JSON-lines log in the checkpoint, and a batch found committed there is not published again.
-The source side (reading a stream queue) does not exist yet: the broker has no stream queues.
+The source side (a stream queue read in batch or as a stream) is ``spark.source``;
+``AmqpDataSource`` hands ``spark.read``/``readStream`` there.
 Writers are pickled to the executors: connections are opened inside ``write()`` only.
 """
 
@@ -372,7 +374,10 @@ class AmqpStreamWriter(_StreamBase):
 
 # --------------------------------------------------------------------------- the source
 class AmqpDataSource(DataSource):
-    """``format("amqp")``: a batch and streaming sink that publishes rows as AMQP messages.
+    """``format("amqp")``: a batch and streaming sink that publishes rows as AMQP messages, and
+    a batch and streaming source that reads a stream queue (``spark.source``; options in
+    ``spark.consume.SourceOptions.parse``: ``uri``, ``queue``, ``startingOffset``,
+    ``endingOffset``, ``max_messages_per_batch``, ...; columns ``spark.source.SCHEMA``).
 
     Register with ``spark.dataSource.register(AmqpDataSource)``. Options (all strings):
     ``uri`` (required; several comma-separated for failover), ``exchange`` (default ""),
@@ -390,6 +395,25 @@ class AmqpDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "amqp"
+
+    def schema(self) -> StructType:
+        from .source import SCHEMA
+
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> Any:
+        from .consume import SourceOptions
+        from .source import AmqpBatchReader, check_read_schema
+
+        check_read_schema(schema)
+        return AmqpBatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> Any:  # noqa: N802
+        from .consume import SourceOptions
+        from .source import AmqpStreamReader, check_read_schema
+
+        check_read_schema(schema)
+        return AmqpStreamReader(SourceOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> AmqpBatchWriter:
         opts = SinkOptions.parse(self.options)

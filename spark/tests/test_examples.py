@@ -12,7 +12,7 @@ import pytest
 
 
 @pytest.mark.parametrize("module", ["spark.examples.batch_iris", "spark.examples.streaming_rate",
-                                    "spark.bench"])
+                                    "spark.examples.stream_source", "spark.bench"])
 def test_help(module, capsys):
     main = importlib.import_module(module).main
     with pytest.raises(SystemExit) as exit_info:
