@@ -71,11 +71,16 @@ def reply_quorum(policy: str, others: int) -> int:
     return min(n, others)
 
 
+#: Seconds a propagated change may wait for its answers before the client gets 541.
+PROPAGATION_TIMEOUT = 10.0
+
+
 @dataclass(slots=True)
 class _Pending:
     need: int
     waiting: set[str]
     done: Done
+    started: float = 0.0
     answered: int = 0
     finished: bool = False
     errors: list[tuple[int, str]] = field(default_factory=list)
@@ -165,7 +170,7 @@ class ClusterDriver:
         others = [(n, addr) for n, addr in self.node.members if n != self.node.name]
         need = reply_quorum(self.reply_policy, len(others))
         pid = next(self._ids)
-        pending = _Pending(need, {n for n, _ in others}, done)
+        pending = _Pending(need, {n for n, _ in others}, done, self.clock())
         self._pending[pid] = pending
         for name, address in others:
             self.links.send(name, address, method,
@@ -176,12 +181,23 @@ class ClusterDriver:
         pending = self._pending.get(pid)
         if pending is None or node not in pending.waiting:
             return
+        if error is not None and error[0] == 320:
+            return  # link lost: the member is suspected; its leaving the view settles it
         pending.waiting.discard(node)
-        if error is not None and error[0] != 320:
+        if error is not None:
             pending.errors.append(error)
-        elif error is None:
+        else:
             pending.answered += 1
         self._check(pid)
+
+    def _member_gone(self, node: str) -> None:
+        """``node`` left the view: propagations stop waiting for it and need one answer less
+        (the reply policy counts the members of the view in force)."""
+        for pid, pending in list(self._pending.items()):
+            if node in pending.waiting:
+                pending.waiting.discard(node)
+                pending.need = min(pending.need, pending.answered + len(pending.waiting))
+                self._check(pid)
 
     def _check(self, pid: int) -> None:
         pending = self._pending.get(pid)
@@ -216,7 +232,13 @@ class ClusterDriver:
     def tick(self) -> None:
         """Timers (call every ~50 ms)."""
         self.node.set_load(self.load())
-        self._run(self.node.tick(self.clock()))
+        now = self.clock()
+        self._run(self.node.tick(now))
+        for pid, pending in list(self._pending.items()):
+            if now - pending.started > PROPAGATION_TIMEOUT:
+                self._finish(pid, (541, f"INTERNAL_ERROR - {pending.answered} of {pending.need} "
+                                        f"cluster members answered within "
+                                        f"{PROPAGATION_TIMEOUT:.0f} s"))
 
     def send_failed(self, node: str) -> None:
         """A link to ``node`` broke or could not open."""
@@ -246,11 +268,10 @@ class ClusterDriver:
             "cluster_member_names": [n for n, _ in act.members],
         })
         for node in act.removed:
+            self._member_gone(node)
             self.links.close(node)
             if self.on_node_removed is not None:
                 self.on_node_removed(node)
-            for pid in list(self._pending):
-                self._answered(pid, node, (320, "CONNECTION_FORCED - member left the view"))
         if self.on_view is not None:
             self.on_view(act.view, act.members)
 
