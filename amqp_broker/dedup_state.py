@@ -69,7 +69,7 @@ def load(data_dir: Path, broker: Broker) -> int:
     A missing or unreadable file is logged and ignored (the windows then hold recovered keys)."""
     total = 0
     for _vhost, q in _windows(broker):
-        for entry in q.ready_entries():
+        for entry in q.iter_ready():  # one at a time: a paging queue reads its backlog back
             key = dedup_key(entry.message)
             if key is not None:
                 q.dedup.check_and_add(key)

@@ -25,7 +25,7 @@ rabbitmq-server ``rabbit_amqqueue_process.erl``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from queues.arguments import (
     OVERFLOW_DROP_HEAD,
@@ -188,8 +188,14 @@ class Queue:
         return tuple(self._consumers)
 
     def ready_entries(self) -> list[QueueEntry]:
-        """A snapshot of the ready entries in delivery order (diagnostics, tests)."""
+        """A snapshot of the ready entries in delivery order (diagnostics, tests). A paging
+        queue reads every paged body back for it: for big queues use ``iter_ready``."""
         return list(self._ready)
+
+    def iter_ready(self) -> Iterator[QueueEntry]:
+        """The ready entries in delivery order, one at a time (paged ones read back as they
+        come, so memory stays flat). Do not change the queue while iterating."""
+        return iter(self._ready)
 
     def unacked_entries(self) -> list[QueueEntry]:
         """A snapshot of the unacked entries in delivery order."""

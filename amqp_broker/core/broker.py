@@ -136,10 +136,11 @@ class Broker:
 
     def set_alarm(self, name: str, on: bool) -> None:
         """Raise or clear resource alarm ``name`` ("memory" or "disk"). While any alarm is
-        raised, publishing connections are blocked: Connection.Blocked with the reason of the
-        first alarm ("low on memory" / "low on disk"), Connection.Unblocked once every alarm is
-        clear (RabbitMQ "Blocked Connection Notifications", "Memory and Disk Alarms"); the I/O
-        layer stops reading from blocked connections that have published."""
+        raised, every connection is blocked; the I/O layer stops reading from blocked connections
+        that have published. As RabbitMQ ("Blocked Connection Notifications", "Memory and Disk
+        Alarms"), a connection hears Connection.Blocked (reason "low on memory" / "low on disk")
+        once it is blocked and has published -- at once, or at its first publish -- and
+        Connection.Unblocked after it heard Blocked, once every alarm is clear."""
         alarms = self.alarms
         if on == (name in alarms):
             return
@@ -156,7 +157,8 @@ class Broker:
             for conn in self.connections.values():
                 if conn.blocked:
                     conn.blocked = False
-                    if conn.capabilities.get("connection.blocked"):
+                    if conn.block_announced:
+                        conn.block_announced = False
                         conn.send_method(0, cmd.Connection.Unblocked())
 
     #: Input bytes between two in-line memory checks (bounds the overshoot of the alarm).
@@ -174,11 +176,20 @@ class Broker:
             self.set_memory_alarm(self.message_memory() > limit)
 
     def block(self, conn: Connection) -> None:
-        """Mark ``conn`` blocked (and tell it when it understands connection.blocked)."""
+        """Mark ``conn`` blocked; tell it now if it has published (``announce_blocked``)."""
         if conn.blocked or not conn.is_open:
             return  # a connection still in its handshake is blocked once Open-Ok is sent
         conn.blocked = True
-        if conn.capabilities.get("connection.blocked"):
+        if conn.has_published:
+            self.announce_blocked(conn)
+
+    def announce_blocked(self, conn: Connection) -> None:
+        """Send Connection.Blocked to blocked ``conn`` once, when it understands
+        connection.blocked; called when it is blocked after publishing and at its first publish
+        while blocked (RabbitMQ notifies publishing connections only)."""
+        if conn.blocked and not conn.block_announced and conn.capabilities.get(
+                "connection.blocked"):
+            conn.block_announced = True
             reason = next((text for name, text in self.ALARM_REASONS.items()
                            if name in self.alarms), "low on memory")
             conn.send_method(0, cmd.Connection.Blocked(reason))

@@ -94,7 +94,8 @@ class Connection:
         self.exclusive_queues: set[Queue] = set()
         self.on_writable: Callable[[], None] | None = None
         self.closed = False
-        self.blocked = False  # Connection.Blocked sent (memory alarm)
+        self.blocked = False  # blocked by a resource alarm (see Broker.set_alarm)
+        self.block_announced = False  # Connection.Blocked sent (Unblocked is due when cleared)
         #: Set when a cluster peer authenticated: its node name (see ``_start_ok``).
         self.peer_node: str | None = None
         self._peer_auth = None

@@ -352,3 +352,15 @@ def test_paged_ready_list_in_isolation() -> None:
     assert not lst and len(lst) == 0 and lst.peek() is None and lst.next_expiry() is None
     with pytest.raises(IndexError):
         lst.popleft()
+
+
+def test_iter_ready_reads_paged_entries_one_at_a_time() -> None:
+    store = FakeStore()
+    q = paged_queue(store, budget=10)
+    for i in range(20):
+        q.publish(stored(store, body(i)))
+    it = q.iter_ready()
+    first = [next(it).message.body for _ in range(3)]
+    assert first == [body(0), body(1), body(2)] and store.reads == 1
+    assert [e.message.body for e in it] == [body(i) for i in range(3, 20)]
+    assert q.message_count == 20 and q.in_memory() == (2, 10)  # iterating changes nothing

@@ -152,7 +152,11 @@ def publish_message(ch: Channel, publish: Publish, header: bytes, body: bytes) -
         raise ChannelException(c.PRECONDITION_FAILED,
                                f"PRECONDITION_FAILED - user_id property set to '{user_id}' but "
                                f"authenticated user was '{ch.connection.user.name}'")
-    ch.connection.has_published = True
+    conn = ch.connection
+    if not conn.has_published:
+        conn.has_published = True
+        if conn.blocked:  # opened during an alarm: RabbitMQ says Blocked at the first publish
+            conn.broker.announce_blocked(conn)
     if ch.tx is not None:
         ch.tx.append(("publish", (msg, publish.mandatory)))
         return

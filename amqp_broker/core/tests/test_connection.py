@@ -291,18 +291,27 @@ def test_update_secret_is_acknowledged(client) -> None:
 def test_memory_alarm_blocks_only_clients_that_understand_it(broker, make_client) -> None:
     aware = make_client()
     unaware = make_client(capabilities={"publisher_confirms": True})
+    silent = make_client()  # never publishes: blocked, but RabbitMQ does not tell it
+    for cl in (aware, unaware):
+        cl.publish(1, "", "nowhere", b"x")
     broker.set_memory_alarm(True)
     blocked = aware.expect(cmd.Connection.Blocked, 0)
-    assert blocked.reason
+    assert blocked.reason == "low on memory"
     unaware.expect_nothing()
-    assert aware.conn.blocked and unaware.conn.blocked
+    silent.expect_nothing()
+    assert aware.conn.blocked and unaware.conn.blocked and silent.conn.blocked
     broker.set_memory_alarm(True)  # no repeat
     aware.expect_nothing()
-    late = make_client(channels=0)  # opened during the alarm
+    late = make_client()  # opened during the alarm: told at its first publish
+    late.expect_nothing()
+    late.publish(1, "", "nowhere", b"x")
     late.expect(cmd.Connection.Blocked, 0)
+    silent.publish(1, "", "nowhere", b"x")
+    silent.expect(cmd.Connection.Blocked, 0)
     broker.set_memory_alarm(False)
     aware.expect(cmd.Connection.Unblocked, 0)
     late.expect(cmd.Connection.Unblocked, 0)
+    silent.expect(cmd.Connection.Unblocked, 0)
     unaware.expect_nothing()
     assert not aware.conn.blocked and not unaware.conn.blocked
 
@@ -317,6 +326,10 @@ def test_memory_alarm_during_handshake_waits_for_open_ok(broker) -> None:
     broker.set_memory_alarm(True)
     cl.send(0, cmd.Connection.TuneOk(0, 4096, 0), cmd.Connection.Open("/"))
     cl.expect(cmd.Connection.OpenOk, 0)
+    cl.expect_nothing()
+    assert cl.conn.blocked
+    cl.open_channel(1)
+    cl.publish(1, "", "nowhere", b"x")
     cl.expect(cmd.Connection.Blocked, 0)
 
 

@@ -174,6 +174,7 @@ def test_a_budget_of_zero_turns_paging_off(tmp_path, clock) -> None:
 # ------------------------------------------------------------------------------ disk alarm
 def test_disk_alarm_blocks_publishers_with_its_own_reason(broker, make_client) -> None:
     cl = make_client()
+    cl.publish(1, "", "nowhere", b"x")
     broker.set_alarm("disk", True)
     assert cl.expect(cmd.Connection.Blocked, 0).reason == "low on disk"
     broker.set_memory_alarm(True)  # already blocked: no second Blocked
@@ -181,7 +182,8 @@ def test_disk_alarm_blocks_publishers_with_its_own_reason(broker, make_client) -
     broker.set_alarm("disk", False)  # memory alarm still up
     cl.expect_nothing()
     assert cl.conn.blocked
-    late = make_client(channels=0)
+    late = make_client()
+    late.publish(1, "", "nowhere", b"x")
     assert late.expect(cmd.Connection.Blocked, 0).reason == "low on memory"
     broker.set_memory_alarm(False)
     cl.expect(cmd.Connection.Unblocked, 0)
