@@ -201,7 +201,8 @@ def write_results(
     info: list[str],
     odd: list[str],
 ) -> None:
-    """Rewrite RESULTS.md: header, run details, the table, notes and the raw figures."""
+    """Rewrite RESULTS.md: header, run details, the table, notes and the raw figures. Sections
+    other benchmark scripts appended (a ``## `` heading not starting with "Run of") are kept."""
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     settings = f"- {args.seconds} s of publishing per case"
     if args.our_args:
@@ -216,4 +217,18 @@ def write_results(
     if odd:
         parts.append("Notes:\n\n" + "\n".join(f"- {n}" for n in odd) + "\n")
     parts.append("### Raw amqbench figures\n\n" + raw_table(cases, results) + "\n")
+    parts.extend(_other_sections(path))
     path.write_text("\n".join(parts))
+
+
+def _other_sections(path: Path) -> list[str]:
+    """The ``## `` sections of the existing file that this script did not write."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    kept: list[str] = []
+    for chunk in text.split("\n## ")[1:]:
+        if not chunk.startswith("Run of "):
+            kept.append("## " + chunk.rstrip("\n") + "\n")
+    return kept
