@@ -8,7 +8,8 @@ bottleneck), waits until the queue reports them all, and reads the broker's RSS 
 starts it again on the same data and measures recovery time and RSS; unless ``--no-consume``,
 drains the queue with one no-ack consumer, checking every body (each carries its sequence number)
 and the order, and reports the peak RSS while draining. Prints a report and, with ``--markdown``,
-a markdown section to append to ``benchmarks/RESULTS.md``.
+a markdown section to append to ``benchmarks/RESULTS.md``. The temp dir (data, broker log) is
+removed at the end unless ``--keep`` or ``--data-dir``.
 
 Usage (a few minutes for the default 2 million 1 KiB messages; not part of the test suite)::
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import socket
 import struct
 import subprocess
@@ -333,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-restart", action="store_true", help="skip the restart/recovery step")
     p.add_argument("--no-consume", action="store_true", help="skip draining the queue")
     p.add_argument("--markdown", action="store_true", help="print a RESULTS.md section too")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the temp dir (data and broker log) instead of removing it")
     args = p.parse_args(argv)
     if args.size < 10:
         p.error("--size must be at least 10 (the body carries a 10-digit sequence number)")
@@ -357,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
             drain(broker, args.count, args.size, report)
     finally:
         broker.stop()
+        if args.keep or args.data_dir is not None:
+            print(f"broker log and data kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)  # gigabytes of segments otherwise
     print("\n".join(report.lines()))
     if args.markdown:
         print()
