@@ -22,7 +22,7 @@ import socket
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .core.settings import BrokerSettings, User
 
@@ -77,7 +77,8 @@ def _total_memory() -> int:
         return 8 << 30
 
 
-_SCALARS = {f.name: f.type for f in fields(Config) if f.name != "users"}
+# with ``from __future__ import annotations`` a field's type is its annotation text ("str", "int")
+_SCALARS = {f.name: cast(str, f.type) for f in fields(Config) if f.name != "users"}
 _TYPES = {"str": str, "int": int, "float": float}
 
 

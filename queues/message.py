@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 
 from pamqp import commands
+from pamqp.common import FieldTable
 from pamqp.header import ContentHeader
 
 __all__ = ["Message", "encode_header_payload"]
@@ -137,7 +138,7 @@ class Message:
         return bool(self._flags & _FLAG_HEADERS)
 
     @property
-    def headers(self) -> dict[str, object] | None:
+    def headers(self) -> FieldTable | None:
         """The headers table, None when absent (decodes properties on first use)."""
         if not self._flags & _FLAG_HEADERS:
             return None

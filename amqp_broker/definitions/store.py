@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .codec import decode_table, encode_table
 
@@ -138,7 +138,7 @@ class QueueDef:
 class BindingDef:
     vhost: str
     source: str
-    destination_kind: str  # "queue" | "exchange"
+    destination_kind: Literal["queue", "exchange"]
     destination: str
     binding_key: str
     arguments: dict[str, Any] = field(default_factory=dict)

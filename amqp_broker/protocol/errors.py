@@ -7,6 +7,8 @@ channel- and which are connection-level. Must not know: sockets, channel state.
 
 from __future__ import annotations
 
+from typing import Self
+
 __all__ = ["AMQPException", "ChannelException", "ConnectionException"]
 
 
@@ -26,7 +28,7 @@ class AMQPException(Exception):
         self.class_id = class_id
         self.method_id = method_id
 
-    def for_method(self, class_id: int, method_id: int) -> AMQPException:
+    def for_method(self, class_id: int, method_id: int) -> Self:
         """Set the failing method's ids when not set yet; returns self for raise chains."""
         if not self.class_id:
             self.class_id, self.method_id = class_id, method_id

@@ -77,7 +77,10 @@ class Publish(NamedTuple):
     immediate: bool
     routing_raw: bytes
 
-    name = "Basic.Publish"  # as pamqp's commands, for error texts (a class attribute, not a field)
+    @property
+    def name(self) -> str:
+        """"Basic.Publish", as pamqp's commands' ``name``, for error texts (not a tuple field)."""
+        return "Basic.Publish"
 
 
 def _syntax_error(what: str, index: int) -> ConnectionException:
@@ -117,7 +120,8 @@ def decode_method(payload: bytes) -> Publish | base.Frame:
     if len(payload) < 4:
         raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - method frame shorter than 4 bytes")
     index = _INDEX.unpack_from(payload)[0]
-    cls = commands.INDEX_MAPPING.get(index)
+    # pamqp annotates INDEX_MAPPING's values as bare ``type``; they are all Frame subclasses
+    cls: type[base.Frame] | None = commands.INDEX_MAPPING.get(index)
     if cls is None:
         raise ConnectionException(
             c.NOT_IMPLEMENTED, f"NOT_IMPLEMENTED - unknown method {index >> 16}.{index & 0xFFFF}",

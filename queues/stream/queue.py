@@ -29,6 +29,7 @@ import datetime as _dt
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from ..arguments import QueueSettings
 from ..entry import QueueEntry
@@ -37,6 +38,9 @@ from ..message import Message
 from ..protocols import Consumer, PublishResult
 from .format import parse_max_age
 from .log import Cursor, StreamLog
+
+if TYPE_CHECKING:
+    from ..queue import Queue
 
 __all__ = ["OffsetSpec", "StreamQueue", "StreamSettings", "parse_offset_spec", "stream_settings",
            "STREAM_QUEUE_ARGUMENTS", "DISALLOWED_STREAM_ARGUMENTS"]
@@ -263,6 +267,8 @@ class StreamQueue:
         self._dispatching = True
         delivered = 0
         log = self.log
+        # consumers take a ``Queue``; a stream has the classic queue's interface as the core uses it
+        as_queue = cast("Queue", self)
         try:
             again = True
             while again:
@@ -286,7 +292,7 @@ class StreamQueue:
                         entry = QueueEntry(reader.batch[i], reader.batch_offset + i)
                         entry.delivery_count = 1
                         self._unacked += 1
-                        consumer.deliver(self, entry)
+                        consumer.deliver(as_queue, entry)
                         delivered += 1
                         if reader.removed or self._deleted:
                             break
