@@ -10,7 +10,7 @@ it knows both the core and the cluster package.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands as cmd
 
@@ -19,6 +19,9 @@ from cluster.codec import Consumers
 from .core.broker import Broker
 from .core.proxies import HOME_ARGUMENT
 from .core.relay import local_consumer_count
+
+if TYPE_CHECKING:
+    from pamqp.common import FieldTable
 
 __all__ = ["replay_methods", "load_figures"]
 
@@ -57,7 +60,9 @@ def replay_methods(broker: Broker, shared: bool, me: str) -> list[Any]:
             continue
         shared_queues.add(q.name)
         out.append(cmd.Queue.Declare(queue=q.name, durable=q.durable, auto_delete=q.auto_delete,
-                                     nowait=True, arguments=dict(q.arguments)))
+                                     nowait=True,
+                                     # a queue's arguments came in as an AMQP field table
+                                     arguments=cast("FieldTable", dict(q.arguments))))
     for b in routing.bindings():
         if b.destination.kind == "queue":
             if b.destination.name in shared_queues:

@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pamqp import commands as cmd
 
@@ -22,13 +22,75 @@ from .settings import BrokerSettings
 from .vhost import VirtualHost
 
 if TYPE_CHECKING:
+    from pamqp.base import Frame
+
+    from queues.message import Message
     from queues.queue import Queue
 
+    from ..protocol.methods import Publish
+    from .channel import Channel
     from .connection import Connection
 
 __all__ = ["Broker"]
 
 log = logging.getLogger(__name__)
+
+
+# --- the cluster seams' shapes (structural: the cluster package's objects fit them, core never
+# imports it; ``cluster.ports`` documents the same seams from the other side)
+class PeerAuthServer(Protocol):
+    """One peer connection's challenge/verify state (``PeerAuth.new_server()``)."""
+
+    def challenge(self, initial: str | bytes) -> str:
+        """The challenge for the peer's initial response; raises when it is malformed."""
+        ...
+
+    def verify(self, response: str | bytes) -> str:
+        """The authenticated peer's node name; raises on a wrong response."""
+        ...
+
+
+class PeerAuth(Protocol):
+    """``Broker.peer_auth``: authenticates ``cluster-peer`` connections (see ``cluster.secret``)."""
+
+    @property
+    def mechanism(self) -> str:
+        """The SASL mechanism name offered in Connection.Start."""
+        ...
+
+    def new_server(self) -> PeerAuthServer:
+        """Fresh per-connection state."""
+        ...
+
+
+#: ``Broker.peer_handler(channel, method, payload) -> bool``: True when the cluster consumed it.
+PeerHandler = Callable[["Channel", "Publish | Frame", bytes], bool]
+
+
+class ClusterHooks(Protocol):
+    """``Broker.cluster_hooks``: what the core tells the cluster (``cluster.driver``)."""
+
+    def propagate(self, vhost: str, method: Frame,
+                  done: Callable[[tuple[int, str] | None], None]) -> None:
+        """Send a client's change to every member; ``done(None | (code, text))`` once the reply
+        policy is met."""
+        ...
+
+    def consumers_changed(self, vhost: str, queue: str, count: int) -> None:
+        """Our consumer count of a shared queue changed (Cluster.Consumers)."""
+        ...
+
+
+class RelaySink(Protocol):
+    """``Broker.relay_sink``: where messages dealt to another member's consumers go."""
+
+    def can_relay(self, node: str) -> bool:
+        """True while the link to ``node`` takes more."""
+        ...
+
+    def relay(self, node: str, vhost: str, queue: str, message: Message) -> None:
+        """Send ``message`` to ``node`` for ``queue`` ("" for a private queue's home)."""
+        ...
 
 
 class Broker:
@@ -51,21 +113,21 @@ class Broker:
         #: Authenticates ``cluster-peer`` connections: ``.mechanism`` (SASL name) and
         #: ``.new_server()`` -> object with ``challenge(initial) -> str`` and ``verify(response)
         #: -> node name`` (raising on failure). See ``cluster.secret``.
-        self.peer_auth = None
-        #: Called as ``peer_handler(channel, method) -> bool`` for every method on a peer
+        self.peer_auth: PeerAuth | None = None
+        #: Called as ``peer_handler(channel, method, payload) -> bool`` for every method on a peer
         #: connection's channel; True when the cluster consumed it (Cluster class methods, buffered
         #: replay), False to run the ordinary handler.
-        self.peer_handler = None
+        self.peer_handler: PeerHandler | None = None
         #: ``propagate(vhost, method, done)``: send a client's change to every member; ``done(None
         #: | reason)`` once the reply policy is met. See ``cluster.ports.ClusterHooks``.
-        self.cluster_hooks = None
+        self.cluster_hooks: ClusterHooks | None = None
         #: Extra Connection.Start server properties (cluster_view, cluster_members, ...).
         self.cluster_properties: dict = {}
         #: False while a joining node waits for every member's Synch: clients are refused.
         self.accepting_clients = True
         #: Where messages dealt to another member's consumers go (``core.relay``): an object with
         #: ``can_relay(node) -> bool`` and ``relay(node, vhost, queue, message)``.
-        self.relay_sink = None
+        self.relay_sink: RelaySink | None = None
 
     def clock_ms(self) -> int:
         """The clock in whole milliseconds (what queues use for TTL)."""

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from .connection import Connection
     from .consumer import ChannelConsumer
+    from .vhost import VirtualHost
 
 __all__ = ["Channel"]
 
@@ -46,7 +47,11 @@ class Channel:
     def __init__(self, connection: Connection, channel_id: int) -> None:
         self.connection = connection
         self.id = channel_id
-        self.vhost = connection.vhost
+        vhost = connection.vhost
+        if vhost is None:  # Connection._open_channel only opens channels once the vhost is chosen
+            raise ConnectionException(c.CHANNEL_ERROR,
+                                      f"CHANNEL_ERROR - channel {channel_id} before connection.open")
+        self.vhost: VirtualHost = vhost
         self.closing = False  # we sent Channel.Close and wait for Close-Ok
         self.flow = True  # Channel.Flow from the client
         self.assembler = ContentAssembler()

@@ -27,17 +27,18 @@ from .settings import User
 
 if TYPE_CHECKING:
     from pamqp.base import Frame
+    from pamqp.common import FieldTable
 
     from queues.queue import Queue
 
-    from .broker import Broker
+    from .broker import Broker, PeerAuthServer
     from .vhost import VirtualHost
 
 __all__ = ["Connection", "State"]
 
 log = logging.getLogger(__name__)
 
-CAPABILITIES = {
+CAPABILITIES: FieldTable = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
     "basic.nack": True,
@@ -88,7 +89,7 @@ class Connection:
         self.high_water = broker.settings.output_high_water
         self.channels: dict[int, Channel] = {}
         self.vhost: VirtualHost | None = None
-        self.user = None
+        self.user: User | None = None
         self.client_properties: dict = {}
         self.capabilities: dict = {}
         self.exclusive_queues: set[Queue] = set()
@@ -98,7 +99,7 @@ class Connection:
         self.block_announced = False  # Connection.Blocked sent (Unblocked is due when cleared)
         #: Set when a cluster peer authenticated: its node name (see ``_start_ok``).
         self.peer_node: str | None = None
-        self._peer_auth = None
+        self._peer_auth: PeerAuthServer | None = None
         self.has_published = False
         self._out: list[bytes] = []
         self.output_size = 0
@@ -227,7 +228,7 @@ class Connection:
             return b""
         self.state = State.AWAIT_START_OK
         s = self.broker.settings
-        mechanisms = MECHANISMS
+        mechanisms: tuple[str, ...] = MECHANISMS
         if self.broker.peer_auth is not None:
             mechanisms = (*MECHANISMS, self.broker.peer_auth.mechanism)
         self.send_method(0, cmd.Connection.Start(
@@ -322,7 +323,12 @@ class Connection:
 
     def _secure_ok(self, method: cmd.Connection.SecureOk) -> None:
         try:
-            node = self._peer_auth.verify(method.response)
+            peer_auth = self._peer_auth
+            if peer_auth is None:  # only AWAIT_SECURE_OK leads here, and _start_ok set it
+                raise AttributeError("no cluster peer authentication in progress")
+            # pamqp types every argument Optional (its constructors' default); a decoded
+            # Secure-Ok always carries its response string
+            node = peer_auth.verify(method.response)  # type: ignore[arg-type]
         except Exception as exc:
             log.warning("cluster peer from %s failed authentication: %s", self.name, exc)
             raise ConnectionException(c.ACCESS_REFUSED, "ACCESS_REFUSED - cluster peer "

@@ -56,7 +56,10 @@ class RelayConsumer:
     def deliver(self, queue: Queue, entry: QueueEntry) -> None:
         """Relay the message; a stored persistent message is released from our store."""
         msg = entry.message
-        self.vhost.broker.relay_sink.relay(self.node, self.vhost.name, queue.name, msg)
+        sink = self.vhost.broker.relay_sink
+        if sink is None:  # relay consumers exist only while clustering set the sink
+            raise AttributeError("'NoneType' object has no attribute 'relay' (no relay_sink)")
+        sink.relay(self.node, self.vhost.name, queue.name, msg)
         if msg.store_id is not None and queue.durable:
             self.vhost.broker.durability.forget(store_key(self.vhost.name, queue.name), msg)
 

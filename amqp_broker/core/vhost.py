@@ -12,7 +12,7 @@ spec's reply codes and RabbitMQ's reply texts. Must not know: frames beyond repl
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands as cmd
 
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .broker import Broker
     from .connection import Connection
     from .consumer import ChannelConsumer
+    from .relay import RelayConsumer
 
 __all__ = ["VirtualHost"]
 
@@ -355,7 +356,9 @@ class VirtualHost:
         gone = self.routing.remove_queue(q.name)
         if gone:
             self.broker.durability.exchanges_deleted(self.name, gone)
-        for consumer in list(q.consumers()):
+        # the core's consumers: a channel's, or another member's (relay: no channel)
+        consumers = cast("list[ChannelConsumer | RelayConsumer]", list(q.consumers()))
+        for consumer in consumers:
             ch = consumer.channel
             q.remove_consumer(consumer)
             if ch is None:  # a relay consumer (another member's)
@@ -363,7 +366,7 @@ class VirtualHost:
             ch.consumers.pop(consumer.tag, None)
             if notify and ch.connection.capabilities.get("consumer_cancel_notify"):
                 ch.connection.send_method(ch.id, cmd.Basic.Cancel(consumer.tag, True))
-        owner = q.exclusive_owner
+        owner = cast("Connection | None", q.exclusive_owner)  # the core's owners are connections
         if owner is not None:
             owner.exclusive_queues.discard(q)
         q.delete()

@@ -12,12 +12,16 @@ DESIGN.md §5 (figures: one send per chunk, not per frame).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, cast
 
 import anyio
 from anyio.abc import SocketStream
 
 from ..core.broker import Broker
 from ..core.connection import Connection
+
+if TYPE_CHECKING:
+    from anyio.abc import IPSockAddrType
 
 __all__ = ["serve_connection"]
 
@@ -76,7 +80,9 @@ async def _reader(conn: Connection, stream: SocketStream, link: _Link) -> None:
 async def serve_connection(broker: Broker, stream: SocketStream) -> None:
     """Run one client connection until either side closes it."""
     try:
-        host, port = stream.extra(anyio.abc.SocketAttribute.remote_address)[:2]
+        # anyio types the address as ``str`` too (UNIX sockets); ours are TCP: (host, port, ...)
+        addr = cast("IPSockAddrType", stream.extra(anyio.abc.SocketAttribute.remote_address))
+        host, port = addr[:2]
     except Exception:
         host, port = "?", 0
     conn = broker.open_connection((str(host), int(port)))

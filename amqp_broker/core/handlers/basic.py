@@ -100,7 +100,8 @@ def _check_stream_consume(ch: Channel, q: StreamQueue, no_ack: bool, args: dict)
 
 def cancel(ch: Channel, m: cmd.Basic.Cancel) -> None:
     """Basic.Cancel -> Cancel-Ok (also for an unknown tag). Unacked deliveries stay unacked."""
-    consumer = ch.consumers.pop(m.consumer_tag, None)
+    # pamqp types every argument Optional (its constructors' default); a decoded Cancel has a str
+    consumer = ch.consumers.pop(m.consumer_tag, None)  # type: ignore[arg-type]
     if not m.nowait:
         ch.connection.send_method(ch.id, cmd.Basic.CancelOk(m.consumer_tag))
     if consumer is not None:
@@ -148,10 +149,14 @@ def publish_message(ch: Channel, publish: Publish, header: bytes, body: bytes) -
         except QueueInvalidArgument:
             raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid "
                                    f"expiration '{expiration}'") from None
-    if user_id is not None and user_id != ch.connection.user.name:
-        raise ChannelException(c.PRECONDITION_FAILED,
-                               f"PRECONDITION_FAILED - user_id property set to '{user_id}' but "
-                               f"authenticated user was '{ch.connection.user.name}'")
+    if user_id is not None:
+        user = ch.connection.user
+        if user is None:  # unreachable: channels open only after authentication
+            raise AttributeError("'NoneType' object has no attribute 'name' (no authenticated user)")
+        if user_id != user.name:
+            raise ChannelException(c.PRECONDITION_FAILED,
+                                   f"PRECONDITION_FAILED - user_id property set to '{user_id}' but "
+                                   f"authenticated user was '{user.name}'")
     conn = ch.connection
     if not conn.has_published:
         conn.has_published = True
@@ -292,7 +297,8 @@ def nack(ch: Channel, m: cmd.Basic.Nack) -> None:
 
 def reject(ch: Channel, m: cmd.Basic.Reject) -> None:
     """Basic.Reject: one delivery, requeue or dead-letter."""
-    tags = _tags(ch, m.delivery_tag, False)
+    # pamqp types every argument Optional (its constructors' default); a decoded Reject has an int
+    tags = _tags(ch, m.delivery_tag, False)  # type: ignore[arg-type]
     _refuse_stream_nack(ch, tags, 90)
     if ch.tx is not None:
         ch.tx.append(("nack", (m.delivery_tag, False, m.requeue)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pamqp import commands as cmd
 
@@ -71,7 +71,8 @@ def _peer_proxy_bind(ch: Channel, m: cmd.Queue.Bind | cmd.Queue.Unbind, unbind: 
         return False
     ch.vhost.bind(m.exchange, Destination("queue", m.queue), m.routing_key, m.arguments,
                   unbind=unbind)
-    if unbind or not m.nowait:
+    # Queue.Unbind has no nowait: ``unbind`` tells which method ``m`` is
+    if unbind or not cast(cmd.Queue.Bind, m).nowait:
         ch.connection.send_method(ch.id, cmd.Queue.UnbindOk() if unbind else cmd.Queue.BindOk())
     return True
 
