@@ -234,7 +234,10 @@ class Connection:
         with anyio.fail_after(params.connection_timeout):
             stream: ByteStream = await anyio.connect_tcp(
                 params.host, params.port, ssl_context=params.ssl_context(),
-                tls_hostname=params.server_name, tls_standard_compatible=False) if params.tls \
+                # anyio's overloads want a str tls_hostname when ssl_context may be None; the
+                # implementation takes None (then the host name is used)
+                tls_hostname=params.server_name,  # type: ignore[arg-type]
+                tls_standard_compatible=False) if params.tls \
                 else await anyio.connect_tcp(params.host, params.port)
             try:
                 proto.start()

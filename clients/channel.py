@@ -25,7 +25,7 @@ import itertools
 import logging
 import struct
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from pamqp import commands as cmd
@@ -141,12 +141,14 @@ class Channel:
 
     # ---------------------------------------------------------------- hooks from the reader
     def _on_method(self, method: Any) -> None:
+        # pamqp types every argument Optional (its constructors' default); decoded ones are set
         if isinstance(method, cmd.Channel.Close):
-            self._die(ChannelClosed(method.reply_code, method.reply_text, method.class_id,
-                                    method.method_id))
+            self._die(ChannelClosed(method.reply_code,  # type: ignore[arg-type]
+                                    method.reply_text, method.class_id,  # type: ignore[arg-type]
+                                    method.method_id))  # type: ignore[arg-type]
             return
         if isinstance(method, cmd.Basic.Cancel):  # broker-side cancel (queue deleted)
-            consumer = self.consumers.pop(method.consumer_tag, None)
+            consumer = self.consumers.pop(method.consumer_tag, None)  # type: ignore[arg-type]
             if consumer is not None:
                 consumer.cancelled_by_broker = True
                 consumer._end()
@@ -448,7 +450,8 @@ class Channel:
             self._routing[key] = routing
         if props_raw is None:
             props_raw = encode_properties(properties)
-        self._conn._proto.send_publish(self.number, routing, body, props_raw)
+        # a str body was encoded above (mypy does not narrow on ``__class__ is``)
+        self._conn._proto.send_publish(self.number, routing, cast(bytes, body), props_raw)
         if not self.confirm_mode:
             if self.tx_mode:
                 self._tx_ops += 1

@@ -321,7 +321,10 @@ async def _run(a: argparse.Namespace, out: _Out) -> int:
             ok = await ch.queue_declare(a.queue, passive=a.passive, durable=a.durable,
                                         exclusive=a.exclusive, auto_delete=a.auto_delete,
                                         arguments=dict(a.arg) or None)
-            out.result(ok.queue, queue=ok.queue, message_count=ok.message_count,
+            # pamqp types every argument Optional (its constructors' default); a decoded
+            # Declare-Ok always names the queue
+            out.result(ok.queue, queue=ok.queue,  # type: ignore[arg-type]
+                       message_count=ok.message_count,
                        consumer_count=ok.consumer_count)
         elif cmd == "declare-exchange":
             await ch.exchange_declare(a.exchange, a.type, passive=a.passive, durable=a.durable,

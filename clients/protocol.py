@@ -17,9 +17,10 @@ from __future__ import annotations
 import enum
 import platform
 import struct
-from typing import Any
+from typing import Any, cast
 
 from pamqp import commands as cmd
+from pamqp.base import Frame
 
 from amqp_broker.protocol import constants as c
 from amqp_broker.protocol.assembler import ContentAssembler
@@ -165,7 +166,7 @@ class ClientProtocol:
         self.channel_max = 2047
         self.heartbeat = 0
         self.server_properties: dict[str, Any] = {}
-        self.assemblers: dict[int, ContentAssembler] = {}
+        self.assemblers: dict[int, ContentAssembler[Message]] = {}
         self._next_channel = 1
         self._out: list[bytes] = []
         self.buffered = 0
@@ -309,13 +310,16 @@ class ClientProtocol:
         method = decode_method(payload)
         if asm.expecting_content:
             raise asm.unexpected("method frame")
+        # pamqp types every argument Optional (its constructors' default); decoded ones are set
         if isinstance(method, _GET_OK):
-            asm.start(Message("get", channel, method.delivery_tag, method.redelivered,
-                              method.exchange, method.routing_key, "", method.message_count))
+            asm.start(Message("get", channel, method.delivery_tag,  # type: ignore[arg-type]
+                              method.redelivered, method.exchange,
+                              method.routing_key, "", method.message_count))  # type: ignore[arg-type]
             return
         if isinstance(method, _RETURN):
-            asm.start(Message("return", channel, 0, False, method.exchange, method.routing_key,
-                              "", 0, method.reply_code, method.reply_text))
+            asm.start(Message("return", channel, 0, False, method.exchange,
+                              method.routing_key, "", 0,  # type: ignore[arg-type]
+                              method.reply_code, method.reply_text))  # type: ignore[arg-type]
             return
         if isinstance(method, cmd.Channel.Close):
             self.send_method(channel, cmd.Channel.CloseOk())
@@ -332,8 +336,10 @@ class ClientProtocol:
             if state is not State.CLOSING:
                 self.send_method(0, cmd.Connection.CloseOk())
             self.state = State.CLOSED
-            events.append(Closed(method.reply_code, method.reply_text, method.class_id,
-                                 method.method_id, True))
+            # pamqp types every argument Optional (its constructors' default); decoded ones are set
+            events.append(Closed(method.reply_code,  # type: ignore[arg-type]
+                                 method.reply_text, method.class_id,  # type: ignore[arg-type]
+                                 method.method_id, True))  # type: ignore[arg-type]
         elif isinstance(method, cmd.Connection.CloseOk):
             self.state = State.CLOSED
             events.append(Closed(c.REPLY_SUCCESS, "Normal shutdown", 0, 0, False))
@@ -354,13 +360,16 @@ class ClientProtocol:
         elif isinstance(method, cmd.Connection.UpdateSecretOk):
             events.append(ChannelMethod(0, method))
         else:
+            # decode_method's other result, a Publish, has tuple.index, not a method index
+            frame = cast(Frame, method)
             raise ConnectionException(c.COMMAND_INVALID,
                                       f"COMMAND_INVALID - unexpected {method.name} in state "
-                                      f"{state.name}", method.index >> 16, method.index & 0xFFFF)
+                                      f"{state.name}", frame.index >> 16, frame.index & 0xFFFF)
 
     def _on_start(self, method: cmd.Connection.Start) -> None:
         self.server_properties = dict(method.server_properties or {})
         mechanisms = (method.mechanisms or "").split()
+        response: str | bytes
         if "PLAIN" in mechanisms:
             mechanism, response = "PLAIN", f"\0{self.username}\0{self.password}"
         elif "AMQPLAIN" in mechanisms:

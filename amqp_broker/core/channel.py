@@ -54,7 +54,7 @@ class Channel:
         self.vhost: VirtualHost = vhost
         self.closing = False  # we sent Channel.Close and wait for Close-Ok
         self.flow = True  # Channel.Flow from the client
-        self.assembler = ContentAssembler()
+        self.assembler: ContentAssembler[Publish] = ContentAssembler()
         self.next_delivery_tag = 1
         self.unacked: dict[int, tuple[Queue, QueueEntry, ChannelConsumer | None]] = {}
         self.consumers: dict[str, ChannelConsumer] = {}

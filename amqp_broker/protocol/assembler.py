@@ -10,17 +10,21 @@ body overrunning the declared size, is 505 as well (RabbitMQ's choice). Modelled
 from __future__ import annotations
 
 import struct
+from typing import Generic, TypeVar
 
 from . import constants as c
 from .errors import ConnectionException
-from .methods import Publish
 
 __all__ = ["ContentAssembler"]
 
 _BODY_SIZE = struct.Struct(">HHQ")
 
+#: What ``start`` is given and the finished tuple hands back: the broker's ``Publish``, the
+#: client's ``Message`` (the assembler only holds it).
+M = TypeVar("M")
 
-class ContentAssembler:
+
+class ContentAssembler(Generic[M]):
     """Collects one message's content on one channel.
 
     Usage: ``start(publish)`` after a Basic.Publish; then ``header(payload)`` and ``body(payload)``
@@ -34,7 +38,7 @@ class ContentAssembler:
     __slots__ = ("_publish", "_header", "_size", "_parts", "_got")
 
     def __init__(self) -> None:
-        self._publish: Publish | None = None
+        self._publish: M | None = None
         self._header: bytes | None = None
         self._size = 0
         self._parts: list[bytes] = []
@@ -45,14 +49,14 @@ class ContentAssembler:
         """True while a started message still lacks its header or part of its body."""
         return self._publish is not None
 
-    def start(self, publish: Publish) -> None:
+    def start(self, publish: M) -> None:
         """Begin a message; raises 505 when one is already being assembled."""
         if self._publish is not None:
             raise self.unexpected("method frame")
         self._publish = publish
         self._header = None
 
-    def header(self, payload: bytes) -> tuple[Publish, bytes, bytes] | None:
+    def header(self, payload: bytes) -> tuple[M, bytes, bytes] | None:
         """Accept the content header payload; returns the message when its body size is 0."""
         publish = self._publish
         if publish is None or self._header is not None:
@@ -74,7 +78,7 @@ class ContentAssembler:
         self._got = 0
         return None
 
-    def body(self, payload: bytes) -> tuple[Publish, bytes, bytes] | None:
+    def body(self, payload: bytes) -> tuple[M, bytes, bytes] | None:
         """Accept one body frame payload; returns the message once body-size bytes arrived."""
         publish = self._publish
         header = self._header
