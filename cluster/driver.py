@@ -17,6 +17,7 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from amqp_broker.protocol import constants as c
@@ -173,8 +174,7 @@ class ClusterDriver:
         pending = _Pending(need, {n for n, _ in others}, done, self.clock())
         self._pending[pid] = pending
         for name, address in others:
-            self.links.send(name, address, method,
-                            on_reply=lambda error, name=name: self._answered(pid, name, error))
+            self.links.send(name, address, method, on_reply=partial(self._answered, pid, name))
         self._check(pid)
 
     def _answered(self, pid: int, node: str, error: tuple[int, str] | None) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pamqp import commands as cmd
@@ -26,6 +26,9 @@ from amqp_broker.protocol.framing import FrameSplitter
 from amqp_broker.protocol.methods import decode_method, encode_method
 
 from . import secret as peer_secret
+
+if TYPE_CHECKING:
+    from pamqp.common import FieldTable
 
 __all__ = ["PeerLinks", "LinkError"]
 
@@ -159,15 +162,17 @@ class PeerLinks:
         _, start = await self._read_method(stream, splitter, pending)
         if not isinstance(start, cmd.Connection.Start):
             raise LinkError(f"expected Connection.Start, got {start!r}")
-        props = {"product": "amqp-broker cluster link", "node": self.me,
+        props: FieldTable = {"product": "amqp-broker cluster link", "node": self.me,
                  "capabilities": {"cluster-peer": True, "consumer_cancel_notify": True}}
         await stream.send(encode_method(0, cmd.Connection.StartOk(
             props, peer_secret.MECHANISM, peer_secret.initial_response(self.me), "en_US")))
         _, secure = await self._read_method(stream, splitter, pending)
         if not isinstance(secure, cmd.Connection.Secure):
             raise LinkError(f"peer refused the link: {secure!r}")
+        # pamqp types every argument Optional (its constructors' default); a decoded Secure has
+        # its challenge
         await stream.send(encode_method(0, cmd.Connection.SecureOk(
-            peer_secret.answer(self.secret, self.me, secure.challenge))))
+            peer_secret.answer(self.secret, self.me, secure.challenge))))  # type: ignore[arg-type]
         _, tune = await self._read_method(stream, splitter, pending)
         if not isinstance(tune, cmd.Connection.Tune):
             raise LinkError(f"peer refused the link: {getattr(tune, 'reply_text', tune)!r}")
@@ -214,7 +219,8 @@ class PeerLinks:
                     # by it: answer the first, reopen the channel, resend the rest.
                     if link.inflight:
                         _m, cb = link.inflight.popleft()
-                        cb((method.reply_code, method.reply_text))
+                        # pamqp types every argument Optional; a decoded Close has its code
+                        cb((method.reply_code, method.reply_text))  # type: ignore[arg-type]
                     resend = list(link.inflight)
                     link.inflight.clear()
                     await stream.send(encode_method(1, cmd.Channel.CloseOk())
