@@ -369,13 +369,20 @@ class ClientProtocol:
     def _on_start(self, method: cmd.Connection.Start) -> None:
         self.server_properties = dict(method.server_properties or {})
         mechanisms = (method.mechanisms or "").split()
-        response: str | bytes
         if "PLAIN" in mechanisms:
             mechanism, response = "PLAIN", f"\0{self.username}\0{self.password}"
         elif "AMQPLAIN" in mechanisms:
             from pamqp import encode
             mechanism = "AMQPLAIN"
-            response = encode.field_table({"LOGIN": self.username, "PASSWORD": self.password})[4:]
+            table = encode.field_table({"LOGIN": self.username, "PASSWORD": self.password})[4:]
+            # pamqp sends a longstr given as str UTF-8 encoded: the table's bytes go through
+            # unchanged when they are valid UTF-8, i.e. each credential under 128 bytes.
+            try:
+                response = table.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ConnectionException(
+                    c.ACCESS_REFUSED, "ACCESS_REFUSED - AMQPLAIN credentials over 127 bytes are "
+                    "not supported by this client; offer PLAIN") from None
         else:
             raise ConnectionException(c.ACCESS_REFUSED,
                                       f"ACCESS_REFUSED - no supported mechanism in {mechanisms}")

@@ -122,3 +122,16 @@ def test_channel_numbers_are_reused_after_close():
     proto.channel_gone(a)
     proto.channel_max = 2
     assert proto.open_channel() == 1
+
+
+def test_amqplain_when_plain_is_not_offered():
+    from amqp_broker.core.auth import parse_response
+
+    proto = ClientProtocol("user-ü", "pässword", "/")
+    proto.start()
+    proto.data_to_send()
+    proto.receive_data(frame.marshal(cmd.Connection.Start(
+        server_properties={"product": "x"}, mechanisms="AMQPLAIN"), 0))
+    (start_ok,) = sent_methods(proto)
+    assert start_ok.mechanism == "AMQPLAIN"
+    assert parse_response("AMQPLAIN", start_ok.response) == ("user-ü", "pässword")
