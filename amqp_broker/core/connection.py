@@ -132,6 +132,15 @@ class Connection:
         self._out.append(data)
         self.output_size += len(data)
 
+    def write_parts(self, parts: tuple[bytes, ...]) -> None:
+        """Queue several pieces of one write (a large delivery: head, body, frame end)."""
+        out = self._out
+        was_empty = not out
+        out.extend(parts)
+        self.output_size += sum(map(len, parts))
+        if was_empty and self.on_writable is not None:
+            self.on_writable()
+
     def send_method(self, channel: int, method: Frame) -> None:
         """Queue one method frame."""
         self.write(encode_method(channel, method))

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..protocol.delivery import deliver_prefix, encode_deliver, encode_routing
+from ..protocol.delivery import (
+    deliver_prefix,
+    encode_deliver,
+    encode_deliver_parts,
+    encode_routing,
+)
 from .durability import store_key
 
 if TYPE_CHECKING:
@@ -18,7 +23,10 @@ if TYPE_CHECKING:
 
     from .channel import Channel
 
-__all__ = ["ChannelConsumer"]
+__all__ = ["ChannelConsumer", "LARGE_BODY"]
+
+#: Bodies above this many bytes are written as separate parts (one copy fewer per delivery).
+LARGE_BODY = 8192
 
 
 class ChannelConsumer:
@@ -74,5 +82,10 @@ class ChannelConsumer:
         if routing_raw is None:
             routing_raw = msg.routing_raw = encode_routing(msg.exchange, msg.routing_key)
         conn = ch.connection
-        conn.write(encode_deliver(ch.id, self._prefix, tag, entry.redelivered, routing_raw,
-                                  msg.header_payload, msg.body, conn.frame_max))
+        body = msg.body
+        if LARGE_BODY < len(body) <= conn.frame_max - 8:
+            conn.write_parts(encode_deliver_parts(ch.id, self._prefix, tag, entry.redelivered,
+                                                  routing_raw, msg.header_payload, body))
+        else:
+            conn.write(encode_deliver(ch.id, self._prefix, tag, entry.redelivered, routing_raw,
+                                      msg.header_payload, body, conn.frame_max))

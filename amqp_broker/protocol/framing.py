@@ -50,11 +50,29 @@ class FrameSplitter:
 
     def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
         """Append ``data`` and return every complete frame in order (see class docstring)."""
-        if self._pending:
-            data = self._pending + data
+        pending = self._pending
+        if pending:
+            if len(pending) >= 7:
+                # Complete the pending frame from the head of ``data`` and parse the rest in
+                # place: a big frame split across reads costs one copy of itself, not of the
+                # whole received chunk.
+                need = 8 + _unpack_head(pending, 0)[2] - len(pending)
+                if need > len(data):  # (its size was checked when its header arrived)
+                    self._pending = pending + data
+                    return []
+                self._pending = b""
+                frames = self._split(pending + data[:need])
+                if self._pending:  # cannot happen: the joined part is exactly one frame
+                    raise AssertionError("frame split left a tail")
+                if need < len(data):
+                    frames += self._split(data, need)
+                return frames
+            data = pending + data
+        return self._split(data)
+
+    def _split(self, data: bytes, pos: int = 0) -> list[tuple[int, int, bytes]]:
         frames: list[tuple[int, int, bytes]] = []
         append = frames.append
-        pos = 0
         end = len(data)
         limit = self.frame_max - c.FRAME_OVERHEAD
         while end - pos >= 7:
