@@ -94,6 +94,11 @@ class Durability:
                 self._mark_dirty()
         return None
 
+    def forget_ids(self, key: str, store_ids: list[int]) -> None:
+        """``forget`` for many store ids of one queue at once (one ACK record in the store)."""
+        if self.store is not None and self.store.ack_many(key, store_ids):
+            self._mark_dirty()
+
     def delivered(self, key: str, message: Message) -> None:
         """``message`` was delivered from ``key`` to a consumer that must ack it."""
         sid = message.store_id

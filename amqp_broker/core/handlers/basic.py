@@ -255,6 +255,7 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
     unacked = ch.unacked
     needs_dispatch = ch.connection.broker.needs_dispatch
     requeues: dict[Any, list] = defaultdict(list) if requeue and not ack else {}
+    stored: dict[Any, list[int]] = {}  # durable queue -> store ids acked: one store record each
     for tag in tags:
         q, entry, consumer = unacked.pop(tag)
         if consumer is not None:
@@ -262,12 +263,19 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
             needs_dispatch.add(q)
         if ack:
             q.ack(entry)
-            if entry.message.store_id is not None and q.durable:
-                ch.vhost.broker.durability.forget(store_key(ch.vhost.name, q.name), entry.message)
+            sid = entry.message.store_id
+            if sid is not None and q.durable:
+                ids = stored.get(q)
+                if ids is None:
+                    stored[q] = [sid]
+                else:
+                    ids.append(sid)
         elif requeue:
             requeues[q].append(entry)
         else:
             q.reject(entry)
+    for q, ids in stored.items():
+        ch.vhost.broker.durability.forget_ids(store_key(ch.vhost.name, q.name), ids)
     for q, entries in requeues.items():
         q.requeue_many(entries)
         needs_dispatch.add(q)
