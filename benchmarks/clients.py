@@ -39,7 +39,6 @@ import datetime as dt
 import importlib.metadata
 import itertools
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -49,7 +48,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.processes import HOST, REPO_ROOT, Broker, OurBroker, RabbitMQ, tail
+from benchmarks.processes import HOST, REPO_ROOT, Broker, OurBroker, RabbitMQ, stop_brokers, tail
 
 RESULTS_MD = REPO_ROOT / "benchmarks" / "RESULTS.md"
 BODY = b"x" * 1024
@@ -437,10 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"appended to {RESULTS_MD.relative_to(REPO_ROOT)}")
         return 0
     finally:
-        if rabbit is not None:
-            rabbit.stop()
-        ours.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        stop_brokers(ours, rabbit, workdir)
 
 
 if __name__ == "__main__":

@@ -327,3 +327,12 @@ class RabbitMQ(Broker):
             self._log = None
         if self.base is not None:
             shutil.rmtree(self.base, ignore_errors=True)
+
+
+def stop_brokers(ours: OurBroker, rabbit: RabbitMQ | None, workdir: Path) -> None:
+    """The end of a benchmark run: stop RabbitMQ (when it was started) and our broker, then
+    remove the run's work directory."""
+    if rabbit is not None:
+        rabbit.stop()
+    ours.stop()
+    shutil.rmtree(workdir, ignore_errors=True)

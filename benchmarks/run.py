@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import shutil
 import signal
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from benchmarks.amqbench import (
     build_amqbench,
     run_amqbench,
 )
-from benchmarks.processes import REPO_ROOT, Broker, OurBroker, RabbitMQ, tail
+from benchmarks.processes import REPO_ROOT, Broker, OurBroker, RabbitMQ, stop_brokers, tail
 from benchmarks.report import RESULTS_MD, machine_info, markdown_table, notes, write_results
 
 
@@ -173,10 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nwrote {RESULTS_MD.relative_to(REPO_ROOT)}")
         return 0
     finally:
-        if rabbit is not None:
-            rabbit.stop()
-        ours.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        stop_brokers(ours, rabbit, workdir)
 
 
 if __name__ == "__main__":

@@ -153,40 +153,39 @@ class Broker:
 
     def kill(self) -> int | None:
         """SIGKILL at once (a crash), wait for it.  Returns the exit code (None if external)."""
+        return self._end(graceful=False)
+
+    def stop(self) -> int | None:
+        """SIGTERM, wait, then SIGKILL.  Returns the exit code (None for external brokers)."""
+        return self._end(graceful=True)
+
+    def _end(self, graceful: bool) -> int | None:
+        """SIGTERM (``graceful``) or SIGKILL to the broker's process group, then wait at most
+        ``STOP_TIMEOUT`` s (after a SIGTERM that was not enough: SIGKILL, and wait again); close
+        its log file.  Returns the exit code (None for external brokers)."""
         proc = self.process
         if proc is None:
             return None
         if proc.poll() is None:
+            _signal_group(proc, signal.SIGTERM if graceful else signal.SIGKILL)
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(STOP_TIMEOUT)
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                if not graceful:
+                    raise
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait(STOP_TIMEOUT)
         if getattr(proc, "_log_file", None) is not None:
             proc._log_file.close()
         return proc.returncode
 
-    def stop(self) -> int | None:
-        """SIGTERM, wait, then SIGKILL.  Returns the exit code (None for external brokers)."""
-        proc = self.process
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(STOP_TIMEOUT)
-        if getattr(proc, "_log_file", None) is not None:
-            proc._log_file.close()
-        return proc.returncode
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """``sig`` to ``proc``'s process group (it runs in a session of its own); gone already: no-op."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def is_rabbitmq(broker: Broker) -> bool:

@@ -28,16 +28,8 @@ from pamqp import frame as pframe
 from pamqp import header as pheader
 
 from interop_tests.rawamqp import (
-    CHANNEL_ERROR,
     CLOSE_TIMEOUT,
-    COMMAND_INVALID,
-    CONNECTION_FORCED,
-    FRAME_ERROR,
-    NOT_ALLOWED,
-    NOT_IMPLEMENTED,
-    RESOURCE_ERROR,
-    SYNTAX_ERROR,
-    UNEXPECTED_FRAME,
+    CONNECTION_ERROR_CODES,
     assert_broker_alive,
     content_body,
     handshake,
@@ -51,17 +43,6 @@ from interop_tests.rawamqp import (
 pytestmark = pytest.mark.timeout(180)
 
 
-FUZZ_CODES = {
-    FRAME_ERROR,
-    SYNTAX_ERROR,
-    COMMAND_INVALID,
-    CHANNEL_ERROR,
-    UNEXPECTED_FRAME,
-    RESOURCE_ERROR,
-    NOT_ALLOWED,
-    NOT_IMPLEMENTED,
-    CONNECTION_FORCED,
-}
 FUZZ_BUDGET_S = 45.0  # stop doing real work after this (examples then pass trivially)
 
 
@@ -301,7 +282,9 @@ def test_fuzz_frames_with_concurrent_client(broker):
                 f"no answer within {CLOSE_TIMEOUT} s to {data!r} (seen {conn.seen})"
             )
             if kind == "close":
-                assert code in FUZZ_CODES, f"unexpected reply code {code} {text!r} for {data!r}"
+                assert code in CONNECTION_ERROR_CODES, (
+                    f"unexpected reply code {code} {text!r} for {data!r}"
+                )
             else:  # eof
                 assert client_closed or rabbit, (
                     f"socket dropped without Connection.Close for {data!r}"

@@ -15,7 +15,8 @@ Usage (needs the ``spark`` extra: ``pip install 'amqp-broker[spark]'``)::
 Modules: ``publish`` (options, rows -> messages, confirmed publishing; no pyspark import),
 ``datasource`` (``AmqpDataSource`` and its writers), ``consume`` (source options, offsets
 probed over AMQP, reading an offset range; no pyspark import), ``source`` (the batch and stream
-readers), ``local`` (a loopback-only local session for tests and examples), ``examples``
+readers), ``common`` (what ``publish`` and ``consume`` share), ``local`` (a loopback-only
+local session for tests and examples), ``examples``
 (runnable jobs), ``bench`` (throughput benchmark).
 Only this package imports pyspark, and only when ``AmqpDataSource`` or ``spark.datasource``
 is used: ``import spark`` itself works without it.

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
-import difflib
 import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .common import OwnsConnection, lowered_options, option_bool, option_int, option_uris
 
 __all__ = [
     "SourceOptions", "SourceError", "StreamProbe", "read_range", "split_range", "ROW_FIELDS",
@@ -62,8 +63,6 @@ _KNOWN_OPTIONS = {
     "max_messages_per_batch", "messages_per_partition", "prefetch", "read_timeout",
     "probe_timeout", "fail_on_data_loss",
 }
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
 
 
 class SourceError(Exception):
@@ -90,13 +89,7 @@ class StartSpec:
 
 
 def _int(name: str, value: str, lo: int, hi: int) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise SourceError(f"option {name}: expected an integer, got {value!r}") from None
-    if not lo <= n <= hi:
-        raise SourceError(f"option {name}: must be in {lo}..{hi}, got {n}")
-    return n
+    return option_int(name, value, lo, hi, SourceError)
 
 
 def _seconds(name: str, value: str) -> float:
@@ -110,12 +103,7 @@ def _seconds(name: str, value: str) -> float:
 
 
 def _bool(name: str, value: str) -> bool:
-    v = value.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise SourceError(f"option {name}: expected true or false, got {value!r}")
+    return option_bool(name, value, SourceError)
 
 
 def parse_start(value: str) -> StartSpec:
@@ -180,16 +168,8 @@ class SourceOptions:
         """Options as Spark hands them (keys case-insensitive). Required: ``uri`` (several
         comma-separated: failover) and ``queue`` (a stream queue). Raises ``SourceError`` for a
         missing or bad value, or an unknown option that looks like a typo of ours."""
-        opts = {str(k).lower(): v for k, v in options.items() if v is not None}
-        for key in opts:
-            if key not in _KNOWN_OPTIONS:
-                near = difflib.get_close_matches(key, _KNOWN_OPTIONS, n=1, cutoff=0.8)
-                if near:
-                    raise SourceError(f"unknown option {key!r}: did you mean {near[0]!r}?")
-        uris = tuple(u.strip() for u in opts.get("uri", "").split(",") if u.strip())
-        if not uris:
-            raise SourceError('option "uri" is required: amqp://user:pass@host:port/vhost'
-                              '[,amqp://...]')
+        opts = lowered_options(options, _KNOWN_OPTIONS, SourceError)
+        uris = option_uris(opts, SourceError)
         queue = opts.get("queue", "")
         if not queue:
             raise SourceError('option "queue" is required: the name of a stream queue '
@@ -255,7 +235,7 @@ def _offset_of(message: Any, queue: str) -> int:
     return offset
 
 
-class StreamProbe:
+class StreamProbe(OwnsConnection):
     """One connection for learning offsets of ``opts.queue`` (see the module doc). Use as a
     context manager. Raises ``SourceError`` (missing queue, not a stream) and the client's
     errors (``NoBrokerAvailable``, ``ConnectionClosed``)."""
@@ -316,19 +296,6 @@ class StreamProbe:
         if found is not None:
             return found
         return 0 if spec.kind == "first" else self.end_offset()
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> StreamProbe:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - closing after an error must not hide that error
-            if exc[0] is None:
-                raise
 
 
 # --------------------------------------------------------------------------- rows

@@ -11,13 +11,14 @@ imports pyspark, so it is unit-tested without a JVM; ``spark.datasource`` wires 
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from clients.message import Properties, encode_properties
+
+from .common import OwnsConnection, lowered_options, option_bool, option_int, option_uris
 
 __all__ = [
     "SinkOptions", "MessageBuilder", "Publisher", "PROPERTY_COLUMNS", "message_id",
@@ -35,8 +36,6 @@ _KNOWN_OPTIONS = {
     "mandatory", "content_type", "delivery_mode", "message_id_mode", "batch_size",
     "confirm_timeout", "commit_log", "fail_first_attempt_for_test",
 }
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
 
 
 class SinkError(Exception):
@@ -44,22 +43,11 @@ class SinkError(Exception):
 
 
 def _bool(name: str, value: str) -> bool:
-    v = value.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise SinkError(f"option {name}: expected true or false, got {value!r}")
+    return option_bool(name, value, SinkError)
 
 
 def _int(name: str, value: str, lo: int, hi: int) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise SinkError(f"option {name}: expected an integer, got {value!r}") from None
-    if not lo <= n <= hi:
-        raise SinkError(f"option {name}: must be in {lo}..{hi}, got {n}")
-    return n
+    return option_int(name, value, lo, hi, SinkError)
 
 
 @dataclass(frozen=True)
@@ -86,17 +74,8 @@ class SinkOptions:
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Options as Spark hands them (keys case-insensitive). Raises ``SinkError`` for a
         missing ``uri``, a bad value, or an unknown option that looks like a typo of ours."""
-        opts = {str(k).lower(): v for k, v in options.items() if v is not None}
-        for key in opts:
-            if key not in _KNOWN_OPTIONS:
-                near = difflib.get_close_matches(key, _KNOWN_OPTIONS, n=1, cutoff=0.8)
-                if near:
-                    raise SinkError(f"unknown option {key!r}: did you mean {near[0]!r}?")
-        uri = opts.get("uri", "")
-        uris = tuple(u.strip() for u in uri.split(",") if u.strip())
-        if not uris:
-            raise SinkError('option "uri" is required: amqp://user:pass@host:port/vhost'
-                            '[,amqp://...]')
+        opts = lowered_options(options, _KNOWN_OPTIONS, SinkError)
+        uris = option_uris(opts, SinkError)
         fmt = opts.get("format", "body").lower()
         if fmt not in ("body", "json"):
             raise SinkError(f'option format: "body" or "json", got {fmt!r}')
@@ -299,7 +278,7 @@ def chunks_from_rows(rows: Iterable[Any], columns: Sequence[str],
         yield {c: list(v) for c, v in zip(columns, zip(*buf, strict=True), strict=True)}
 
 
-class Publisher:
+class Publisher(OwnsConnection):
     """One confirm-mode channel on a ``clients.blocking.BlockingConnection`` to the first
     answering broker of ``opts.uris``. ``send(messages)`` publishes a chunk and then waits for
     the confirms of the *previous* chunk (one chunk in flight while the next is built);
@@ -342,16 +321,3 @@ class Publisher:
         if self._inflight:
             self.channel.wait_confirmations(self._inflight, self.opts.confirm_timeout)
             self._inflight = []
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> Publisher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - closing after an error must not hide that error
-            if exc[0] is None:
-                raise

@@ -1,0 +1,75 @@
+"""What the source (``spark.consume``) and the sink (``spark.publish``) share. No pyspark import."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any, Self
+
+__all__ = ["OwnsConnection", "lowered_options", "option_uris", "option_int", "option_bool"]
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+class OwnsConnection:
+    """A holder of one ``clients.blocking.BlockingConnection`` in ``self.conn``: ``close()`` closes
+    it, and so does the end of a ``with`` block (an error while closing is raised only when the
+    block itself did not raise: it must not hide that error)."""
+
+    conn: Any
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - closing after an error must not hide that error
+            if exc[0] is None:
+                raise
+
+
+# --------------------------------------------------------------------------- options
+# Each raises ``error`` (the caller's: ``SourceError`` or ``SinkError``) for a bad value.
+def lowered_options(options: Mapping[str, Any], known: set[str],
+                    error: type[Exception]) -> dict[str, Any]:
+    """``options`` as Spark hands them, keys lower-cased and None values left out; an unknown key
+    that looks like a typo of one of ``known`` is an error."""
+    opts = {str(k).lower(): v for k, v in options.items() if v is not None}
+    for key in opts:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+            if near:
+                raise error(f"unknown option {key!r}: did you mean {near[0]!r}?")
+    return opts
+
+
+def option_uris(opts: Mapping[str, Any], error: type[Exception]) -> tuple[str, ...]:
+    """The comma-separated ``uri`` option (several: failover); required."""
+    uris = tuple(u.strip() for u in opts.get("uri", "").split(",") if u.strip())
+    if not uris:
+        raise error('option "uri" is required: amqp://user:pass@host:port/vhost[,amqp://...]')
+    return uris
+
+
+def option_int(name: str, value: str, lo: int, hi: int, error: type[Exception]) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise error(f"option {name}: expected an integer, got {value!r}") from None
+    if not lo <= n <= hi:
+        raise error(f"option {name}: must be in {lo}..{hi}, got {n}")
+    return n
+
+
+def option_bool(name: str, value: str, error: type[Exception]) -> bool:
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise error(f"option {name}: expected true or false, got {value!r}")
