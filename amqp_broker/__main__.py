@@ -60,7 +60,8 @@ def run_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code (2 for a configuration error)."""
+    """Entry point; returns the process exit code (2 for a configuration error, 1 when the broker
+    cannot start: its port is taken, its data directory unusable)."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] in SUBCOMMANDS:
         return SUBCOMMANDS[args[0]](args[1:])
@@ -75,7 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"amqp-broker: {exc}", file=sys.stderr)
         return 2
     from .app import run
-    run(config)
+    try:
+        run(config)
+    except BaseException as exc:  # anyio wraps startup errors in an ExceptionGroup
+        errors = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
+        oserrors = [e for e in errors if isinstance(e, OSError)]
+        if not oserrors or len(oserrors) != len(errors):
+            raise
+        print(f"amqp-broker: cannot start on {config.host}:{config.port}: {oserrors[0]}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -17,16 +17,15 @@ from __future__ import annotations
 import enum
 import platform
 import struct
-from typing import Any, cast
+from typing import Any
 
 from pamqp import commands as cmd
-from pamqp.base import Frame
 
 from amqp_broker.protocol import constants as c
 from amqp_broker.protocol.assembler import ContentAssembler
 from amqp_broker.protocol.errors import ConnectionException
 from amqp_broker.protocol.framing import FrameSplitter
-from amqp_broker.protocol.methods import decode_method, encode_method
+from amqp_broker.protocol.methods import decode_method, encode_method, method_ids
 
 from .message import Message, encode_publish
 
@@ -360,11 +359,10 @@ class ClientProtocol:
         elif isinstance(method, cmd.Connection.UpdateSecretOk):
             events.append(ChannelMethod(0, method))
         else:
-            # decode_method's other result, a Publish, has tuple.index, not a method index
-            frame = cast(Frame, method)
+            class_id, method_id = method_ids(method)  # (a Publish has no method index)
             raise ConnectionException(c.COMMAND_INVALID,
                                       f"COMMAND_INVALID - unexpected {method.name} in state "
-                                      f"{state.name}", frame.index >> 16, frame.index & 0xFFFF)
+                                      f"{state.name}", class_id, method_id)
 
     def _on_start(self, method: cmd.Connection.Start) -> None:
         self.server_properties = dict(method.server_properties or {})

@@ -120,3 +120,16 @@ def test_sigterm_closes_clients_with_320_and_exits_0(tmp_path):
     finally:
         if proc.poll() is None:
             _stop(proc)
+
+
+def test_port_already_in_use_exits_1_with_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "amqp_broker", "--port", str(port),
+                              "--data-dir", str(tmp_path / "data"), "--log-level", "error"],
+                             capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert f"cannot start on 127.0.0.1:{port}" in out.stderr
+    assert "Traceback" not in out.stderr

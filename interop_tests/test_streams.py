@@ -243,6 +243,11 @@ def test_basic_get_noack_and_missing_prefetch_refused(broker, stream):
                                                  "vhost '/''")
 
 
+def test_purge_of_a_stream_refused(broker, stream):
+    code, _text, conn_level = _refused(broker, lambda ch: ch.queue_purge(stream))
+    assert (code, conn_level) == (540, True)
+
+
 def test_retention_by_max_length_bytes_drops_head_segments(broker, conn, unique_name):
     ch = conn.channel()
     _declare(ch, unique_name, **{"x-max-length-bytes": 20_000,

@@ -135,3 +135,12 @@ def test_amqplain_when_plain_is_not_offered():
     (start_ok,) = sent_methods(proto)
     assert start_ok.mechanism == "AMQPLAIN"
     assert parse_response("AMQPLAIN", start_ok.response) == ("user-ü", "pässword")
+
+
+def test_basic_publish_on_channel_0_from_a_server_is_command_invalid():
+    proto = opened()
+    publish = frame.marshal(cmd.Basic.Publish(exchange="", routing_key="q"), 0)
+    with pytest.raises(ConnectionException) as info:
+        proto.receive_data(publish)
+    assert info.value.reply_code == 503
+    assert (info.value.class_id, info.value.method_id) == (60, 40)

@@ -16,7 +16,7 @@ from pamqp import commands as cmd
 from routing.destination import Destination
 
 from ...protocol import constants as c
-from ...protocol.errors import ChannelException
+from ...protocol.errors import ChannelException, ConnectionException
 from ..proxies import HOME_ARGUMENT, add_proxy, remove_proxy
 from .propagation import reply
 
@@ -101,6 +101,9 @@ def unbind(ch: Channel, m: cmd.Queue.Unbind) -> None:
 def purge(ch: Channel, m: cmd.Queue.Purge) -> None:
     """Queue.Purge -> Purge-Ok(message_count purged); unacked messages stay."""
     q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
+    if q.name in ch.vhost.stream_names:  # RabbitMQ: a stream cannot be purged
+        raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - queue.purge not supported "
+                                  "by stream queues", 50, 30)
     count = q.purge()
     m.queue = q.name
     reply(ch, m, None if m.nowait else cmd.Queue.PurgeOk(count),
