@@ -231,21 +231,7 @@ class Queue:
             key = dedup_key(message)
             if key is not None and dedup.check_and_add(key):
                 return PublishResult.DUPLICATE  # inside the window: dropped, yet confirmed
-        seq = self._next_seq
-        self._next_seq = seq + 1
-        ttl = self._ttl
-        expiration = message.expiration
-        if expiration is not None:
-            message_ttl = message_ttl_or_none(expiration)
-            if message_ttl is not None and (ttl is None or message_ttl < ttl):
-                ttl = message_ttl
-        max_priority = self._max_priority
-        if max_priority is None:
-            entry = QueueEntry(message, seq, None if ttl is None else self._clock() + ttl)
-        else:
-            priority = message.priority
-            entry = QueueEntry(message, seq, None if ttl is None else self._clock() + ttl,
-                               priority if priority < max_priority else max_priority)
+        entry = self._new_entry(message)
         ready = self._ready
         if not ready:
             if self._consumers and not self._dispatching:
@@ -270,6 +256,26 @@ class Queue:
         if self._consumers:
             self.dispatch()
         return _ROUTED
+
+    def _new_entry(self, message: Message) -> QueueEntry:
+        """The entry for a message entering now: next seq; expiry (ms, clock) from the lower of
+        x-message-ttl and the message's ``expiration`` (unparsable: none); priority capped at
+        x-max-priority (0 without it)."""
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        ttl = self._ttl
+        expiration = message.expiration
+        if expiration is not None:
+            message_ttl = message_ttl_or_none(expiration)
+            if message_ttl is not None and (ttl is None or message_ttl < ttl):
+                ttl = message_ttl
+        expires_at = None if ttl is None else self._clock() + ttl
+        max_priority = self._max_priority
+        if max_priority is None:
+            return QueueEntry(message, seq, expires_at)
+        priority = message.priority
+        return QueueEntry(message, seq, expires_at,
+                          priority if priority < max_priority else max_priority)
 
     def _would_overflow(self, body_size: int) -> bool:
         max_length = self._max_length
@@ -408,19 +414,7 @@ class Queue:
         (``ValueError`` otherwise). Raises ``QueueDeleted``."""
         if self._deleted:
             raise QueueDeleted(self.name)
-        seq = self._next_seq
-        self._next_seq = seq + 1
-        ttl = self._ttl
-        expiration = message.expiration
-        if expiration is not None:
-            message_ttl = message_ttl_or_none(expiration)
-            if message_ttl is not None and (ttl is None or message_ttl < ttl):
-                ttl = message_ttl
-        priority = message.priority
-        if self._max_priority is not None and priority > self._max_priority:
-            priority = self._max_priority
-        entry = QueueEntry(message, seq, None if ttl is None else self._clock() + ttl,
-                           priority if self._max_priority is not None else 0)
+        entry = self._new_entry(message)
         entry.redelivered = redelivered
         ready = self._ready
         if body_loaded:
