@@ -52,6 +52,7 @@ from pathlib import Path
 
 from ..message import Message
 from . import format as fmt
+from .fds import take_sync_fds
 from .index import DEAD, DELIVERED, MULTI, QMASK, Segment, StoreIndex
 from .recovery import replay
 from .values import PendingSync, RecoveredMessage, StoreError, StoreStats
@@ -287,14 +288,7 @@ class MessageStore:
         """Write the buffer to the OS and return the fsync still to do (see ``PendingSync``)."""
         self._check_open()
         self._write_out()
-        fds, self._rolled_fds = self._rolled_fds, []
-        if self._dirty:
-            fds.append(os.dup(self._wfd))
-            self._dirty = False
-        dir_fd = -1
-        if self._dir_dirty:
-            dir_fd = os.open(self.directory, os.O_RDONLY)
-            self._dir_dirty = False
+        fds, dir_fd = take_sync_fds(self)
         return PendingSync(self._next_id - 1, self._lsn, fds, dir_fd, self.policy != "none")
 
     def synced(self, pending: PendingSync) -> int:

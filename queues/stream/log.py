@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..message import Message
+from ..store.fds import take_sync_fds
 from . import format as fmt
 
 __all__ = ["Cursor", "StreamLog", "DEFAULT_SEGMENT_BYTES"]
@@ -307,15 +308,7 @@ class StreamLog:
         if self._closed:
             return [], -1
         self._write_out()
-        fds, self._rolled_fds = self._rolled_fds, []
-        if self._dirty:
-            fds.append(os.dup(self._wfd))
-            self._dirty = False
-        dir_fd = -1
-        if self._dir_dirty:
-            dir_fd = os.open(self.directory, os.O_RDONLY)
-            self._dir_dirty = False
-        return fds, dir_fd
+        return take_sync_fds(self)
 
     # -- retention -------------------------------------------------------------------------------
     def apply_retention(self, now: float | None = None) -> int:
