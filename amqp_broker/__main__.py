@@ -61,7 +61,7 @@ def run_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (2 for a configuration error, 1 when the broker
-    cannot start: its port is taken, its data directory unusable)."""
+    stops on an OS error: its port is taken, its data directory or disk unusable)."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] in SUBCOMMANDS:
         return SUBCOMMANDS[args[0]](args[1:])
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         oserrors = [e for e in errors if isinstance(e, OSError)]
         if not oserrors or len(oserrors) != len(errors):
             raise
-        print(f"amqp-broker: cannot start on {config.host}:{config.port}: {oserrors[0]}",
+        print(f"amqp-broker on {config.host}:{config.port} stopped: {oserrors[0]}",
               file=sys.stderr)
         return 1
     return 0

@@ -131,5 +131,6 @@ def test_port_already_in_use_exits_1_with_one_line(tmp_path):
                               "--data-dir", str(tmp_path / "data"), "--log-level", "error"],
                              capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
-    assert f"cannot start on 127.0.0.1:{port}" in out.stderr
+    assert f"amqp-broker on 127.0.0.1:{port} stopped:" in out.stderr
+    assert "address already in use" in out.stderr.lower()
     assert "Traceback" not in out.stderr

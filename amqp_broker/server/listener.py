@@ -67,8 +67,14 @@ async def _store_syncer(broker: Broker) -> None:
             await wake.wait()
             wake = anyio.Event()
             durability.begin_sync()
-            pending = store.flush()
-            await anyio.to_thread.run_sync(pending.run)
+            try:
+                pending = store.flush()
+                await anyio.to_thread.run_sync(pending.run)
+            except OSError as exc:
+                # Fail-stop: a failed fsync may have lost written data (the page cache is not to
+                # be trusted after it), so no further confirm may go out.
+                log.critical("message store write/fsync failed: %s; stopping the broker", exc)
+                raise
             durable_id = store.synced(pending)
             durability.synced(durable_id)
             broker.run_dispatch()
