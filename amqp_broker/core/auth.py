@@ -14,7 +14,8 @@ from pamqp import decode
 
 from .settings import User
 
-__all__ = ["MECHANISMS", "parse_response", "authenticate", "is_loopback"]
+__all__ = ["MECHANISMS", "parse_response", "authenticate", "is_loopback", "login_refused",
+           "loopback_refused"]
 
 MECHANISMS = ("PLAIN", "AMQPLAIN")
 
@@ -61,8 +62,17 @@ def authenticate(users: tuple[User, ...], username: str, password: str,
             if not hmac.compare_digest(user.password.encode(), password.encode()):
                 break
             if user.loopback_only and not is_loopback(peer_host):
-                return None, (f"ACCESS_REFUSED - user '{username}' can only connect via "
-                              f"localhost")
+                return None, loopback_refused(username)
             return user, ""
-    return None, (f"ACCESS_REFUSED - Login was refused using authentication mechanism "
-                  f"{mechanism}. For details see the broker logfile.")
+    return None, login_refused(mechanism)
+
+
+def loopback_refused(username: str) -> str:
+    """RabbitMQ's text for a loopback-only user (guest) connecting from elsewhere."""
+    return f"ACCESS_REFUSED - user '{username}' can only connect via localhost"
+
+
+def login_refused(mechanism: str) -> str:
+    """RabbitMQ's text for a wrong user name or password."""
+    return (f"ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. "
+            f"For details see the broker logfile.")

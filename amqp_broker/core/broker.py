@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pamqp import commands as cmd
 
+from .access import AccessControl
 from .durability import Durability
 from .settings import BrokerSettings
 from .vhost import VirtualHost
@@ -103,6 +104,8 @@ class Broker:
         self.clock = clock
         self.durability = durability or Durability()
         self.vhosts: dict[str, VirtualHost] = {n: VirtualHost(self, n) for n in self.settings.vhosts}
+        #: Users and permissions (``core.access``); the management API and definitions change it.
+        self.access = AccessControl.from_settings(self.settings.users, self.settings.vhosts)
         self.connections: dict[int, Connection] = {}
         self.needs_dispatch: set[Queue] = set()
         #: Resource alarms raised now ("memory", "disk"): while any is, publishers are blocked.

@@ -21,9 +21,9 @@ from ..protocol import constants as c
 from ..protocol.errors import ConnectionException
 from ..protocol.framing import FrameSplitter
 from ..protocol.methods import decode_method, encode_method, method_ids
-from .auth import MECHANISMS, authenticate, parse_response
+from .access import Account
+from .auth import MECHANISMS, parse_response
 from .channel import Channel
-from .settings import User
 
 if TYPE_CHECKING:
     from pamqp.base import Frame
@@ -89,7 +89,7 @@ class Connection:
         self.high_water = broker.settings.output_high_water
         self.channels: dict[int, Channel] = {}
         self.vhost: VirtualHost | None = None
-        self.user: User | None = None
+        self.user: Account | None = None
         self.client_properties: dict = {}
         self.capabilities: dict = {}
         self.exclusive_queues: set[Queue] = set()
@@ -319,8 +319,7 @@ class Connection:
                 10, 11)
         creds = parse_response(method.mechanism, method.response)
         user, why = (None, "ACCESS_REFUSED - malformed credentials") if creds is None else \
-            authenticate(self.broker.settings.users, creds[0], creds[1], self.peer[0],
-                         method.mechanism)
+            self.broker.access.authenticate(creds[0], creds[1], self.peer[0], method.mechanism)
         if user is None:
             log.warning("authentication failed for %s from %s: %s",
                         creds[0] if creds else "?", self.name, why)
@@ -345,7 +344,7 @@ class Connection:
         self._peer_auth = None
         self.peer_node = node
         self.name = f"{self.name} (peer {node})"
-        self.user = User(f"cluster:{node}", "", ("*",))
+        self.user = Account(f"cluster:{node}", "")
         s = self.broker.settings
         self.state = State.AWAIT_TUNE_OK
         self.send_method(0, cmd.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
@@ -370,8 +369,7 @@ class Connection:
 
     def _open(self, method: cmd.Connection.Open) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
-        allowed = self.user is not None and ("*" in self.user.vhosts
-                                             or method.virtual_host in self.user.vhosts)
+        allowed = self.is_peer or self.broker.access.can_open(self.user, method.virtual_host)
         if vhost is None:
             raise ConnectionException(
                 c.NOT_ALLOWED, f"NOT_ALLOWED - vhost {method.virtual_host} not found", 10, 40)
