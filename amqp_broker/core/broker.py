@@ -20,6 +20,7 @@ from pamqp import commands as cmd
 from .access import AccessControl
 from .durability import Durability
 from .settings import BrokerSettings
+from .stats import MessageTotals
 from .vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -106,6 +107,8 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {n: VirtualHost(self, n) for n in self.settings.vhosts}
         #: Users and permissions (``core.access``); the management API and definitions change it.
         self.access = AccessControl.from_settings(self.settings.users, self.settings.vhosts)
+        #: Message counts of released channels (``core.stats``; live channels keep their own).
+        self.message_totals = MessageTotals()
         self.connections: dict[int, Connection] = {}
         self.needs_dispatch: set[Queue] = set()
         #: Resource alarms raised now ("memory", "disk"): while any is, publishers are blocked.

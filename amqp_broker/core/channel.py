@@ -24,6 +24,7 @@ from .confirms import ConfirmTracker
 from .handlers import HANDLERS
 from .handlers.basic import publish_message, settle_unacked
 from .relay import deliver_relayed
+from .stats import fold_channel
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
@@ -65,6 +66,10 @@ class Channel:
         self.last_queue = ""  # "the last queue declared on this channel" (spec: empty queue name)
         #: On a cluster peer link: the shared queue the next Basic.Publish is relayed to.
         self.relay_target: str | None = None
+        #: Message counters for the management API and Prometheus (``core.stats``).
+        self.n_publish = 0
+        self.n_ack = 0
+        self.counts_folded = False
 
     @property
     def deliverable(self) -> bool:
@@ -156,6 +161,7 @@ class Channel:
 
     def release(self) -> None:
         """Cancel consumers and requeue unacked deliveries (channel or connection going away)."""
+        fold_channel(self)
         self.assembler.reset()
         self.tx = None
         vhost = self.vhost

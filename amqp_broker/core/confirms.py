@@ -50,6 +50,11 @@ class ConfirmTracker:
         return not deferred
 
     @property
+    def confirmed(self) -> int:
+        """How many publishes were confirmed (acked or nacked) so far."""
+        return self._emitted
+
+    @property
     def pending(self) -> bool:
         """True when some settled outcome has not been drained yet."""
         return bool(self._outcomes) and (self._emitted + 1) in self._outcomes

@@ -162,6 +162,7 @@ def publish_message(ch: Channel, publish: Publish, header: bytes, body: bytes) -
         conn.has_published = True
         if conn.blocked:  # opened during an alarm: RabbitMQ says Blocked at the first publish
             conn.broker.announce_blocked(conn)
+    ch.n_publish += 1
     if ch.tx is not None:
         ch.tx.append(("publish", (msg, publish.mandatory)))
         return
@@ -287,6 +288,7 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
 def ack(ch: Channel, m: cmd.Basic.Ack) -> None:
     """Basic.Ack (multiple; tag 0 with multiple = all). 406 for an unknown delivery tag."""
     tags = _tags(ch, m.delivery_tag, m.multiple)
+    ch.n_ack += len(tags)
     if ch.tx is not None:
         ch.tx.append(("ack", (m.delivery_tag, m.multiple)))
         return
