@@ -30,6 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 # extra directories where Debian puts the RabbitMQ scripts (often not on a non-root PATH)
 RABBITMQ_PATH = os.pathsep.join(["/usr/sbin", "/usr/lib/rabbitmq/bin"])
+EPMD_PORT = 4369  # Erlang's port mapper daemon
 
 
 def free_port(preferred: int | None = None) -> int:
@@ -148,7 +149,8 @@ class OurBroker(Broker):
 
     def command(self) -> list[str]:
         """The command line the broker is started with (without the per-start port/data dir)."""
-        return [sys.executable, "-m", "amqp_broker", "--host", HOST, "--log-level", "warning"]
+        return [sys.executable, "-m", "amqp_broker", "--host", HOST, "--log-level", "warning",
+                "--management-port", "0", "--prometheus-port", "0"]
 
     def start(self) -> None:
         """Start the broker and wait (at most 30 s) until its port accepts connections."""
@@ -257,6 +259,7 @@ class RabbitMQ(Broker):
                     os.chown(path, user.pw_uid, user.pw_gid)
         self.port = free_port(5674)
         dist_port = free_port(25674)
+        self._started_epmd = not port_accepts(EPMD_PORT)
         env = dict(
             os.environ,
             RABBITMQ_NODENAME=self.node,
@@ -267,6 +270,10 @@ class RabbitMQ(Broker):
             RABBITMQ_LOG_BASE=str(self.base / "log"),
             RABBITMQ_ENABLED_PLUGINS_FILE=str(self.base / "enabled_plugins"),
             RABBITMQ_CONFIG_FILE=str(self.base / "rabbitmq.conf"),
+            # loopback only (DESIGN.md §6): Erlang's port mapper and the distribution listener
+            # bind every interface unless told otherwise
+            ERL_EPMD_ADDRESS=HOST,
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
         )
         self._log = open(self.base / "console.log", "ab")  # closed in stop()
         self.proc = subprocess.Popen(
@@ -327,6 +334,11 @@ class RabbitMQ(Broker):
             self._log = None
         if self.base is not None:
             shutil.rmtree(self.base, ignore_errors=True)
+        if getattr(self, "_started_epmd", False):  # the port mapper our node started
+            epmd = shutil.which("epmd", path=os.environ.get("PATH", "") + os.pathsep + "/usr/bin")
+            if epmd:
+                subprocess.run([epmd, "-kill"], capture_output=True, timeout=10,
+                               env=dict(os.environ, ERL_EPMD_ADDRESS=HOST))
 
 
 def stop_brokers(ours: OurBroker, rabbit: RabbitMQ | None, workdir: Path) -> None:

@@ -21,6 +21,11 @@ Fixture API (keep these names stable: other interop test modules use them)
     ``Broker.stop()`` stops one early (e.g. to restart on the same ``data_dir``).  Every
     process is stopped at the end of the test.  Tests using it are skipped when
     ``AMQP_TEST_URI`` is set.
+``rabbitmq`` (session scope) -> :class:`Broker`
+    RabbitMQ to compare with: ``AMQP_TEST_RABBITMQ_URI`` or a private node started once
+    (``interop_tests/rabbitmq_node.py``); skipped with the reason when there is none.
+``either_broker`` (session scope, parametrised "ours" / "rabbitmq") -> :class:`Broker`
+    For differential tests: the same test against both, expecting the same outcome.
 ``unique_name`` (function scope) -> str
     A queue/exchange name unique to this test (test name + uuid), so tests sharing one
     broker don't interfere.
@@ -47,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from interop_tests.rabbitmq_node import RabbitMQUnavailable, rabbitmq_uri
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
@@ -215,7 +222,7 @@ def start_broker(data_dir: Path, *extra_args: str, port: int | None = None) -> B
     log_path = data_dir / f"broker-{port}.log"
     cmd = _broker_command() + [
         "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir),
-        "--log-level", "warning", *extra_args,
+        "--log-level", "warning", "--management-port", "0", "--prometheus-port", "0", *extra_args,
     ]  # fmt: skip
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
@@ -302,6 +309,24 @@ def broker(tmp_path_factory):
             _DEATH_NOTES.append(note)
             print(note, file=sys.stderr)
         _SESSION_BROKERS.remove(b)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> Broker:
+    """The RabbitMQ to compare with (``interop_tests.rabbitmq_node``): ``AMQP_TEST_RABBITMQ_URI``
+    or a private node started once per session; skips with the reason when there is none."""
+    try:
+        uri = rabbitmq_uri()
+    except RabbitMQUnavailable as exc:
+        pytest.skip(str(exc))
+    return _external_broker(uri)
+
+
+@pytest.fixture(scope="session", params=["ours", "rabbitmq"])
+def either_broker(request) -> Broker:
+    """Differential tests: the test runs once against our broker (the session ``broker``) and
+    once against RabbitMQ (``rabbitmq``), and asserts the same outcome on both."""
+    return request.getfixturevalue("broker" if request.param == "ours" else "rabbitmq")
 
 
 @pytest.fixture

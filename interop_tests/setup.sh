@@ -2,6 +2,8 @@
 # Install the non-Python clients used by interop_tests/ (run by `make test`):
 #   - Debian's amqp-tools (rabbitmq-c command-line clients) for test_amqp_tools.py
 #   - nodejs/npm and the pinned amqplib (interop_tests/node) for test_node_amqplib.py
+#   - Debian's rabbitmq-server, the broker the differential tests compare with
+#   - promtool (prometheus), chromium and chromium-driver for test_management.py
 # Idempotent and fast (< 1 s) when everything is already there.  Needs root (or
 # passwordless sudo) only when a Debian package is missing.
 set -euo pipefail
@@ -37,6 +39,29 @@ apt_install() {
 if ! command -v amqp-publish >/dev/null 2>&1; then
     log "installing amqp-tools"
     apt_install amqp-tools
+fi
+
+# Management tests (issue 13): promtool (Debian's prometheus) checks /metrics; headless Chromium
+# (driven by Playwright's client, no browser download) renders the web page.
+if ! command -v promtool >/dev/null 2>&1; then
+    log "installing prometheus (promtool)"
+    apt_install prometheus
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+    log "installing chromium and chromium-driver"
+    apt_install chromium chromium-driver
+fi
+
+# RabbitMQ 3.10 (Debian's package): the differential tests start a private node of it
+# (interop_tests/rabbitmq_node.py) and expect the same outcome from it as from our broker.
+# Debian's policy-rc.d keeps the package's own service from starting; if a service did start on
+# 5672 it would take `make run`'s port, so it is stopped.
+if [ ! -x /usr/sbin/rabbitmq-server ] && [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+    log "installing rabbitmq-server"
+    apt_install rabbitmq-server
+    if command -v invoke-rc.d >/dev/null 2>&1; then
+        $SUDO invoke-rc.d rabbitmq-server stop >/dev/null 2>&1 || true
+    fi
 fi
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

@@ -54,7 +54,6 @@ class Channel:
                                       f"CHANNEL_ERROR - channel {channel_id} before connection.open")
         self.vhost: VirtualHost = vhost
         self.closing = False  # we sent Channel.Close and wait for Close-Ok
-        self.flow = True  # Channel.Flow from the client
         self.assembler: ContentAssembler[Publish] = ContentAssembler()
         self.next_delivery_tag = 1
         self.unacked: dict[int, tuple[Queue, QueueEntry, ChannelConsumer | None]] = {}
@@ -73,8 +72,9 @@ class Channel:
 
     @property
     def deliverable(self) -> bool:
-        """True while deliveries may be sent (open, flow on)."""
-        return self.flow and not self.closing
+        """True while deliveries may be sent (not closing; a client's Channel.Flow active=false is
+        refused with 540, as RabbitMQ 3.x, so flow never pauses a channel)."""
+        return not self.closing
 
     # ----------------------------------------------------------------- frames from the connection
     def on_method(self, payload: bytes) -> None:
@@ -82,11 +82,16 @@ class Channel:
         method = decode_method(payload)
         if self.closing:
             # After we sent Channel.Close only Close/Close-Ok count (spec §4.2.3 / channel.close).
+            # A Close crossing ours gets Close-Ok and the channel stays closing until the peer's
+            # Close-Ok for ours arrives, as RabbitMQ's reader does (checked against 3.10): that
+            # Close-Ok must not look like a frame on an unopened channel (504).
             if isinstance(method, cmd.Channel.CloseOk):
                 self.connection.channel_closed(self.id)
             elif isinstance(method, cmd.Channel.Close):
                 self.connection.send_method(self.id, cmd.Channel.CloseOk())
-                self.connection.channel_closed(self.id)
+            elif isinstance(method, cmd.Channel.Open):  # before its Close-Ok: RabbitMQ's 504
+                raise ConnectionException(c.CHANNEL_ERROR, f"CHANNEL_ERROR - second "
+                                          f"'channel.open' seen on channel {self.id}", 20, 10)
             return
         if self.assembler.expecting_content:
             raise self.assembler.unexpected("method frame")

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .broker import Broker, PeerAuthServer
     from .vhost import VirtualHost
 
-__all__ = ["Connection", "State"]
+__all__ = ["LINGER_TIMEOUT", "Connection", "State"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,25 @@ CAPABILITIES: FieldTable = {
 
 #: Seconds we wait for the peer's Connection.Close-Ok before closing the socket (RabbitMQ: 3 s).
 CLOSE_TIMEOUT = 3.0
+#: Seconds we keep reading (and discarding) after the Close-Ok we sent for the peer's own
+#: Connection.Close, until the peer closes its socket (RabbitMQ's reader: CLOSING_TIMEOUT, 30 s).
+LINGER_TIMEOUT = 30.0
+
+
+def _negotiated(field: str, value: int, minimum: int, maximum: int) -> int:
+    """The client's Tune-Ok ``value`` of ``field`` when it lies in [minimum, maximum]; 0 (no
+    limit) is above any maximum of ours. Raises 530 NOT_ALLOWED with RabbitMQ's text otherwise
+    (``rabbit_reader:validate_negotiated_integer_value``; a Tune-Ok with channel_max 0 is refused
+    by RabbitMQ 3.10 too)."""
+    if value and value < minimum:
+        raise ConnectionException(c.NOT_ALLOWED, f"NOT_ALLOWED - negotiated {field} = {value} is "
+                                  f"lower than the minimum allowed value ({minimum})", 10, 31)
+    if maximum and (value == 0 or value > maximum):
+        detail = " (no limit)" if field == "channel_max" and value == 0 else ""
+        raise ConnectionException(c.NOT_ALLOWED, f"NOT_ALLOWED - negotiated {field} = {value}"
+                                  f"{detail} is higher than the maximum allowed value ({maximum})",
+                                  10, 31)
+    return value
 
 
 class State(enum.Enum):
@@ -95,6 +114,10 @@ class Connection:
         self.exclusive_queues: set[Queue] = set()
         self.on_writable: Callable[[], None] | None = None
         self.closed = False
+        #: The peer closed with Connection.Close: after our Close-Ok the I/O layer keeps reading
+        #: and discarding until the peer closes its socket, at most ``LINGER_TIMEOUT`` s (RabbitMQ
+        #: does the same, so a client still flushing frames behind its Close gets no reset).
+        self.linger = False
         self.blocked = False  # blocked by a resource alarm (see Broker.set_alarm)
         self.block_announced = False  # Connection.Blocked sent (Unblocked is due when cleared)
         #: Set when a cluster peer authenticated: its node name (see ``_start_ok``).
@@ -262,10 +285,12 @@ class Connection:
             if isinstance(method, cmd.Connection.CloseOk | cmd.Connection.Close):
                 if isinstance(method, cmd.Connection.Close):
                     self.send_method(0, cmd.Connection.CloseOk())
+                    self.linger = True
                 self._finish()
             return
         if isinstance(method, cmd.Connection.Close):
             self.send_method(0, cmd.Connection.CloseOk())
+            self.linger = True
             self._finish()
             return
         cid, mid = method_ids(method)
@@ -351,16 +376,8 @@ class Connection:
 
     def _tune_ok(self, method: cmd.Connection.TuneOk) -> None:
         s = self.broker.settings
-        frame_max = method.frame_max or s.frame_max
-        if frame_max < c.FRAME_MIN_SIZE or frame_max > s.frame_max:
-            raise ConnectionException(
-                c.NOT_ALLOWED, f"NOT_ALLOWED - frame_max={frame_max} outside "
-                f"{c.FRAME_MIN_SIZE}..{s.frame_max}", 10, 31)
-        channel_max = method.channel_max or s.channel_max
-        if channel_max > s.channel_max:
-            raise ConnectionException(c.NOT_ALLOWED,
-                                      f"NOT_ALLOWED - channel_max={channel_max} > {s.channel_max}",
-                                      10, 31)
+        frame_max = _negotiated("frame_max", method.frame_max, c.FRAME_MIN_SIZE, s.frame_max)
+        channel_max = _negotiated("channel_max", method.channel_max, 1, s.channel_max)
         self.frame_max = frame_max
         self.splitter.set_frame_max(frame_max)
         self.channel_max = channel_max
@@ -396,13 +413,14 @@ class Connection:
                                       f"CHANNEL_ERROR - channel {channel_id} before connection.open")
         if not isinstance(method, cmd.Channel.Open):
             cid, mid = method_ids(method)
-            raise ConnectionException(c.CHANNEL_ERROR,
-                                      f"CHANNEL_ERROR - expected 'channel.open' on channel "
-                                      f"{channel_id}", cid, mid)
-        if channel_id > self.channel_max:
-            raise ConnectionException(c.CHANNEL_ERROR,
-                                      f"CHANNEL_ERROR - channel {channel_id} > channel_max "
-                                      f"{self.channel_max}", 20, 10)
+            raise ConnectionException(c.CHANNEL_ERROR,  # RabbitMQ's text, clients match it
+                                      "CHANNEL_ERROR - expected 'channel.open'", cid, mid)
+        if self.channel_max and len(self.channels) >= self.channel_max:
+            # channel_max bounds how many channels are open, not their numbers (RabbitMQ's
+            # rabbit_reader:create_channel, checked against 3.10: channel 65535 opens)
+            raise ConnectionException(
+                c.NOT_ALLOWED, f"NOT_ALLOWED - number of channels opened ({len(self.channels)}) "
+                f"has reached the negotiated channel_max ({self.channel_max})", 0, 0)
         self.channels[channel_id] = Channel(self, channel_id)
         self.send_method(channel_id, cmd.Channel.OpenOk())
 

@@ -108,9 +108,9 @@ class VirtualHost:
     def declare_exchange(self, name: str, type_: str, *, passive: bool = False,
                          durable: bool = False, auto_delete: bool = False, internal: bool = False,
                          arguments: dict | None = None) -> None:
-        """Exchange.Declare. 403 for "" and new "amq.*" names, 404 passive miss, 406 inequivalent,
-        503 COMMAND_INVALID unknown type (connection exception, as RabbitMQ)."""
-        if not name and not passive:
+        """Exchange.Declare. 403 for "" (passive or not) and new "amq.*" names, 404 passive miss,
+        406 inequivalent, 503 COMMAND_INVALID unknown type (connection exception, as RabbitMQ)."""
+        if not name:  # passive too, as RabbitMQ's check_not_default_exchange (3.10)
             raise ChannelException(c.ACCESS_REFUSED,
                                    "ACCESS_REFUSED - operation not permitted on the default exchange")
         existing = self.routing.get_exchange(name)
@@ -172,10 +172,18 @@ class VirtualHost:
     def bind(self, source: str, destination: Destination, binding_key: str,
              arguments: dict | None, *, unbind: bool = False) -> None:
         """Queue.Bind/Unbind and Exchange.Bind/Unbind after existence checks (404, 403 for the
-        default exchange, 406 for invalid binding arguments such as a bad x-match)."""
+        default exchange, 406 for invalid binding arguments such as a bad x-match).
+
+        Unbind is idempotent as in RabbitMQ (``rabbit_binding:remove`` ignores missing resources,
+        checked against 3.10): a missing source, destination or binding is not an error; only the
+        default exchange is refused (403), as for Bind."""
         if not source or (destination.kind == "exchange" and not destination.name):
             raise ChannelException(c.ACCESS_REFUSED,
                                    "ACCESS_REFUSED - operation not permitted on the default exchange")
+        if unbind and (self.routing.get_exchange(source) is None or (
+                destination.kind == "exchange"
+                and self.routing.get_exchange(destination.name) is None)):
+            return
         src = self.get_exchange(source)
         if destination.kind == "exchange":
             dest_durable = self.get_exchange(destination.name).durable
@@ -344,10 +352,13 @@ class VirtualHost:
         """Mark queue ``name`` as used now (x-expires counts from the last use)."""
         self.queue_last_used[name] = self.broker.clock()
 
-    def delete_queue(self, q: Queue, *, notify: bool = True) -> int:
+    def delete_queue(self, q: Queue, *, notify: bool = True,
+                     cancels: list[tuple[Any, str]] | None = None) -> int:
         """Delete ``q``: unbind it everywhere (auto-delete exchanges may go), cancel its consumers
         (Basic.Cancel to clients that understand it), drop its ready messages. Returns the ready
-        count it had (Queue.Delete-Ok's message-count)."""
+        count it had (Queue.Delete-Ok's message-count). With ``cancels`` given, the
+        (channel, consumer tag) pairs to notify are appended there instead of sent, for the
+        caller to send after its Delete-Ok (RabbitMQ's order, checked against 3.10)."""
         if self.queues.get(q.name) is not q:
             return 0
         count = q.message_count
@@ -365,7 +376,10 @@ class VirtualHost:
                 continue
             ch.consumers.pop(consumer.tag, None)
             if notify and ch.connection.capabilities.get("consumer_cancel_notify"):
-                ch.connection.send_method(ch.id, cmd.Basic.Cancel(consumer.tag, True))
+                if cancels is not None:
+                    cancels.append((ch, consumer.tag))
+                else:
+                    send_cancel(ch, consumer.tag)
         owner = cast("Connection | None", q.exclusive_owner)  # the core's owners are connections
         if owner is not None:
             owner.exclusive_queues.discard(q)
@@ -477,6 +491,13 @@ class VirtualHost:
                 if (now - last) * 1000 >= expires:
                     log.info("queue %r expired after %s ms unused", q.name, expires)
                     self.delete_queue(q)
+
+
+def send_cancel(ch: Any, tag: str) -> None:
+    """Broker-initiated Basic.Cancel of consumer ``tag`` on channel ``ch`` (RabbitMQ's
+    consumer_cancel_notify extension), unless the channel has gone or is closing."""
+    if not ch.closing and ch.connection.channels.get(ch.id) is ch:
+        ch.connection.send_method(ch.id, cmd.Basic.Cancel(tag, True))
 
 
 def settle_stream_confirms(broker: Any, waiters: list) -> None:

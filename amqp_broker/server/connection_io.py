@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import SocketStream
 
 from ..core.broker import Broker
-from ..core.connection import Connection
+from ..core.connection import LINGER_TIMEOUT, Connection
 
 if TYPE_CHECKING:
     from anyio.abc import IPSockAddrType
@@ -73,8 +73,23 @@ async def _reader(conn: Connection, stream: SocketStream, link: _Link) -> None:
         try:
             data = await stream.receive(READ_SIZE)
         except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError, OSError):
-            break
+            return
         conn.receive_data(data)
+    if conn.linger:
+        await _discard_until_peer_closes(stream)
+
+
+async def _discard_until_peer_closes(stream: SocketStream) -> None:
+    """After the Close-Ok for the peer's Connection.Close: read and drop what still arrives until
+    the peer closes its socket, at most ``LINGER_TIMEOUT`` s. Closing at once would make the
+    kernel answer frames still in flight (a client flushing publishes behind its Close, as Node's
+    amqplib does) with a reset, and the client would see EPIPE; RabbitMQ's reader lingers too."""
+    with anyio.move_on_after(LINGER_TIMEOUT):
+        while True:
+            try:
+                await stream.receive(READ_SIZE)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError, OSError):
+                return
 
 
 async def serve_connection(broker: Broker, stream: SocketStream) -> None:
@@ -95,7 +110,8 @@ async def serve_connection(broker: Broker, stream: SocketStream) -> None:
                     await _writer(conn, stream, link)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                     pass
-                tg.cancel_scope.cancel()
+                if not conn.linger:  # else the reader discards input until the peer closes
+                    tg.cancel_scope.cancel()
 
             tg.start_soon(write_then_stop)
             await _reader(conn, stream, link)

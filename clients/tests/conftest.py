@@ -2,14 +2,13 @@
 
 ``broker`` (session): our broker, ``python -m amqp_broker``, started once. ``own_broker``: a
 fresh broker per test that the test may kill (SIGKILL) and restart on the same port.
-``amqp_uri``: parametrised over our broker and RabbitMQ; the RabbitMQ case runs only when
-``AMQP_TEST_RABBITMQ_URI`` is set (e.g. ``amqp://guest:guest@127.0.0.1:5673/``) and is skipped
-with that reason otherwise. Every wait is bounded.
+``amqp_uri``: parametrised over our broker and RabbitMQ (``AMQP_TEST_RABBITMQ_URI``, else a
+private node started once per session by ``interop_tests.rabbitmq_node``; skipped with the reason
+when rabbitmq-server is not installed). Every wait is bounded.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -20,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from interop_tests.rabbitmq_node import RabbitMQUnavailable, rabbitmq_uri
+
 ROOT = Path(__file__).resolve().parents[2]
-RABBIT_ENV = "AMQP_TEST_RABBITMQ_URI"
 
 
 def free_port() -> int:
@@ -100,12 +100,13 @@ def own_broker(tmp_path: Path):
 
 @pytest.fixture(params=["ours", "rabbitmq"])
 def amqp_uri(request: pytest.FixtureRequest) -> str:
-    """URI of the broker under test (ours, or RabbitMQ when AMQP_TEST_RABBITMQ_URI is set)."""
+    """URI of the broker under test: ours, or RabbitMQ (``AMQP_TEST_RABBITMQ_URI``, else a
+    private node started once, ``interop_tests.rabbitmq_node``; skipped when there is none)."""
     if request.param == "rabbitmq":
-        uri = os.environ.get(RABBIT_ENV)
-        if not uri:
-            pytest.skip(f"{RABBIT_ENV} is not set: no RabbitMQ to compare with")
-        return uri
+        try:
+            return rabbitmq_uri()
+        except RabbitMQUnavailable as exc:
+            pytest.skip(str(exc))
     return request.getfixturevalue("broker").uri
 
 

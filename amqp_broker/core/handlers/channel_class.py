@@ -1,7 +1,7 @@
 """Channel class methods after Open: Close, Flow (Open is the connection's; Close-Ok the channel's).
 
-Source: AMQP 0-9-1 class channel (§1.5.2); RabbitMQ supports Channel.Flow from clients (stop/start
-deliveries to this channel).
+Source: AMQP 0-9-1 class channel (§1.5.2); RabbitMQ 3.x refuses a client's Channel.Flow
+(active=false) with 540 and answers active=true with Flow-Ok.
 """
 
 from __future__ import annotations
@@ -31,16 +31,19 @@ def channel_close(ch: Channel, method: cmd.Channel.Close) -> None:
 
 
 def channel_close_ok(ch: Channel, method: cmd.Channel.CloseOk) -> None:
-    """Close-Ok without our Close: ignored (RabbitMQ ignores it too)."""
+    """Close-Ok on an open channel, without our Close: 503 COMMAND_INVALID "unimplemented
+    method", as RabbitMQ 3.10 answers it (a Close-Ok for our Close is taken by the channel's
+    closing state, ``Channel.on_method``)."""
+    raise ConnectionException(c.COMMAND_INVALID, "COMMAND_INVALID - unimplemented method", 20, 41)
 
 
 def channel_flow(ch: Channel, method: cmd.Channel.Flow) -> None:
-    """Pause (active=False) or resume deliveries to this channel; answers Flow-Ok."""
-    ch.flow = bool(method.active)
-    ch.connection.send_method(ch.id, cmd.Channel.FlowOk(ch.flow))
-    if ch.flow:
-        for consumer in ch.consumers.values():
-            ch.connection.broker.needs_dispatch.add(consumer.queue)
+    """Channel.Flow from the client: active=true answers Flow-Ok(true); active=false closes the
+    connection with 540 NOT_IMPLEMENTED "active=false", as RabbitMQ 3.x (rabbit_channel; checked
+    against 3.10, and Go's amqp091 relies on it). Use Basic.Qos to pause deliveries instead."""
+    if not method.active:
+        raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - active=false", 20, 20)
+    ch.connection.send_method(ch.id, cmd.Channel.FlowOk(True))
 
 
 def channel_flow_ok(ch: Channel, method: cmd.Channel.FlowOk) -> None:

@@ -10,6 +10,7 @@ Must not know: links, membership (``broker.cluster_hooks`` is the seam; cluster/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...protocol.errors import ChannelException
@@ -22,24 +23,30 @@ if TYPE_CHECKING:
 __all__ = ["reply"]
 
 
-def reply(ch: Channel, method: Frame, ok: Frame | None, *, local_only: bool = False) -> None:
+def reply(ch: Channel, method: Frame, ok: Frame | None, *, local_only: bool = False,
+          then: Callable[[], None] | None = None) -> None:
     """Send ``ok`` (None: the client asked nowait) once ``method`` was propagated; a member's
-    refusal closes the channel with that member's reply code and text."""
+    refusal closes the channel with that member's reply code and text. ``then`` runs right
+    after the ``ok`` was queued (or would have been), e.g. the Basic.Cancel notifications that
+    RabbitMQ sends after Queue.Delete-Ok."""
     conn = ch.connection
     hooks = conn.broker.cluster_hooks
     if hooks is None or conn.is_peer or local_only or ch.vhost.name != "/":
         if ok is not None:
             conn.send_method(ch.id, ok)
+        if then is not None:
+            then()
         return
 
     def done(error: tuple[int, str] | None) -> None:
-        if ch.closing or conn.channels.get(ch.id) is not ch:
-            return
-        if error is None:
-            if ok is not None:
-                conn.send_method(ch.id, ok)
-        else:
-            ch.close_with(ChannelException(error[0], error[1]))
+        if not ch.closing and conn.channels.get(ch.id) is ch:
+            if error is None:
+                if ok is not None:
+                    conn.send_method(ch.id, ok)
+            else:
+                ch.close_with(ChannelException(error[0], error[1]))
+        if then is not None:
+            then()
 
     if hasattr(method, "nowait"):
         method.nowait = False

@@ -17,7 +17,9 @@ from routing.destination import Destination
 
 from ...protocol import constants as c
 from ...protocol.errors import ChannelException, ConnectionException
+from ..access import permit, permit_bind
 from ..proxies import HOME_ARGUMENT, add_proxy, remove_proxy
+from ..vhost import send_cancel
 from .propagation import reply
 
 if TYPE_CHECKING:
@@ -51,6 +53,8 @@ def declare(ch: Channel, m: cmd.Queue.Declare) -> None:
             name = queue_name(ch, name)
         else:
             name = generated_name()
+    if not m.passive:
+        permit(ch, "configure", "queue", name)
     q = ch.vhost.declare_queue(name, ch.connection, passive=m.passive, durable=m.durable,
                                exclusive=m.exclusive, auto_delete=m.auto_delete,
                                arguments=m.arguments)
@@ -81,6 +85,7 @@ def bind(ch: Channel, m: cmd.Queue.Bind) -> None:
     """Queue.Bind -> Bind-Ok (propagated; for a private queue, to the members' proxies)."""
     if _peer_proxy_bind(ch, m, unbind=False):
         return
+    permit_bind(ch, m.exchange, "queue", queue_name(ch, m.queue))
     q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
     ch.vhost.bind(m.exchange, Destination("queue", q.name), m.routing_key, m.arguments)
     m.queue = q.name
@@ -88,18 +93,23 @@ def bind(ch: Channel, m: cmd.Queue.Bind) -> None:
 
 
 def unbind(ch: Channel, m: cmd.Queue.Unbind) -> None:
-    """Queue.Unbind -> Unbind-Ok (unbinding a binding that does not exist is not an error)."""
+    """Queue.Unbind -> Unbind-Ok. Idempotent as in RabbitMQ: a missing queue, exchange or
+    binding is not an error (405 still for another connection's exclusive queue)."""
     if _peer_proxy_bind(ch, m, unbind=True):
         return
-    q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
-    ch.vhost.bind(m.exchange, Destination("queue", q.name), m.routing_key, m.arguments,
+    permit_bind(ch, m.exchange, "queue", queue_name(ch, m.queue))
+    name = queue_name(ch, m.queue)
+    if name in ch.vhost.queues or name in ch.vhost.proxies:
+        name = ch.vhost.get_queue(name, ch.connection).name
+    ch.vhost.bind(m.exchange, Destination("queue", name), m.routing_key, m.arguments,
                   unbind=True)
-    m.queue = q.name
+    m.queue = name
     reply(ch, m, cmd.Queue.UnbindOk())
 
 
 def purge(ch: Channel, m: cmd.Queue.Purge) -> None:
     """Queue.Purge -> Purge-Ok(message_count purged); unacked messages stay."""
+    permit(ch, "read", "queue", queue_name(ch, m.queue))
     q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
     if q.name in ch.vhost.stream_names:  # RabbitMQ: a stream cannot be purged
         raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - queue.purge not supported "
@@ -112,8 +122,12 @@ def purge(ch: Channel, m: cmd.Queue.Purge) -> None:
 
 def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
     """Queue.Delete -> Delete-Ok(message_count). Missing queue: Delete-Ok(0) (RabbitMQ);
-    406 when ``if_unused`` and it has consumers or ``if_empty`` and it has ready messages."""
+    406 when ``if_unused`` and it has consumers or ``if_empty`` and it has ready messages. The
+    queue's consumers hear Basic.Cancel after the Delete-Ok (RabbitMQ's order, 3.10), so a
+    client waiting for Delete-Ok on the consumer's own channel (py-amqp, kombu) is not
+    interrupted by the cancel."""
     name = queue_name(ch, m.queue)
+    permit(ch, "configure", "queue", name)
     vhost = ch.vhost
     if ch.connection.is_peer and remove_proxy(vhost, name):
         if not m.nowait:
@@ -121,6 +135,7 @@ def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
         return
     q = vhost.queues.get(name)
     count = 0
+    cancels: list[tuple[Channel, str]] = []
     if q is not None:
         q = vhost.get_queue(name, ch.connection)
         if m.if_unused and q.consumer_count:
@@ -131,9 +146,14 @@ def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
             raise ChannelException(c.PRECONDITION_FAILED,
                                    f"PRECONDITION_FAILED - queue '{name}' in vhost '{vhost.name}' "
                                    f"is not empty")
-        count = vhost.delete_queue(q)
+        count = vhost.delete_queue(q, cancels=cancels)
     m.queue = name
-    reply(ch, m, None if m.nowait else cmd.Queue.DeleteOk(count))
+
+    def notify_consumers() -> None:  # after Delete-Ok, as RabbitMQ
+        for consumer_channel, tag in cancels:
+            send_cancel(consumer_channel, tag)
+
+    reply(ch, m, None if m.nowait else cmd.Queue.DeleteOk(count), then=notify_consumers)
 
 
 HANDLERS = {cmd.Queue.Declare: declare, cmd.Queue.Bind: bind, cmd.Queue.Unbind: unbind,

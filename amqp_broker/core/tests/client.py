@@ -194,7 +194,7 @@ class Client:
     def handshake(self, user: str = "guest", password: str = "guest", vhost: str = "/",
                   peer_host: str | None = None, *, mechanism: str = "PLAIN",
                   capabilities: dict | None = None, heartbeat: int | None = None,
-                  frame_max: int | None = None, channel_max: int = 0,
+                  frame_max: int | None = None, channel_max: int | None = None,
                   expect_open: bool = True) -> commands.Connection.Start:
         """Protocol header -> Start/Start-Ok -> Tune/Tune-Ok -> Open/Open-Ok. Returns Start.
 
@@ -216,6 +216,8 @@ class Client:
         tune = self.expect(commands.Connection.Tune, 0)
         fm = tune.frame_max if frame_max is None else frame_max
         hb = tune.heartbeat if heartbeat is None else heartbeat
+        if channel_max is None:
+            channel_max = tune.channel_max
         self.send(0, commands.Connection.TuneOk(channel_max, fm, hb),
                   commands.Connection.Open(vhost))
         if fm >= c.FRAME_MIN_SIZE:

@@ -3,6 +3,7 @@ deliveries on close, Channel.Flow, and tx mode."""
 
 from __future__ import annotations
 
+import pytest
 from pamqp import commands as cmd
 from pamqp import frame, header
 from pamqp.body import ContentBody
@@ -39,7 +40,7 @@ def test_frames_on_a_closing_channel_are_dropped_until_close_ok(client) -> None:
     client.declare_queue(1, "q")
     client.send(1, cmd.Queue.Declare(queue="missing", passive=True))
     channel_close(client, c.NOT_FOUND)
-    client.send(1, cmd.Queue.Declare(queue="q"), cmd.Channel.Open())
+    client.send(1, cmd.Queue.Declare(queue="q"), cmd.Basic.Qos(prefetch_count=1))
     client.publish(1, "", "q", b"dropped")
     client.expect_nothing()
     assert client.conn.state is State.OPEN
@@ -53,7 +54,21 @@ def test_close_crossing_our_channel_close(client) -> None:
     channel_close(client, c.NOT_FOUND)
     client.send(1, cmd.Channel.Close(200, "", 0, 0))
     client.expect(cmd.Channel.CloseOk, 1)
+    client.send(1, cmd.Channel.CloseOk())  # ours is answered too: the channel is gone now
     client.open_channel(1)
+
+
+@pytest.mark.parametrize("crossing_close", [False, True])
+def test_channel_open_before_close_ok_for_ours_is_504(client, crossing_close) -> None:
+    """RabbitMQ 3.10 does the same: the channel is closing until the client's Close-Ok."""
+    client.send(1, cmd.Queue.Declare(queue="missing", passive=True))
+    channel_close(client, c.NOT_FOUND)
+    if crossing_close:
+        client.send(1, cmd.Channel.Close(200, "", 0, 0))
+        client.expect(cmd.Channel.CloseOk, 1)
+    client.send(1, cmd.Channel.Open())
+    close = client.expect(cmd.Connection.Close, 0)
+    assert close.reply_code == c.CHANNEL_ERROR and "second 'channel.open'" in close.reply_text
 
 
 def test_client_channel_close(client) -> None:
@@ -62,9 +77,11 @@ def test_client_channel_close(client) -> None:
     assert client.expect(cmd.Connection.Close, 0).reply_code == c.CHANNEL_ERROR
 
 
-def test_unsolicited_close_ok_is_ignored(client) -> None:
+def test_unsolicited_close_ok_is_503_as_rabbitmq(client) -> None:
     client.send(1, cmd.Channel.CloseOk())
-    client.declare_queue(1, "q")
+    close = client.expect(cmd.Connection.Close, 0)
+    assert (close.reply_code, close.reply_text) == (c.COMMAND_INVALID,
+                                                    "COMMAND_INVALID - unimplemented method")
 
 
 def test_unacked_deliveries_of_a_closed_channel_are_redelivered(make_client) -> None:
@@ -111,25 +128,36 @@ def test_unacked_deliveries_return_when_the_connection_goes(make_client) -> None
     assert m.body == b"m" and m.method.redelivered
 
 
-def test_channel_flow_pauses_and_resumes_deliveries(client) -> None:
+def test_channel_flow_active_false_is_540_as_rabbitmq(client) -> None:
+    client.declare_queue(1, "q")
+    client.send(1, cmd.Channel.Flow(active=False))
+    close = client.expect(cmd.Connection.Close, 0)
+    assert (close.reply_code, close.reply_text) == (c.NOT_IMPLEMENTED,
+                                                    "NOT_IMPLEMENTED - active=false")
+    assert (close.class_id, close.method_id) == (20, 20)
+
+
+def test_channel_flow_active_true_is_answered_and_deliveries_go_on(client) -> None:
     client.declare_queue(1, "q")
     client.consume(1, "q", "t", no_ack=True)
-    assert client.call(1, cmd.Channel.Flow(active=False)).active is False
-    client.publish(1, "", "q", b"1")
-    client.publish(1, "", "q", b"2")
-    client.expect_nothing()
     assert client.call(1, cmd.Channel.Flow(active=True)).active is True
-    assert [m.body for m in client.messages()] == [b"1", b"2"]
-    client.publish(1, "", "q", b"3")
-    assert [m.body for m in client.messages()] == [b"3"]
-
-
-def test_channel_flow_does_not_stop_basic_get(client) -> None:
-    client.declare_queue(1, "q")
     client.publish(1, "", "q", b"1")
-    client.call(1, cmd.Channel.Flow(active=False))
-    client.send(1, cmd.Basic.Get(queue="q", no_ack=True))
-    assert client.expect_message(cmd.Basic.GetOk).body == b"1"
+    assert [m.body for m in client.messages()] == [b"1"]
+
+
+def test_close_crossing_ours_then_close_ok_keeps_the_connection(client) -> None:
+    """Our Channel.Close (404) and the client's Close cross: the client's Close gets Close-Ok, its
+    Close-Ok for ours ends the channel, and the connection and its other channels go on."""
+    client.open_channel(2)
+    client.publish(1, "no-such-exchange", "k", b"x")
+    client.send(1, cmd.Channel.Close(200, "bye", 0, 0))
+    close = client.expect(cmd.Channel.Close, 1)
+    assert close.reply_code == c.NOT_FOUND
+    client.expect(cmd.Channel.CloseOk, 1)
+    client.send(1, cmd.Channel.CloseOk())
+    client.expect_nothing()
+    client.declare_queue(2, "still-open")
+    client.call(1, cmd.Channel.Open())  # the number is free again
 
 
 def test_content_of_two_channels_may_interleave(make_client) -> None:

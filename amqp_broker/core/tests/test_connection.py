@@ -80,10 +80,17 @@ def test_tune_ok_frame_max_outside_the_offer_is_530(broker, frame_max) -> None:
     assert cl.conn.closed
 
 
-def test_tune_ok_frame_max_zero_means_the_offer_and_4096_is_allowed(broker) -> None:
+@pytest.mark.parametrize("field", ["frame_max", "channel_max"])
+def test_tune_ok_zero_no_limit_is_530_as_rabbitmq(broker, field) -> None:
+    """RabbitMQ 3.10 refuses a Tune-Ok of 0 ("no limit") above its own non-zero maximum."""
     cl = Client(broker)
-    cl.handshake(frame_max=0)
-    assert cl.conn.frame_max == broker.settings.frame_max
+    cl.handshake(**{field: 0}, expect_open=False)
+    close = expect_close(cl, c.NOT_ALLOWED, 10, 31)
+    assert f"negotiated {field} = 0" in close.reply_text
+    assert "is higher than the maximum allowed value" in close.reply_text
+
+
+def test_tune_ok_frame_max_4096_is_allowed(broker) -> None:
     cl2 = Client(broker, port=2)
     cl2.handshake(frame_max=4096)
     assert cl2.conn.frame_max == 4096
@@ -183,10 +190,13 @@ def test_second_channel_open_is_504(client) -> None:
     expect_close(client, c.CHANNEL_ERROR, 20, 10)
 
 
-def test_channel_above_channel_max_is_504(make_client) -> None:
-    cl = make_client(channels=0, channel_max=10)
-    cl.send(11, cmd.Channel.Open())
-    expect_close(cl, c.CHANNEL_ERROR)
+def test_channel_max_limits_open_channels_not_numbers(make_client) -> None:
+    cl = make_client(channels=0, channel_max=2)
+    cl.call(65535, cmd.Channel.Open())
+    cl.call(7, cmd.Channel.Open())
+    cl.send(3, cmd.Channel.Open())  # a third open channel: 530, as RabbitMQ
+    close = expect_close(cl, c.NOT_ALLOWED)
+    assert "number of channels opened (2)" in close.reply_text
 
 
 def test_content_header_without_publish_is_505(client) -> None:
@@ -324,7 +334,7 @@ def test_memory_alarm_during_handshake_waits_for_open_ok(broker) -> None:
                                       "PLAIN", "\0guest\0guest"))
     cl.expect(cmd.Connection.Tune)
     broker.set_memory_alarm(True)
-    cl.send(0, cmd.Connection.TuneOk(0, 4096, 0), cmd.Connection.Open("/"))
+    cl.send(0, cmd.Connection.TuneOk(2047, 4096, 0), cmd.Connection.Open("/"))
     cl.expect(cmd.Connection.OpenOk, 0)
     cl.expect_nothing()
     assert cl.conn.blocked
