@@ -109,20 +109,23 @@ def parse_segment_name(name: str) -> int | None:
     return int(name[:20])
 
 
-def file_header(base: int) -> bytes:
-    """The 16-byte header of a segment whose base store id is ``base``."""
-    return _FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0, base)
+def file_header(base: int, magic: bytes = MAGIC, version: int = FORMAT_VERSION) -> bytes:
+    """The 16-byte header of a segment whose base store id is ``base``. Other logs that share this
+    framing (``cluster.raft.disklog``) pass their own ``magic`` and ``version``."""
+    return _FILE_HEADER.pack(magic, version, 0, base)
 
 
-def check_file_header(data: bytes | memoryview, base: int) -> None:
-    """Raise ``FormatError`` unless ``data`` starts with a valid header for base ``base``."""
+def check_file_header(data: bytes | memoryview, base: int, magic: bytes = MAGIC,
+                      version: int = FORMAT_VERSION) -> None:
+    """Raise ``FormatError`` unless ``data`` starts with a valid header for base ``base`` (with
+    ``magic`` and ``version``, the store's by default)."""
     if len(data) < FILE_HEADER_SIZE:
         raise FormatError(f"segment header torn: {len(data)} of {FILE_HEADER_SIZE} bytes")
-    magic, version, _flags, found = _FILE_HEADER.unpack_from(data, 0)
-    if magic != MAGIC:
-        raise FormatError(f"bad segment magic {bytes(magic)!r}")
-    if version != FORMAT_VERSION:
-        raise FormatError(f"unsupported segment format version {version}")
+    found_magic, found_version, _flags, found = _FILE_HEADER.unpack_from(data, 0)
+    if found_magic != magic:
+        raise FormatError(f"bad segment magic {bytes(found_magic)!r}")
+    if found_version != version:
+        raise FormatError(f"unsupported segment format version {found_version}")
     if found != base:
         raise FormatError(f"segment header says base {found}, file name says {base}")
 
@@ -283,9 +286,11 @@ class Scan:
     problem: str | None = None
 
 
-def scan(data: bytes | memoryview, result: Scan,
-         start: int = FILE_HEADER_SIZE) -> Iterator[tuple[int, int, int, int, int, memoryview]]:
+def scan(data: bytes | memoryview, result: Scan, start: int = FILE_HEADER_SIZE,
+         kinds: frozenset[int] = _KINDS) -> Iterator[tuple[int, int, int, int, int, memoryview]]:
     """Yield ``(offset, total_length, kind, flags, store_id, payload)`` for each valid record.
+    ``kinds``: the record kinds that are valid (the store's by default; another log sharing this
+    framing passes its own).
 
     ``offset`` is where the record starts in ``data``, ``total_length`` its size in bytes including
     the 8-byte length+crc prefix. Stops at the first torn or corrupt record and sets
@@ -312,7 +317,7 @@ def scan(data: bytes | memoryview, result: Scan,
         if crc32(view[pos + _CRC_FROM:end]) != crc:
             result.problem = f"checksum mismatch in record at offset {pos}"
             return
-        if kind not in _KINDS:
+        if kind not in kinds:
             result.problem = f"unknown record kind {kind} at offset {pos}"
             return
         yield pos, end - pos, kind, flags, store_id, view[pos + RECORD_HEADER_SIZE:end]

@@ -1,0 +1,343 @@
+"""The Raft log of one replica on disk: term and vote, entries in segment files, the snapshot.
+
+Owns: files in one directory per replica, group commit (one fdatasync for every entry appended
+since the last), recovery after kill -9 (torn tails cut at the first bad record), deleting segments
+a snapshot made useless. Implements ``storage.RaftStorage``. Must not know: the core's roles, the
+network, the state machine (snapshot data is opaque bytes).
+
+The framing is the message store's (``queues.store.format``: file header, then records of
+``length u32, crc32 u32, kind u8, flags u8, id u64, payload``, big-endian, crc over kind..payload),
+with this log's own magic, version and record kinds.
+
+Files of a directory::
+
+    00000000000000000001.seg ...   segments, named by a sequence number (20 zero-padded digits),
+                                   written in that order; only the newest is appended to
+    state                          term and vote (replaced atomically: write state.tmp, fsync,
+                                   rename, fsync the directory)
+    snapshot                       the newest snapshot (replaced atomically the same way)
+
+Every file starts with the 16-byte header ``magic b"AMQR", version u16 = 1, flags u16 = 0,
+base u64`` (the segment's sequence number; 0 in ``state`` and ``snapshot``), then records:
+
+    ENTRY     kind 16  flags: EntryKind (0 command, 1 no-op, 2 config)  id: log index
+              payload: term u64, then the entry's data
+    TRUNCATE  kind 17  id: first index dropped (every entry >= id written before is void)
+    STATE     kind 18  id: term        payload: voted_for (u8 length, utf-8; length 0: none)
+    SNAPSHOT  kind 19  id: last index  payload: term u64, member count u16, members (u8 length,
+              utf-8 each), then the state machine's data
+
+Replay reads the snapshot, then every segment in sequence order: an ENTRY at or below the snapshot
+index is skipped, any other must follow the previous one (index = last + 1); a TRUNCATE drops the
+entries at and after its index. A torn or corrupt record ends a segment; it is cut there
+(``os.truncate``; logged as a warning in the newest segment, as an error in an older one, where
+synced data was lost). A segment whose entries are all at or below the snapshot index, with every
+older one, is deleted once the snapshot is durable.
+
+Ordering: an InstallSnapshot that disagrees with the log writes (and syncs) TRUNCATE(index + 1)
+before replacing the snapshot file, so no crash can pair the new snapshot with the old entries.
+Sources: Raft paper figure 2 (persistent state), §7 (snapshots); Kafka ``LogSegment`` (segment
+files, recovery cuts at the first invalid record); etcd's WAL (CRC per record, torn tail cut).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from pathlib import Path
+
+from queues.store import format as fmt
+from queues.store.fds import take_sync_fds
+from queues.store.values import PendingSync
+
+from .messages import EMPTY_SNAPSHOT, Entry, EntryKind, PersistentState, Snapshot
+
+__all__ = ["DiskLog", "MAGIC", "FORMAT_VERSION", "KIND_ENTRY", "KIND_TRUNCATE", "KIND_STATE",
+           "KIND_SNAPSHOT"]
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"AMQR"
+FORMAT_VERSION = 1
+KIND_ENTRY = 16
+KIND_TRUNCATE = 17
+KIND_STATE = 18
+KIND_SNAPSHOT = 19
+_SEGMENT_KINDS = frozenset({KIND_ENTRY, KIND_TRUNCATE})
+_U64 = struct.Struct(">Q")
+_U16 = struct.Struct(">H")
+_STATE = "state"
+_SNAPSHOT = "snapshot"
+
+
+def _name(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) > 255:
+        raise ValueError(f"node id longer than 255 bytes: {text[:40]!r}")
+    return bytes((len(raw),)) + raw
+
+
+def _take_name(data: memoryview, pos: int) -> tuple[str, int]:
+    end = pos + 1 + data[pos]
+    if end > len(data):
+        raise fmt.FormatError("name runs past the record")
+    return bytes(data[pos + 1:end]).decode(), end
+
+
+def encode_entry(e: Entry) -> bytes:
+    """The ENTRY record of ``e``."""
+    return fmt.encode_record(KIND_ENTRY, int(e.kind), e.index, _U64.pack(e.term), e.data)
+
+
+def _read_single(path: Path, kind: int) -> tuple[int, int, memoryview] | None:
+    """(flags, id, payload) of the one record of a ``state``/``snapshot`` file, None when the file
+    does not exist. Raises ``FormatError`` when it is damaged (it was replaced atomically)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    fmt.check_file_header(data, 0, MAGIC, FORMAT_VERSION)
+    result = fmt.Scan(fmt.FILE_HEADER_SIZE)
+    for _off, _total, _kind, flags, ident, payload in fmt.scan(data, result,
+                                                               kinds=frozenset({kind})):
+        return flags, ident, payload
+    raise fmt.FormatError(f"{path.name}: {result.problem or 'no record'}")
+
+
+class DiskLog:
+    """``RaftStorage`` in ``directory`` (created if missing). ``segment_bytes``: a segment is
+    rolled once it exceeds this size; ``fsync``: False skips fsyncs (tests; survives kill -9 but
+    not power loss). Raises ``FormatError`` on files of another magic/version, ``OSError`` on I/O
+    errors (after a failed fsync treat the replica as failed: fail-stop, as the message store)."""
+
+    def __init__(self, directory: Path | str, *, segment_bytes: int = 64 << 20,
+                 fsync: bool = True) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.segment_bytes = segment_bytes
+        self.fsync = fsync
+        self._buf = bytearray()
+        self._rolled_fds: list[int] = []
+        self._wfd = -1
+        self._dirty = False
+        self._dir_dirty = False
+        self._segments: list[tuple[int, int]] = []   # (sequence, highest entry index in it)
+        self._active_size = 0
+        self._last: tuple[int, int] = (0, 0)          # newest entry written: (index, term)
+        self._unreported = False
+        self.cuts: list[tuple[str, int, int, str]] = []   # (file, offset, bytes cut, reason)
+        self._state = self._replay()
+        self._open_active()
+
+    # ------------------------------------------------------------------ recovery
+    def _replay(self) -> PersistentState:
+        term, voted_for = 0, None
+        rec = _read_single(self.directory / _STATE, KIND_STATE)
+        if rec is not None:
+            term = rec[1]
+            name, _ = _take_name(rec[2], 0)
+            voted_for = name or None
+        snapshot = EMPTY_SNAPSHOT
+        rec = _read_single(self.directory / _SNAPSHOT, KIND_SNAPSHOT)
+        if rec is not None:
+            snapshot = self._decode_snapshot(rec[1], rec[2])
+        entries: list[Entry] = []
+        base = snapshot.index
+        seqs = sorted(s for s in (fmt.parse_segment_name(n) for n in os.listdir(self.directory))
+                      if s is not None)
+        for i, seq in enumerate(seqs):
+            path = self.directory / fmt.segment_name(seq)
+            data = path.read_bytes()
+            high = 0
+            if len(data) < fmt.FILE_HEADER_SIZE:
+                log.warning("raft log: %s has a torn header; rewriting it", path)
+                path.write_bytes(fmt.file_header(seq, MAGIC, FORMAT_VERSION))
+                self.cuts.append((path.name, 0, len(data), "torn file header"))
+                self._segments.append((seq, 0))
+                self._active_size = fmt.FILE_HEADER_SIZE
+                continue
+            fmt.check_file_header(data, seq, MAGIC, FORMAT_VERSION)
+            result = fmt.Scan(fmt.FILE_HEADER_SIZE)
+            for offset, _total, kind, flags, index, payload in fmt.scan(data, result,
+                                                                      kinds=_SEGMENT_KINDS):
+                if kind == KIND_TRUNCATE:
+                    del entries[max(0, index - base - 1):]
+                    continue
+                if index <= base:
+                    high = max(high, index)
+                    continue
+                if index != base + len(entries) + 1 or flags > max(EntryKind) or len(payload) < 8:
+                    result.problem = f"entry {index} out of order after {base + len(entries)}"
+                    result.valid_end = offset
+                    break
+                entries.append(Entry(index, _U64.unpack_from(payload)[0], EntryKind(flags),
+                                     bytes(payload[8:])))
+                high = max(high, index)
+            if result.problem is not None:
+                cut = len(data) - result.valid_end
+                newest = i == len(seqs) - 1
+                log.log(logging.WARNING if newest else logging.ERROR,
+                        "raft log: cutting %d bytes of %s at offset %d (%s)%s", cut, path,
+                        result.valid_end, result.problem, "" if newest else "; synced data lost")
+                os.truncate(path, result.valid_end)
+                self.cuts.append((path.name, result.valid_end, cut, result.problem))
+            self._segments.append((seq, high))
+            self._active_size = result.valid_end
+        if entries:
+            self._last = (entries[-1].index, entries[-1].term)
+        else:
+            self._last = (snapshot.index, snapshot.term)
+        return PersistentState(term, voted_for, snapshot, tuple(entries))
+
+    @staticmethod
+    def _decode_snapshot(index: int, payload: memoryview) -> Snapshot:
+        try:
+            (term,) = _U64.unpack_from(payload, 0)
+            (count,) = _U16.unpack_from(payload, 8)
+            pos = 10
+            members = []
+            for _ in range(count):
+                name, pos = _take_name(payload, pos)
+                members.append(name)
+        except (struct.error, IndexError) as exc:
+            raise fmt.FormatError(f"malformed snapshot record: {exc}") from exc
+        return Snapshot(index, term, tuple(members), bytes(payload[pos:]))
+
+    def load(self) -> PersistentState:
+        """What was durable when this log was opened (see ``RaftStorage.load``)."""
+        return self._state
+
+    # ------------------------------------------------------------------ writing
+    def _open_active(self) -> None:
+        if self._segments:
+            seq = self._segments[-1][0]
+            self._wfd = os.open(self.directory / fmt.segment_name(seq), os.O_WRONLY | os.O_APPEND)
+        else:
+            self._new_segment(1)
+
+    def _new_segment(self, seq: int) -> None:
+        fd = os.open(self.directory / fmt.segment_name(seq),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        os.write(fd, fmt.file_header(seq, MAGIC, FORMAT_VERSION))
+        self._wfd = fd
+        self._segments.append((seq, 0))
+        self._active_size = fmt.FILE_HEADER_SIZE
+        self._dir_dirty = self._dirty = True
+
+    def _write_out(self) -> None:
+        if not self._buf:
+            return
+        with memoryview(self._buf) as view:
+            done = 0
+            while done < len(view):
+                done += os.write(self._wfd, view[done:])
+        self._buf.clear()
+        self._dirty = True
+
+    def _put(self, record: bytes, index: int = 0) -> None:
+        if self._active_size > self.segment_bytes:
+            self._write_out()
+            self._rolled_fds.append(self._wfd)
+            self._new_segment(self._segments[-1][0] + 1)
+        self._buf += record
+        self._active_size += len(record)
+        if index:
+            seq, high = self._segments[-1]
+            self._segments[-1] = (seq, max(high, index))
+
+    def append(self, first_index: int, entries: tuple[Entry, ...]) -> None:
+        """Run ``AppendLog`` (see ``RaftStorage.append``): a TRUNCATE record when ``first_index``
+        is not past the newest entry, then one ENTRY record each; buffered until ``sync``."""
+        if first_index <= self._last[0]:
+            self._put(fmt.encode_record(KIND_TRUNCATE, 0, first_index))
+        for e in entries:
+            self._put(encode_entry(e), e.index)
+        if entries:
+            self._last = (entries[-1].index, entries[-1].term)
+        elif first_index <= self._last[0]:
+            self._last = (first_index - 1, -1)   # unknown term: reported only after an append
+        self._unreported = True
+
+    def flush(self) -> tuple[PendingSync, tuple[int, int] | None]:
+        """Write the buffer to the OS; returns the fsync still to do (``PendingSync.run()``, any
+        thread) and the newest entry's (index, term) it makes durable (None: nothing new)."""
+        self._write_out()
+        fds, dir_fd = take_sync_fds(self)
+        newest = self._last if self._unreported and self._last[1] >= 0 else None
+        self._unreported = False
+        return PendingSync(self._last[0], 0, fds, dir_fd, self.fsync), newest
+
+    def sync(self) -> tuple[int, int] | None:
+        """``flush`` and fsync in this thread (see ``RaftStorage.sync``). Raises ``OSError``."""
+        pending, newest = self.flush()
+        pending.run()
+        return newest
+
+    def _replace(self, name: str, record: bytes) -> None:
+        """Atomically replace file ``name``: write a temporary file, fsync, rename, fsync dir."""
+        tmp = self.directory / (name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(fmt.file_header(0, MAGIC, FORMAT_VERSION))
+            f.write(record)
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, self.directory / name)
+        if self.fsync:
+            dfd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
+    def save_state(self, term: int, voted_for: str | None) -> None:
+        """Run ``PersistState``: durable when this returns."""
+        self._replace(_STATE, fmt.encode_record(KIND_STATE, 0, term, _name(voted_for or "")))
+
+    def save_snapshot(self, snapshot: Snapshot, discard_log: bool) -> None:
+        """Run ``PersistSnapshot``: appends buffered so far, the TRUNCATE of ``discard_log`` and the
+        snapshot file are durable when this returns; then useless segments are deleted."""
+        if discard_log:
+            self._put(fmt.encode_record(KIND_TRUNCATE, 0, snapshot.index + 1))
+            self._last = (snapshot.index, snapshot.term)
+            self._unreported = True
+        pending, newest = self.flush()
+        pending.run()
+        self._unreported = self._unreported or newest is not None
+        members = b"".join(_name(m) for m in snapshot.members)
+        self._replace(_SNAPSHOT, fmt.encode_record(
+            KIND_SNAPSHOT, 0, snapshot.index, _U64.pack(snapshot.term),
+            _U16.pack(len(snapshot.members)), members, snapshot.data))
+        if self._last[0] < snapshot.index:
+            self._last = (snapshot.index, snapshot.term)
+        self._delete_before(snapshot.index)
+
+    def _delete_before(self, index: int) -> None:
+        """Delete the oldest segments while every entry in them is at or below ``index``."""
+        deleted = False
+        while len(self._segments) > 1 and self._segments[0][1] <= index:
+            seq, _ = self._segments.pop(0)
+            os.unlink(self.directory / fmt.segment_name(seq))
+            deleted = True
+        if deleted and self.fsync:
+            dfd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
+    def segment_count(self) -> int:
+        """How many segment files exist (tests, metrics)."""
+        return len(self._segments)
+
+    def close(self) -> None:
+        """Sync what is buffered and close the files. Raises ``OSError``."""
+        if self._wfd < 0:
+            return
+        self.sync()
+        for fd in self._rolled_fds:
+            os.close(fd)
+        self._rolled_fds = []
+        os.close(self._wfd)
+        self._wfd = -1
