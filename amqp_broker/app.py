@@ -22,6 +22,8 @@ from .core.durability import Durability
 from .core.recovery import recover
 from .core.vhost import settle_stream_confirms
 from .definitions.store import DefinitionsStore
+from .management import persist
+from .management import server as management_server
 from .server.listener import run_broker
 
 __all__ = ["run", "serve", "shutdown"]
@@ -45,6 +47,7 @@ def open_broker(config: Config) -> Broker:
         for name in broker.vhosts:
             definitions.save_vhost(name)
     recover(broker)
+    persist.load_access(broker)
     dedup_state.load(data, broker)
     return broker
 
@@ -92,7 +95,10 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
         async def join(port: int) -> None:
             drivers.append(await clustering.start_cluster(broker, config, port, tg))
 
+        mgmt = await management_server.start(broker, config, tg)
+
         def listening(port: int) -> None:
+            management_server.amqp_ready(mgmt, config.host, port)
             if clustered:
                 tg.start_soon(join, port)
             if ready is not None:

@@ -9,7 +9,9 @@ confirms for persistent messages wait for the group-commit fsync), queue_memory_
 default 64 MiB: ready message bodies one durable queue keeps in RAM; persistent messages beyond it
 stay on disk only and are read back as consumers reach them; 0 = keep everything in RAM),
 disk_free_limit (bytes, default 50000000 as RabbitMQ's disk_free_limit: below this much free space
-on the data directory's file system the disk alarm blocks publishers; 0 = off). Users in TOML as ``[[users]]`` tables with name, password,
+on the data directory's file system the disk alarm blocks publishers; 0 = off), management_port
+(int, 15672: the management HTTP API and web page; 0 = off), prometheus_port (int, 15692:
+Prometheus /metrics; 0 = off). Users in TOML as ``[[users]]`` tables with name, password,
 vhosts, loopback_only; default guest/guest from loopback only (RabbitMQ "Access Control").
 Raises ``ConfigError`` for an unreadable file, an unknown key or a value of the wrong type.
 """
@@ -56,6 +58,8 @@ class Config:
     cluster_secret: str = ""
     sync_replies: str = "all"
     ping_interval: float = 0.5
+    management_port: int = 15672
+    prometheus_port: int = 15692
     users: tuple[User, ...] = (User("guest", "guest", ("*",), loopback_only=True),)
 
     def broker_settings(self) -> BrokerSettings:
@@ -146,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="members that must confirm a declare/bind/delete before the client is "
                    "answered (default all)")
     p.add_argument("--ping-interval", type=float, help="ring ping interval, s (default 0.5)")
+    p.add_argument("--management-port", type=int, metavar="PORT",
+                   help="management HTTP API and web page (default 15672, on --host; 0 = off)")
+    p.add_argument("--prometheus-port", type=int, metavar="PORT",
+                   help="Prometheus /metrics (default 15692, on --host; 0 = off)")
     p.add_argument("--sync-policy", choices=["batch", "always", "none"],
                    help="message store fsync: batch (group commit, default, safe), always, "
                    "none (no fsync: survives kill -9, not power loss)")

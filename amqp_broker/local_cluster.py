@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
             port = args.base_port + i
             cmd = [sys.executable, "-m", "amqp_broker", "--port", str(port), "--node-name",
                    f"n{i + 1}", "--data-dir", str(base / f"n{i + 1}"), "--cluster-secret",
-                   str(secret), "--log-level", "warning"]
+                   str(secret), "--log-level", "warning",
+                   # one host: each member its own management and Prometheus port
+                   "--management-port", str(15672 + i), "--prometheus-port", str(15692 + i)]
             if i:
                 cmd += ["--seed", f"127.0.0.1:{args.base_port}"]
             procs.append(subprocess.Popen(cmd))

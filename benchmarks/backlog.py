@@ -208,7 +208,8 @@ class BacklogBroker:
         the seconds it took."""
         self.port = free_port()
         cmd = [sys.executable, "-m", "amqp_broker", "--host", HOST, "--port", str(self.port),
-               "--data-dir", str(self.data_dir), "--log-level", "warning", *self.extra_args]
+               "--data-dir", str(self.data_dir), "--log-level", "warning",
+               "--management-port", "0", "--prometheus-port", "0", *self.extra_args]
         t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdin=subprocess.DEVNULL,

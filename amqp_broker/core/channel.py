@@ -69,6 +69,9 @@ class Channel:
         self.n_publish = 0
         self.n_ack = 0
         self.counts_folded = False
+        #: ``core.access.permit``'s cache: the permissions generation at which this channel's
+        #: user was found to be allowed everything in its vhost (-1: not known).
+        self.access_gen = -1
 
     @property
     def deliverable(self) -> bool:

@@ -117,7 +117,7 @@ class Cluster:
         cmd = [sys.executable, "-m", "amqp_broker", "--host", host, "--port", str(member.port),
                "--data-dir", str(member.data_dir), "--node-name", name, "--cluster-secret",
                str(self.secret_file), "--ping-interval", "0.25", "--log-level", "info",
-               *self.extra_args, *args]
+               "--management-port", "0", "--prometheus-port", "0", *self.extra_args, *args]
         if seed is not None:
             cmd += ["--seed", seed.address]
         member.proc = subprocess.Popen(cmd, stdout=open(member.log_path, "a"),

@@ -26,6 +26,7 @@ from routing.errors import InvalidArgument as RoutingInvalidArgument
 from ...protocol import constants as c
 from ...protocol.delivery import encode_get_ok, encode_return, encode_routing
 from ...protocol.errors import ChannelException, ConnectionException
+from ..access import permit
 from ..consumer import ChannelConsumer
 from ..durability import store_key
 from .queue import queue_name
@@ -54,6 +55,7 @@ def consume(ch: Channel, m: cmd.Basic.Consume) -> None:
     exception, as RabbitMQ); 403 when the queue has an exclusive consumer or an exclusive consume
     meets existing consumers; 404/405 from the queue lookup."""
     vhost = ch.vhost
+    permit(ch, "read", "queue", queue_name(ch, m.queue))
     q = vhost.get_queue(queue_name(ch, m.queue), ch.connection)
     tag = m.consumer_tag or ("amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()
                              .rstrip("="))
@@ -124,6 +126,7 @@ def _strip_bcc(msg: Message) -> Message:
 def publish_message(ch: Channel, publish: Publish, header: bytes, body: bytes) -> None:
     """A complete Basic.Publish: check the exchange (404, 403 internal), the expiration property
     (406 when not a non-negative integer), then route and enqueue (or hold it in tx mode)."""
+    permit(ch, "write", "exchange", publish.exchange)
     vhost = ch.vhost
     exchange = vhost.routing.get_exchange(publish.exchange)
     if exchange is None:
@@ -205,6 +208,7 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
 def get(ch: Channel, m: cmd.Basic.Get) -> None:
     """Basic.Get -> Get-Ok + content, or Get-Empty."""
     vhost = ch.vhost
+    permit(ch, "read", "queue", queue_name(ch, m.queue))
     q = vhost.get_queue(queue_name(ch, m.queue), ch.connection)
     if isinstance(q, StreamQueue):  # as RabbitMQ: a connection error
         raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - basic.get not supported "

@@ -10,6 +10,7 @@ from pamqp import commands as cmd
 
 from routing.destination import Destination
 
+from ..access import permit, permit_bind
 from .propagation import reply
 
 if TYPE_CHECKING:
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 
 def declare(ch: Channel, m: cmd.Exchange.Declare) -> None:
     """Exchange.Declare -> Declare-Ok (unless nowait); errors from ``VirtualHost.declare_exchange``."""
+    if not m.passive:
+        permit(ch, "configure", "exchange", m.exchange)
     ch.vhost.declare_exchange(m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
                               auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments)
     reply(ch, m, None if m.nowait else cmd.Exchange.DeclareOk(), local_only=m.passive)
@@ -25,18 +28,21 @@ def declare(ch: Channel, m: cmd.Exchange.Declare) -> None:
 
 def delete(ch: Channel, m: cmd.Exchange.Delete) -> None:
     """Exchange.Delete -> Delete-Ok."""
+    permit(ch, "configure", "exchange", m.exchange)
     ch.vhost.delete_exchange(m.exchange, if_unused=m.if_unused)
     reply(ch, m, None if m.nowait else cmd.Exchange.DeleteOk())
 
 
 def bind(ch: Channel, m: cmd.Exchange.Bind) -> None:
     """Exchange.Bind (source -> destination exchange) -> Bind-Ok."""
+    permit_bind(ch, m.source, "exchange", m.destination)
     ch.vhost.bind(m.source, Destination("exchange", m.destination), m.routing_key, m.arguments)
     reply(ch, m, None if m.nowait else cmd.Exchange.BindOk())
 
 
 def unbind(ch: Channel, m: cmd.Exchange.Unbind) -> None:
     """Exchange.Unbind -> Unbind-Ok."""
+    permit_bind(ch, m.source, "exchange", m.destination)
     ch.vhost.bind(m.source, Destination("exchange", m.destination), m.routing_key, m.arguments,
                   unbind=True)
     reply(ch, m, None if m.nowait else cmd.Exchange.UnbindOk())

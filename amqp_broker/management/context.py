@@ -1,0 +1,120 @@
+"""What the management API and the Prometheus endpoint serve from: the broker, this node's
+listeners, and the message-rate sampler.
+
+``Sampler`` takes a sample of the broker's message totals (``core.stats``) and queue totals every
+``interval`` seconds (RabbitMQ's ``collect_statistics_interval`` is 5 s) and keeps the last
+``keep`` of them; rates are per second between the newest two samples, as RabbitMQ's "basic"
+rates mode. ``sample`` is pure (the timer that calls it lives in ``server``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..core.stats import MessageTotals, message_totals
+
+if TYPE_CHECKING:
+    from ..core.broker import Broker
+
+__all__ = ["Listener", "Management", "Sample", "Sampler", "queue_totals"]
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One listening socket: ``protocol`` ("amqp", "http", "http/prometheus"), host, port."""
+
+    protocol: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """Totals at wall time ``at`` (seconds): message counters and queue message counts."""
+
+    at: float
+    totals: MessageTotals
+    messages: int
+    ready: int
+    unacked: int
+
+
+def queue_totals(broker: Broker) -> tuple[int, int]:
+    """(ready, unacknowledged) messages summed over every queue of every vhost."""
+    ready = unacked = 0
+    for vhost in broker.vhosts.values():
+        for q in vhost.queues.values():
+            ready += q.message_count
+            unacked += q.unacked_count
+    return ready, unacked
+
+
+class Sampler:
+    """The last ``keep`` samples of one broker (see module docstring)."""
+
+    def __init__(self, broker: Broker, interval: float = 5.0, keep: int = 120) -> None:
+        self.broker = broker
+        self.interval = interval
+        self.samples: deque[Sample] = deque(maxlen=keep)
+
+    def sample(self, now: float | None = None) -> Sample:
+        """Take and keep one sample now (``now``: wall seconds, default ``time.time()``)."""
+        ready, unacked = queue_totals(self.broker)
+        s = Sample(time.time() if now is None else now, message_totals(self.broker),
+                   ready + unacked, ready, unacked)
+        self.samples.append(s)
+        return s
+
+    def rates(self) -> dict[str, float]:
+        """Per-second rates between the newest two samples (zeros before there are two):
+        publish, deliver_get, ack, confirm, messages, messages_ready, messages_unacknowledged."""
+        keys = ("publish", "deliver_get", "ack", "confirm", "messages", "messages_ready",
+                "messages_unacknowledged")
+        if len(self.samples) < 2:
+            return dict.fromkeys(keys, 0.0)
+        a, b = self.samples[-2], self.samples[-1]
+        dt = max(b.at - a.at, 1e-9)
+        ta, tb = a.totals, b.totals
+        return {"publish": (tb.publish - ta.publish) / dt,
+                "deliver_get": (tb.deliver_get - ta.deliver_get) / dt,
+                "ack": (tb.ack - ta.ack) / dt, "confirm": (tb.confirm - ta.confirm) / dt,
+                "messages": (b.messages - a.messages) / dt,
+                "messages_ready": (b.ready - a.ready) / dt,
+                "messages_unacknowledged": (b.unacked - a.unacked) / dt}
+
+
+@dataclass
+class Management:
+    """Everything the HTTP apps need: ``broker``, this node's ``listeners``, ``sampler``,
+    ``data_dir`` (for disk figures), ``started_at`` (wall seconds), ``vhost_meta``."""
+
+    broker: Broker
+    listeners: list[Listener] = field(default_factory=list)
+    data_dir: str | None = None
+    sampler: Sampler | None = None
+    started_at: float = field(default_factory=time.time)
+    #: vhost -> (description, tags), from definitions.db and the API
+    vhost_meta: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.sampler is None:
+            self.sampler = Sampler(self.broker)
+        store = self.broker.durability.definitions
+        if store is not None and not self.vhost_meta:
+            self.vhost_meta = {v.name: (v.description, tuple(v.tags))
+                               for v in store.load().vhosts}
+
+    @property
+    def amqp_address(self) -> tuple[str, int]:
+        """(host, port) of the AMQP listener (connection names use it)."""
+        for listener in self.listeners:
+            if listener.protocol == "amqp":
+                return listener.host, listener.port
+        return "127.0.0.1", 5672
+
+    def listener(self, protocol: str) -> Listener | None:
+        """The first listener of ``protocol``, or None."""
+        return next((x for x in self.listeners if x.protocol == protocol), None)

@@ -1,0 +1,115 @@
+"""Serving the management and Prometheus HTTP apps inside the broker's own event loop.
+
+``start(broker, config, tg)`` binds the HTTP listeners at once (so a taken port stops the broker
+at start with an ``OSError``, as RabbitMQ does), then serves them with Hypercorn in ``tg``:
+no extra process or thread, no signal handlers of its own (we pass a shutdown trigger that never
+fires; the broker's task group cancels it). It also starts the rate sampler. A port of 0 in the
+configuration disables that listener. The AMQP port is added to the listeners when known
+(``amqp_ready``). Source: Hypercorn "API usage" (serve with a shutdown_trigger).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from hypercorn.config import Config as HyperConfig
+from starlette.types import ASGIApp
+
+from .context import Listener, Management
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from ..config import Config
+    from ..core.broker import Broker
+
+__all__ = ["start", "amqp_ready", "bind", "serve_http"]
+
+log = logging.getLogger("amqp_broker.management")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: a free port). Raises ``OSError``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _backend() -> str:
+    try:
+        import sniffio  # comes with anyio's and Hypercorn's dependencies
+        return sniffio.current_async_library()
+    except Exception:
+        return "asyncio"
+
+
+async def _never() -> None:
+    await anyio.sleep_forever()
+
+
+async def serve_http(app: ASGIApp, sock: socket.socket) -> None:
+    """Serve ``app`` on the listening ``sock`` (taken over) until cancelled."""
+    config = HyperConfig()
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("amqp_broker.management.http")
+    config.graceful_timeout = 1.0
+    config.keep_alive_timeout = 30.0
+    serve: Any
+    if _backend() == "trio":
+        from hypercorn.trio import serve
+    else:
+        from hypercorn.asyncio import serve
+    await serve(app, config, shutdown_trigger=_never)
+
+
+async def _sampler(mgmt: Management) -> None:
+    sampler = mgmt.sampler
+    assert sampler is not None
+    while True:
+        sampler.sample()
+        await anyio.sleep(sampler.interval)
+
+
+async def start(broker: Broker, config: Config, tg: TaskGroup) -> Management:
+    """Bind and serve the management API (``config.management_port``) and the Prometheus
+    endpoint (``config.prometheus_port``) on ``config.host``; 0 disables either."""
+    from .app import build_app
+    from .prometheus import build_metrics_app
+    mgmt = Management(broker, data_dir=config.data_dir)
+    apps = []
+    if config.management_port:
+        apps.append(("http", config.management_port, build_app))
+    if config.prometheus_port:
+        apps.append(("http/prometheus", config.prometheus_port, build_metrics_app))
+    bound = []
+    try:
+        for _protocol, port, _ in apps:
+            bound.append(bind(config.host, port))
+    except OSError:
+        for sock in bound:
+            sock.close()
+        raise
+    for (protocol, _, build), sock in zip(apps, bound, strict=True):
+        port = sock.getsockname()[1]
+        mgmt.listeners.append(Listener(protocol, config.host, port))
+        log.info("%s listening on http://%s:%s/", "management API" if protocol == "http"
+                 else "prometheus metrics", config.host, port)
+        tg.start_soon(serve_http, build(mgmt), sock)
+    tg.start_soon(_sampler, mgmt)
+    return mgmt
+
+
+def amqp_ready(mgmt: Management, host: str, port: int) -> None:
+    """The AMQP listener is up on ``port``: list it first."""
+    mgmt.listeners.insert(0, Listener("amqp", host, port))

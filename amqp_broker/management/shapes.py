@@ -1,0 +1,193 @@
+"""JSON shapes of the management API's objects, as RabbitMQ 3.x returns them (pure: broker state
+in, dicts out). Source: rabbitmq-management's priv/www/api/index.html ("Management HTTP API"),
+checked against RabbitMQ 3.10's answers: field names and types (counts are integers, rates are
+``{"rate": float}`` under ``<field>_details``, flags are booleans, a missing value is null).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+from typing import TYPE_CHECKING, Any
+
+from routing.binding import Binding
+
+from ..core.access import Account, Grant
+from .direct import is_direct
+
+if TYPE_CHECKING:
+    from queues.queue import Queue
+    from routing.exchange import Exchange
+
+    from ..core.broker import Broker
+    from ..core.channel import Channel
+    from ..core.connection import Connection
+
+__all__ = ["jsonable", "queue_json", "exchange_json", "binding_json", "connection_json",
+           "channel_json", "consumer_json", "connection_name", "user_json", "permission_json", "props_key",
+           "rate", "visible_connections"]
+
+
+def jsonable(value: Any) -> Any:
+    """An AMQP field value as JSON: bytes as UTF-8 text (base64 when not text), Decimal as float,
+    timestamps as seconds, tables and arrays recursively."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(raw).decode("ascii")
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    return value
+
+
+def rate(value: float) -> dict[str, float]:
+    """RabbitMQ's ``*_details`` object."""
+    return {"rate": round(float(value), 1)}
+
+
+def queue_json(broker: Broker, vhost: str, q: Queue, rates: dict[str, float] | None = None,
+               members: list[str] | None = None) -> dict[str, Any]:
+    """A queue as in ``GET /api/queues``: counts, flags, arguments, node, state, consumers, memory
+    (bytes of ready bodies), ``messages_details`` rates; for a replicated queue ``leader``,
+    ``members`` and ``online`` (the nodes of its replicas)."""
+    rates = rates or {}
+    ready = q.message_count
+    unacked = q.unacked_count
+    node = broker.settings.node_name
+    owner = q.exclusive_owner
+    qtype = getattr(q.settings, "queue_type", "classic") or "classic"
+    active = q.active_consumer if getattr(q.settings, "single_active_consumer", False) else None
+    out: dict[str, Any] = {
+        "name": q.name, "vhost": vhost, "type": qtype, "durable": q.durable,
+        "auto_delete": q.auto_delete, "exclusive": owner is not None,
+        "arguments": jsonable(q.arguments or {}), "node": node, "state": "running",
+        "consumers": q.consumer_count, "messages": ready + unacked,
+        "messages_ready": ready, "messages_unacknowledged": unacked,
+        "messages_details": rate(rates.get("messages", 0.0)),
+        "messages_ready_details": rate(rates.get("messages_ready", 0.0)),
+        "messages_unacknowledged_details": rate(rates.get("messages_unacknowledged", 0.0)),
+        "message_bytes": q.message_bytes, "message_bytes_ready": q.message_bytes,
+        "memory": q.message_bytes, "policy": None, "operator_policy": None,
+        "effective_policy_definition": {}, "exclusive_consumer_tag": None,
+        "single_active_consumer_tag": getattr(active, "tag", None),
+        "consumer_utilisation": None, "idle_since": None,
+        "owner_pid_details": ({"name": getattr(owner, "name", "")} if owner is not None else None),
+        "message_stats": {"publish_details": rate(rates.get("publish", 0.0))},
+    }
+    if members is not None:
+        out.update({"leader": members[0] if members else node, "members": members,
+                    "online": members})
+    return out
+
+
+def exchange_json(vhost: str, ex: Exchange) -> dict[str, Any]:
+    """An exchange as in ``GET /api/exchanges`` (the default exchange's name is "")."""
+    return {"name": ex.name, "vhost": vhost, "type": ex.type, "durable": ex.durable,
+            "auto_delete": ex.auto_delete, "internal": ex.internal,
+            "arguments": jsonable(dict(ex.arguments or {})),
+            "user_who_performed_action": "rmq-internal"}
+
+
+def props_key(routing_key: str, arguments: dict | None) -> str:
+    """RabbitMQ's ``properties_key`` naming one binding in URLs: "~" for an empty key without
+    arguments, the key itself without arguments, else key + "~" + a hash of the arguments."""
+    if not arguments:
+        return routing_key or "~"
+    import hashlib
+    digest = hashlib.sha1(repr(sorted(jsonable(arguments).items())).encode()).digest()
+    return f"{routing_key}~{base64.urlsafe_b64encode(digest[:12]).decode().rstrip('=')}"
+
+
+def binding_json(vhost: str, b: Binding) -> dict[str, Any]:
+    """A binding as in ``GET /api/bindings``."""
+    args = dict(b.arguments or {})
+    return {"source": b.source, "vhost": vhost, "destination": b.destination.name,
+            "destination_type": b.destination.kind, "routing_key": b.binding_key,
+            "arguments": jsonable(args), "properties_key": props_key(b.binding_key, args)}
+
+
+def visible_connections(broker: Broker) -> list[Connection]:
+    """Client connections (open or closing), without the API's own in-process ones."""
+    return [c for c in broker.connections.values() if not is_direct(c) and c.vhost is not None]
+
+
+def connection_name(conn: Connection, listen: tuple[str, int]) -> str:
+    """RabbitMQ's connection name: "peer_host:peer_port -> host:port"."""
+    return f"{conn.peer[0]}:{conn.peer[1]} -> {listen[0]}:{listen[1]}"
+
+
+def connection_json(broker: Broker, conn: Connection, now_ms: int,
+                    listen: tuple[str, int]) -> dict[str, Any]:
+    """A connection as in ``GET /api/connections``: name "host:port -> host:port", user, vhost,
+    peer and local addresses, channels, client properties, protocol, state, connected_at (ms)."""
+    host, port = conn.peer
+    name = connection_name(conn, listen)
+    started = now_ms - int((broker.clock() - conn.created_at) * 1000)
+    return {
+        "name": name, "node": broker.settings.node_name, "vhost": conn.vhost.name if conn.vhost
+        else None, "user": conn.user.name if conn.user else None, "peer_host": host,
+        "peer_port": port, "host": listen[0], "port": listen[1], "channels": len(conn.channels),
+        "channel_max": conn.channel_max, "frame_max": conn.frame_max, "timeout": conn.heartbeat,
+        "client_properties": jsonable(conn.client_properties), "protocol": "AMQP 0-9-1",
+        "type": "network", "auth_mechanism": "PLAIN", "ssl": False,
+        "state": "blocked" if conn.blocked else ("running" if conn.is_open else "closing"),
+        "connected_at": started, "send_pend": conn.output_size, "user_who_performed_action":
+        conn.user.name if conn.user else None,
+        "cluster_peer": conn.peer_node,
+    }
+
+
+def channel_json(broker: Broker, conn: Connection, ch: Channel,
+                 listen: tuple[str, int]) -> dict[str, Any]:
+    """A channel as in ``GET /api/channels``: "conn name (n)", counts and its message_stats."""
+    cname = connection_name(conn, listen)
+    return {
+        "name": f"{cname} ({ch.id})", "number": ch.id, "node": broker.settings.node_name,
+        "vhost": ch.vhost.name, "user": conn.user.name if conn.user else None,
+        "connection_details": {"name": cname, "peer_host": conn.peer[0],
+                               "peer_port": conn.peer[1]},
+        "consumer_count": len(ch.consumers), "messages_unacknowledged": len(ch.unacked),
+        "prefetch_count": ch.prefetch, "global_prefetch_count": ch.global_prefetch,
+        "confirm": ch.confirms is not None, "transactional": ch.tx is not None,
+        "state": "closing" if ch.closing else "running",
+        "message_stats": {"publish": ch.n_publish, "ack": ch.n_ack,
+                          "deliver_get": ch.next_delivery_tag - 1,
+                          "confirm": ch.confirms.confirmed if ch.confirms else 0},
+    }
+
+
+def consumer_json(conn: Connection, ch: Channel, consumer: Any,
+                  listen: tuple[str, int]) -> dict[str, Any]:
+    """A consumer as in ``GET /api/consumers``."""
+    cname = connection_name(conn, listen)
+    q = consumer.queue
+    return {"consumer_tag": consumer.tag, "exclusive": consumer.exclusive,
+            "ack_required": not consumer.no_ack, "prefetch_count": consumer.prefetch,
+            "active": True, "activity_status": "up", "arguments": jsonable(consumer.arguments),
+            "queue": {"name": q.name, "vhost": ch.vhost.name},
+            "channel_details": {"name": f"{cname} ({ch.id})", "number": ch.id,
+                                "connection_name": cname, "peer_host": conn.peer[0],
+                                "peer_port": conn.peer[1],
+                                "user": conn.user.name if conn.user else None}}
+
+
+def user_json(account: Account) -> dict[str, Any]:
+    """A user as in ``GET /api/users`` (tags as a list, as RabbitMQ 3.9+)."""
+    return {"name": account.name, "password_hash": account.password_hash,
+            "hashing_algorithm": account.hashing_algorithm, "tags": list(account.tags),
+            "limits": {}}
+
+
+def permission_json(user: str, vhost: str, grant: Grant) -> dict[str, Any]:
+    """A permission as in ``GET /api/permissions``."""
+    return {"user": user, "vhost": vhost, "configure": grant.configure, "write": grant.write,
+            "read": grant.read}

@@ -1,0 +1,17 @@
+"""A Jepsen-style fault-injection harness for amqp-broker clusters (issue 11).
+
+Real brokers, each in its own network namespace; real clients (pika and aio-pika), each pinned to
+one broker, publishing unique ids with confirms and consuming with acks; nemeses that kill,
+pause, partition and flap links; then heal, restart the dead, wait for one view, drain every
+broker, and count: lost (confirmed, never delivered), unexpected (delivered, never published),
+duplicates, and the seconds publishers saw no confirms. The design follows Kyle Kingsbury's
+Jepsen analysis of RabbitMQ (2014) and RabbitMQ's own Jepsen suite (rabbitmq/jepsen).
+
+    python -m interop_tests.faults --nemesis kill --seconds 60 --runs 1 --brokers 3
+
+Modules, one job each: ``netns`` (namespaces, addresses, cuts), ``brokers`` (processes, views),
+``clients_common`` / ``pika_clients`` / ``aio_clients`` (the workload's clients), ``workload``
+(who runs where, queue declare, final drain), ``nemesis`` (faults and their schedule),
+``history`` (the operation log), ``checker`` (history in, counts out; pure), ``runner`` (one run),
+``report`` (summary line, RESULTS.md), ``cli`` (the command). Needs root (``ip netns``).
+"""

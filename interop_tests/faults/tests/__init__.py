@@ -1,0 +1,1 @@
+"""Tests of the fault-injection harness: the pure parts, and short runs of every nemesis."""
