@@ -60,8 +60,8 @@ Sources: Ongaro and Ousterhout 2014 (Raft paper, §5, §7, §8, figure 2); Ongar
 
 from .actions import (
     Action,
-    Apply,
     AppendLog,
+    Apply,
     CommitAdvanced,
     MembershipChanged,
     NotLeader,

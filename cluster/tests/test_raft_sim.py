@@ -95,9 +95,9 @@ def run_seed(seed: int) -> RaftSim:
     next_check = 0.0
     try:
         sim.run_until(rng.uniform(0, 400))
-        for _ in range(rng.randint(3, 8)):
+        for _ in range(rng.randint(3, 7)):
             history.append(f"{sim.now:.0f}: {fault(sim, rng, allow_membership)}")
-            end = sim.now + rng.uniform(50, 700)
+            end = sim.now + rng.uniform(50, 500)
             while sim.now < end:
                 if rng.random() < 0.8:
                     sim.propose(count=rng.randint(1, 3))
