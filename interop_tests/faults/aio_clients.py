@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import aio_pika
 import aio_pika.exceptions
 
-from .clients_common import ClientSettings, IdSource, parse_id
+from .clients_common import ClientSettings, IdSource, record_delivery
 from .history import History
 
 __all__ = ["AioConsumer", "AioLoop", "AioPublisher"]
@@ -67,6 +67,20 @@ async def _connect(url: str, settings: ClientSettings) -> Any:
         CONNECT_TIMEOUT + 1)
 
 
+async def _reconnecting(client: Any, session: Callable[[], Awaitable[None]]) -> None:
+    """Run ``session`` again after each failure (recorded), ``reconnect_delay`` s apart, at most
+    ``max_connects`` times, until the client's stop event is set."""
+    for _ in range(client.settings.max_connects):
+        if client.stop_event.is_set():
+            break
+        try:
+            await session()
+        except Exception as exc:
+            client.history.record("client", client=client.client, event="error",
+                                  error=repr(exc)[:200])
+        await asyncio.sleep(client.settings.reconnect_delay)
+
+
 class AioPublisher:
     """Publishes ids to broker ``url`` at ``settings.rate`` per second with at most
     ``settings.window`` unconfirmed, until ``stop``; ``run()`` is the coroutine."""
@@ -78,15 +92,7 @@ class AioPublisher:
 
     async def run(self) -> None:
         """Connect, publish, reconnect after failures; bounded by ``stop`` and max_connects."""
-        for _ in range(self.settings.max_connects):
-            if self.stop_event.is_set():
-                break
-            try:
-                await self._session()
-            except Exception as exc:
-                self.history.record("client", client=self.client, event="error",
-                                    error=repr(exc)[:200])
-            await asyncio.sleep(self.settings.reconnect_delay)
+        await _reconnecting(self, self._session)
 
     async def _session(self) -> None:
         conn = await _connect(self.url, self.settings)
@@ -144,15 +150,7 @@ class AioConsumer:
 
     async def run(self) -> None:
         """Consume until ``stop``; bounded by max_connects connection attempts."""
-        for _ in range(self.settings.max_connects):
-            if self.stop_event.is_set():
-                break
-            try:
-                await self._session()
-            except Exception as exc:
-                self.history.record("client", client=self.client, event="error",
-                                    error=repr(exc)[:200])
-            await asyncio.sleep(self.settings.reconnect_delay)
+        await _reconnecting(self, self._session)
 
     async def _session(self) -> None:
         conn = await _connect(self.url, self.settings)
@@ -171,12 +169,10 @@ class AioConsumer:
                 pass
 
     async def _on_message(self, message: Any) -> None:
-        ident = parse_id(message.body)
         self.last_delivery = time.monotonic()
         self.deliveries += 1
-        self.history.record("deliver", id=-1 if ident is None else ident, client=self.client,
-                            broker=self.broker, redelivered=bool(message.redelivered),
-                            drain=self.drain)
+        record_delivery(self.history, self.client, self.broker, message.body,
+                        bool(message.redelivered), self.drain)
         if self.settings.ack_delay > 0 and not self.drain:
             await asyncio.sleep(self.settings.ack_delay)
         await message.ack()

@@ -2,7 +2,7 @@
 
     python -m interop_tests.faults [--nemesis NAME ...] [--seconds S] [--runs N]
         [--brokers 3|5] [--queue-type auto|classic|quorum] [--work-dir D] [--keep]
-        [--results FILE | --no-results] [--broker-arg=--sync-policy=none ...]
+        [--results FILE | --no-results] [--json FILE] [--broker-arg=--sync-policy=none ...]
 
 Prints a line per run, then exactly one last line (``report.summary_line``). Exit status: 0 when
 every run was checked, lost nothing, delivered nothing unexpected and drained; 1 otherwise; 2
@@ -14,6 +14,7 @@ harness processes that died are removed at the start.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shlex
 import signal
@@ -65,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="keep every run's files")
     p.add_argument("--results", type=Path, default=REPO / "benchmarks" / "RESULTS.md")
     p.add_argument("--no-results", action="store_true", help="do not touch RESULTS.md")
+    p.add_argument("--json", type=Path, default=None,
+                   help="also write every run's outcome (RunOutcome.as_dict) to this file")
     return p
 
 
@@ -130,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
     finally:
         net.destroy()
+        if args.json is not None:
+            args.json.write_text(json.dumps([o.as_dict() for o in outcomes], indent=2) + "\n")
     print(summary_line(outcomes))
     t = totals(outcomes)
     ok = (t.lost == 0 and t.unexpected == 0 and outcomes and len(outcomes) ==

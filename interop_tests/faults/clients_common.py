@@ -11,7 +11,9 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-__all__ = ["ClientSettings", "IdSource", "parse_id"]
+from .history import History
+
+__all__ = ["ClientSettings", "IdSource", "parse_id", "record_delivery"]
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,11 @@ def parse_id(body: bytes) -> int | None:
         return int(body.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
         return None
+
+
+def record_delivery(history: History, client: str, broker: str, body: bytes, redelivered: bool,
+                    drain: bool) -> None:
+    """Record a ``deliver`` event; a body that is not an id is recorded as id -1 (unexpected)."""
+    ident = parse_id(body)
+    history.record("deliver", id=-1 if ident is None else ident, client=client, broker=broker,
+                   redelivered=redelivered, drain=drain)

@@ -22,7 +22,7 @@ import pika
 import pika.exceptions
 from pika.spec import Basic
 
-from .clients_common import ClientSettings, IdSource, parse_id
+from .clients_common import ClientSettings, IdSource, parse_id, record_delivery
 from .history import History
 
 __all__ = ["PikaConsumer", "PikaPublisher", "connection_parameters"]
@@ -216,12 +216,10 @@ class PikaConsumer(threading.Thread):
                     pass
 
     def _on_message(self, channel: Any, method: Any, props: Any, body: bytes) -> None:
-        ident = parse_id(body)
         self.last_delivery = time.monotonic()
         self.deliveries += 1
-        self.history.record("deliver", id=-1 if ident is None else ident, client=self.client,
-                            broker=self.broker, redelivered=bool(method.redelivered),
-                            drain=self.drain)
+        record_delivery(self.history, self.client, self.broker, body, bool(method.redelivered),
+                        self.drain)
         if self.settings.ack_delay > 0 and not self.drain:
             time.sleep(self.settings.ack_delay)
         channel.basic_ack(method.delivery_tag)
