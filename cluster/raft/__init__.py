@@ -14,6 +14,7 @@ Modules (each owns one job; read ``node`` first):
   ``raftlog``   the in-memory log view of the core (entries after the last snapshot).
   ``storage``   the ``RaftStorage`` protocol and ``MemoryStorage`` (simulator, tests).
   ``disklog``   ``DiskLog``: the on-disk log (format in its docstring), group commit, recovery.
+  ``codec``     ``encode(message) -> bytes`` / ``decode(bytes)`` for peer links.
   ``fifo``      (when present) the queue state machine.
 No module but ``disklog`` does I/O; the core never reads a clock (``now_ms`` comes in).
 

@@ -1,6 +1,7 @@
 """A deterministic simulator of Raft groups (``cluster.raft``) with the invariants checked as it runs.
 
-One seeded ``random.Random`` drives everything: message latency, loss, duplication, reordering,
+Every message goes through the wire codec (``cluster.raft.codec``). One seeded ``random.Random``
+drives everything: message latency, loss, duplication, reordering,
 disk latency (an ``AppendLog`` is durable only after a simulated fsync), crashes that lose what was
 not synced, restarts from ``MemoryStorage``, partitions given as a set of blocked *directed* links
 (symmetric splits, one-way links, rings), and clock skew (each node's clock runs at its own rate
@@ -29,6 +30,7 @@ import random
 from dataclasses import dataclass, field
 
 from cluster.raft import actions as a
+from cluster.raft import codec
 from cluster.raft.messages import EntryKind, Message
 from cluster.raft.node import RaftNode
 from cluster.raft.storage import MemoryStorage
@@ -227,9 +229,12 @@ class RaftSim:
         if (src, dst) in self.blocked or dst in self.crashed or self.rng.random() < net.loss:
             return
         copies = 2 if self.rng.random() < net.dup else 1
+        wire = codec.decode(codec.encode(msg))   # every message through the wire codec
+        if wire != msg:
+            raise InvariantError(f"codec round trip changed {msg}")
         for _ in range(copies):
             delay = self.rng.uniform(*net.latency)
-            self._at(self.now + delay, "deliver", (src, dst, msg))
+            self._at(self.now + delay, "deliver", (src, dst, wire))
 
     # ------------------------------------------------------------------ actions
     def _execute(self, node_id: str, actions: list[a.Action]) -> None:
