@@ -3,6 +3,7 @@
     amqp-broker [run flags]                      parse the configuration and run the broker
     amqp-broker cluster-ca init|issue ...        cluster CA and node certificates (cluster.ca_cli)
     amqp-broker cluster-status --uri ... ...     each broker's cluster view as JSON (cluster_cli)
+    amqp-broker ctl COMMAND ...                  rabbitmqctl's commands over the management API
 
 A first argument naming a subcommand dispatches to it with the rest of the arguments; anything else
 is the broker's own flags (``amqp_broker.config``), so ``amqp-broker --port 5673`` runs as before.
@@ -29,6 +30,12 @@ subcommands (run `amqp-broker SUBCOMMAND --help` for their options):
   amqp-broker cluster-status --uri amqp://HOST:PORT/ [--uri ...]
         print each broker's cluster view (name, view number, members, leader first) as JSON;
         exit 1 when a broker does not answer
+  amqp-broker ctl [--url http://127.0.0.1:15672] [-u USER --password PW] COMMAND [ARGS]
+        rabbitmqctl's common commands over the management HTTP API: list_queues [columns],
+        list_exchanges, list_bindings, list_connections, list_consumers, add_user,
+        delete_user, change_password, set_user_tags, set_permissions [-p VHOST] USER C W R,
+        add_vhost, delete_vhost, export_definitions FILE, import_definitions FILE,
+        close_connection, purge_queue, delete_queue, cluster_status
 """
 
 
@@ -44,10 +51,17 @@ def _cluster_status(argv: list[str]) -> int:
     return cluster_cli.main(argv)
 
 
+def _ctl(argv: list[str]) -> int:
+    """``ctl``: ``amqp_broker.management.ctl.main``."""
+    from .management import ctl
+    return ctl.main(argv)
+
+
 #: subcommand name -> function(argv after the name) returning the exit code
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "cluster-ca": _cluster_ca,
     "cluster-status": _cluster_status,
+    "ctl": _ctl,
 }
 
 

@@ -56,6 +56,9 @@ def cluster_view(mgmt: Management) -> dict[str, Any]:
     props = broker.cluster_properties
     names = list(props.get("cluster_member_names") or [broker.settings.node_name])
     members = list(props.get("cluster_members") or [])
+    if not members:  # not clustered: this node's AMQP address
+        host, port = mgmt.amqp_address
+        members = [f"{host}:{port}"]
     return {"cluster_name": props.get("cluster_name") or broker.settings.cluster_name,
             "view": int(props.get("cluster_view") or 0), "members": members,
             "member_names": names, "leader": names[0] if names else broker.settings.node_name,
