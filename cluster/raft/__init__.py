@@ -15,7 +15,8 @@ Modules (each owns one job; read ``node`` first):
   ``storage``   the ``RaftStorage`` protocol and ``MemoryStorage`` (simulator, tests).
   ``disklog``   ``DiskLog``: the on-disk log (format in its docstring), group commit, recovery.
   ``codec``     ``encode(message) -> bytes`` / ``decode(bytes)`` for peer links.
-  ``fifo``      (when present) the queue state machine.
+  ``fifo``      ``FifoQueue``: the quorum queue's state machine (commands in, effects out: deliver,
+                confirm, reject, dead-letter; delivery-limit, overflow, TTL, SAC, dedup window).
 No module but ``disklog`` does I/O; the core never reads a clock (``now_ms`` comes in).
 
 Driving one replica (the lead's queue-type seam; one ``RaftNode`` per queue per member)::

@@ -1,0 +1,363 @@
+"""The replicated queue's state machine (``rabbit_fifo``-like): commands in, effects out, pure.
+
+Owns: what a quorum queue holds and decides once a command is committed: ready messages in order,
+messages checked out by consumers, delivery counts, the dedup window, max-length/overflow, TTL,
+delivery-limit, single-active-consumer. Every replica applies the same commands in the same order
+and reaches the same state; only the leader's broker *acts* on the effects (deliver, confirm,
+dead-letter). Time comes only inside commands (``now_ms``, stamped by the leader when proposing),
+so replay is deterministic. Must not know: Raft, AMQP frames (headers and bodies are opaque bytes),
+sockets, clocks.
+
+A message is identified by the Raft index of its Enqueue (``msg_id``). Commands (``encode`` /
+``decode`` to the bytes a Raft entry carries)::
+
+    Enqueue(publisher, seq, dedup_key, header, body, now_ms)  -> Confirm | Rejected, maybe Deliver
+    Checkout(consumer, prefetch, now_ms) / Cancel(consumer, now_ms)
+    Settle(consumer, msg_ids) (ack), Return(consumer, msg_ids) (requeue, delivery count + 1),
+    Discard(consumer, msg_ids) (reject without requeue: dead-letter), Expire(now_ms), Purge()
+
+Effects: ``Deliver(consumer, msg_id, header, body, delivery_count)`` (``delivery_count`` > 0 is
+a redelivery: the ``x-delivery-count`` header), ``Confirm(publisher, seq)``, ``Rejected(publisher,
+seq)`` (overflow reject-publish: nack), ``DeadLetter(reason, header, body, delivery_count)`` with
+reason "expired" | "maxlen" | "rejected" | "delivery_limit", ``Purged(count)``.
+
+Sources: RabbitMQ quorum queues documentation (delivery-limit, overflow, single active consumer)
+and ``rabbit_fifo`` (commands and effects); RabbitMQ message deduplication plugin (window).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import OrderedDict, deque
+from dataclasses import asdict, dataclass, field
+
+__all__ = [
+    "FifoConfig", "FifoQueue", "Enqueue", "Checkout", "Cancel", "Settle", "Return", "Discard",
+    "Expire", "Purge", "Command", "Deliver", "Confirm", "Rejected", "DeadLetter", "Purged",
+    "Effect", "encode", "decode",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FifoConfig:
+    """Queue arguments. ``max_length`` / ``max_length_bytes`` (bytes of bodies): None = unbounded;
+    ``overflow``: "drop-head" (dead-letter the oldest) or "reject-publish"; ``delivery_limit``:
+    a message returned more often is dead-lettered; ``message_ttl_ms``; ``single_active_consumer``;
+    ``dedup_window``: how many dedup keys are remembered (0: no deduplication)."""
+
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = "drop-head"
+    delivery_limit: int | None = None
+    message_ttl_ms: int | None = None
+    single_active_consumer: bool = False
+    dedup_window: int = 0
+
+
+# ---------------------------------------------------------------- commands
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """A publish: ``header`` and ``body`` opaque bytes, ``dedup_key`` optional."""
+
+    publisher: str
+    seq: int
+    dedup_key: str | None
+    header: bytes
+    body: bytes
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Checkout:
+    """A consumer attaches with ``prefetch`` (0: unlimited) messages in flight."""
+
+    consumer: str
+    prefetch: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """A consumer goes (cancel or its channel/broker died): its messages return, redelivered."""
+
+    consumer: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Ack: the messages are gone."""
+
+    consumer: str
+    msg_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Return:
+    """Requeue (nack/reject with requeue): back to the head, delivery count + 1."""
+
+    consumer: str
+    msg_ids: tuple[int, ...]
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Discard:
+    """Reject without requeue: dead-lettered with reason "rejected"."""
+
+    consumer: str
+    msg_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """The leader's clock reached ``now_ms``: expire ready messages past their TTL."""
+
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """Drop every ready message."""
+
+
+Command = Enqueue | Checkout | Cancel | Settle | Return | Discard | Expire | Purge
+_TYPES: dict[str, type] = {t.__name__: t for t in
+                           (Enqueue, Checkout, Cancel, Settle, Return, Discard, Expire, Purge)}
+
+
+def encode(cmd: Command) -> bytes:
+    """The bytes of ``cmd`` for a Raft entry (JSON, bytes fields base64)."""
+    data = {k: (base64.b64encode(v).decode() if isinstance(v, bytes) else v)
+            for k, v in asdict(cmd).items()}
+    return json.dumps([type(cmd).__name__, data], separators=(",", ":")).encode()
+
+
+def decode(raw: bytes) -> Command:
+    """The command in ``raw``. Raises ``ValueError`` (``KeyError``/``TypeError`` wrapped)."""
+    try:
+        name, data = json.loads(raw)
+        cls = _TYPES[name]
+        for k in ("header", "body"):
+            if k in data:
+                data[k] = base64.b64decode(data[k])
+        if "msg_ids" in data:
+            data["msg_ids"] = tuple(data["msg_ids"])
+        return cls(**data)  # type: ignore[no-any-return]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a fifo command: {exc}") from exc
+
+
+# ---------------------------------------------------------------- effects
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Send message ``msg_id`` to ``consumer``; ``delivery_count`` > 0 means redelivered."""
+
+    consumer: str
+    msg_id: int
+    header: bytes
+    body: bytes
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    """Publisher confirm (ack) of ``seq``."""
+
+    publisher: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """Publisher nack of ``seq`` (overflow reject-publish)."""
+
+    publisher: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Dead-letter (or drop, without a dead-letter exchange) a message that left the queue."""
+
+    reason: str
+    header: bytes
+    body: bytes
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    """A purge removed ``count`` messages (the Purge-Ok message count)."""
+
+    count: int
+
+
+Effect = Deliver | Confirm | Rejected | DeadLetter | Purged
+
+
+@dataclass(slots=True)
+class _Msg:
+    msg_id: int
+    header: bytes
+    body: bytes
+    expires_at: int | None
+    delivery_count: int = 0
+
+
+@dataclass(slots=True)
+class _Consumer:
+    prefetch: int
+    out: dict[int, _Msg] = field(default_factory=dict)
+
+
+class FifoQueue:
+    """The state machine: ``apply(index, command bytes) -> effects``; ``snapshot()`` /
+    ``restore(data)`` for Raft snapshots (paper §7). Deterministic: the same commands give the
+    same state and effects on every replica."""
+
+    def __init__(self, config: FifoConfig) -> None:
+        self.config = config
+        self.ready: deque[_Msg] = deque()
+        self.ready_bytes = 0
+        self.consumers: OrderedDict[str, _Consumer] = OrderedDict()
+        self.dedup: OrderedDict[str, int] = OrderedDict()
+        self._rr = 0
+
+    # ------------------------------------------------------------------ applying
+    def apply(self, index: int, raw: bytes) -> list[Effect]:
+        """Apply the committed command ``raw`` at Raft ``index``; returns its effects."""
+        return self.apply_command(index, decode(raw))
+
+    def apply_command(self, index: int, cmd: Command) -> list[Effect]:
+        """``apply`` for a decoded command."""
+        out: list[Effect] = []
+        if isinstance(cmd, Enqueue):
+            self._enqueue(index, cmd, out)
+        elif isinstance(cmd, Checkout):
+            self.consumers[cmd.consumer] = self.consumers.get(cmd.consumer) or \
+                _Consumer(cmd.prefetch)
+            self._expire(cmd.now_ms, out)
+        elif isinstance(cmd, Cancel):
+            c = self.consumers.pop(cmd.consumer, None)
+            if c is not None:
+                self._give_back(list(c.out.values()), out)
+        elif isinstance(cmd, Settle | Return | Discard):
+            c = self.consumers.get(cmd.consumer)
+            taken = [m for i in cmd.msg_ids if c is not None
+                     for m in [c.out.pop(i, None)] if m is not None]
+            if isinstance(cmd, Return):
+                self._give_back(taken, out)
+            elif isinstance(cmd, Discard):
+                out.extend(DeadLetter("rejected", m.header, m.body, m.delivery_count)
+                           for m in taken)
+        elif isinstance(cmd, Expire):
+            self._expire(cmd.now_ms, out)
+        elif isinstance(cmd, Purge):
+            out.append(Purged(len(self.ready)))
+            self.ready.clear()
+            self.ready_bytes = 0
+        self._deliver(out)
+        return out
+
+    def _enqueue(self, index: int, cmd: Enqueue, out: list[Effect]) -> None:
+        cfg = self.config
+        self._expire(cmd.now_ms, out)
+        if cmd.dedup_key is not None and cfg.dedup_window:
+            if cmd.dedup_key in self.dedup:
+                out.append(Confirm(cmd.publisher, cmd.seq))   # a duplicate: accepted, not kept
+                return
+            self.dedup[cmd.dedup_key] = index
+            while len(self.dedup) > cfg.dedup_window:
+                self.dedup.popitem(last=False)
+        full = ((cfg.max_length is not None and len(self.ready) >= cfg.max_length)
+                or (cfg.max_length_bytes is not None
+                    and self.ready_bytes + len(cmd.body) > cfg.max_length_bytes))
+        if full and cfg.overflow != "drop-head":
+            out.append(Rejected(cmd.publisher, cmd.seq))
+            return
+        ttl = cfg.message_ttl_ms
+        self.ready.append(_Msg(index, cmd.header, cmd.body,
+                               None if ttl is None else cmd.now_ms + ttl))
+        self.ready_bytes += len(cmd.body)
+        while self.ready and ((cfg.max_length is not None and len(self.ready) > cfg.max_length)
+                              or (cfg.max_length_bytes is not None
+                                  and self.ready_bytes > cfg.max_length_bytes)):
+            self._drop_head("maxlen", out)
+        out.append(Confirm(cmd.publisher, cmd.seq))
+
+    def _drop_head(self, reason: str, out: list[Effect]) -> None:
+        m = self.ready.popleft()
+        self.ready_bytes -= len(m.body)
+        out.append(DeadLetter(reason, m.header, m.body, m.delivery_count))
+
+    def _expire(self, now_ms: int, out: list[Effect]) -> None:
+        while self.ready and self.ready[0].expires_at is not None \
+                and self.ready[0].expires_at <= now_ms:
+            self._drop_head("expired", out)
+
+    def _give_back(self, msgs: list[_Msg], out: list[Effect]) -> None:
+        """Returned messages go back to the head in their original order, counted."""
+        limit = self.config.delivery_limit
+        back = []
+        for m in sorted(msgs, key=lambda m: m.msg_id):
+            m.delivery_count += 1
+            if limit is not None and m.delivery_count > limit:
+                out.append(DeadLetter("delivery_limit", m.header, m.body, m.delivery_count))
+            else:
+                back.append(m)
+        for m in reversed(back):
+            self.ready.appendleft(m)
+            self.ready_bytes += len(m.body)
+
+    def _deliver(self, out: list[Effect]) -> None:
+        """Hand ready messages to consumers with credit: round-robin, or only to the first
+        consumer under single-active-consumer."""
+        if not self.consumers:
+            return
+        names = list(self.consumers)
+        if self.config.single_active_consumer:
+            names = names[:1]
+        idle = 0
+        while self.ready and idle < len(names):
+            name = names[self._rr % len(names)]
+            self._rr += 1
+            c = self.consumers[name]
+            if c.prefetch and len(c.out) >= c.prefetch:
+                idle += 1
+                continue
+            idle = 0
+            m = self.ready.popleft()
+            self.ready_bytes -= len(m.body)
+            c.out[m.msg_id] = m
+            out.append(Deliver(name, m.msg_id, m.header, m.body, m.delivery_count))
+
+    # ------------------------------------------------------------------ queries, snapshots
+    def message_count(self) -> int:
+        """Ready messages (Queue.DeclareOk's message_count)."""
+        return len(self.ready)
+
+    def snapshot(self) -> bytes:
+        """The whole state as bytes (JSON, bodies base64)."""
+        def msg(m: _Msg) -> list:
+            return [m.msg_id, base64.b64encode(m.header).decode(),
+                    base64.b64encode(m.body).decode(), m.expires_at, m.delivery_count]
+        return json.dumps({
+            "ready": [msg(m) for m in self.ready],
+            "consumers": [[n, c.prefetch, [msg(m) for m in c.out.values()]]
+                          for n, c in self.consumers.items()],
+            "dedup": list(self.dedup.items()), "rr": self._rr,
+        }, separators=(",", ":")).encode()
+
+    def restore(self, data: bytes) -> None:
+        """Replace the state with a ``snapshot()``'s."""
+        def msg(x: list) -> _Msg:
+            return _Msg(x[0], base64.b64decode(x[1]), base64.b64decode(x[2]), x[3], x[4])
+        d = json.loads(data)
+        self.ready = deque(msg(x) for x in d["ready"])
+        self.ready_bytes = sum(len(m.body) for m in self.ready)
+        self.consumers = OrderedDict(
+            (n, _Consumer(p, {m.msg_id: m for m in map(msg, out)})) for n, p, out in d["consumers"])
+        self.dedup = OrderedDict((k, v) for k, v in d["dedup"])
+        self._rr = d["rr"]
