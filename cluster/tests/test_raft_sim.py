@@ -7,7 +7,7 @@ transfers, and (in some runs) replicas added and removed, under a steady stream 
 At the end every fault is healed, every crashed node restarted, and every command a leader
 reported committed must be applied at its index by every member.
 
-``RAFT_SIM_RUNS`` (default 1500) sets the number of seeds; ``RAFT_SIM_SEED`` runs one seed.
+``RAFT_SIM_RUNS`` (default 1200) sets the number of seeds; ``RAFT_SIM_SEED`` runs one seed.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from cluster.tests.raft_sim import Net, RaftSim
 
-RUNS = int(os.environ.get("RAFT_SIM_RUNS", "1500"))
+RUNS = int(os.environ.get("RAFT_SIM_RUNS", "1200"))
 CHUNKS = 10
 
 
