@@ -2,8 +2,8 @@
 
 ``start(broker, config, tg)`` binds the HTTP listeners at once (so a taken port stops the broker
 at start with an ``OSError``, as RabbitMQ does), then serves them with Hypercorn in ``tg``:
-no extra process or thread, no signal handlers of its own (we pass a shutdown trigger that never
-fires; the broker's task group cancels it). It also starts the rate sampler. A port of 0 in the
+no extra process or thread, no signal handlers of its own (we pass a shutdown trigger that
+fires when the broker's task group cancels us). It also starts the rate sampler. A port of 0 in the
 configuration disables that listener. The AMQP port is added to the listeners when known
 (``amqp_ready``). Source: Hypercorn "API usage" (serve with a shutdown_trigger).
 """
@@ -53,12 +53,10 @@ def _backend() -> str:
         return "asyncio"
 
 
-async def _never() -> None:
-    await anyio.sleep_forever()
-
-
 async def serve_http(app: ASGIApp, sock: socket.socket) -> None:
-    """Serve ``app`` on the listening ``sock`` (taken over) until cancelled."""
+    """Serve ``app`` on the listening ``sock`` (taken over) until cancelled; then Hypercorn
+    shuts down gracefully (open requests get ``graceful_timeout``), shielded from the
+    cancellation so it never sees a CancelledError in its own task group."""
     config = HyperConfig()
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None
@@ -70,7 +68,18 @@ async def serve_http(app: ASGIApp, sock: socket.socket) -> None:
         from hypercorn.trio import serve
     else:
         from hypercorn.asyncio import serve
-    await serve(app, config, shutdown_trigger=_never)
+    stop = anyio.Event()
+
+    async def run() -> None:
+        with anyio.CancelScope(shield=True):
+            await serve(app, config, shutdown_trigger=stop.wait)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stop.set()
 
 
 async def _sampler(mgmt: Management) -> None:

@@ -9,6 +9,7 @@ const SERIES = [["publish", "#2a7ab0", "Publish"], ["deliver_get", "#3a9a4a", "D
 let auth = sessionStorage.getItem("auth");
 let history = [];
 let last = null;
+let lastQueues = {};                // "vhost/name" -> {at, messages}: per-queue net rate
 let timer = null;
 
 function $(id) { return document.getElementById(id); }
@@ -107,13 +108,20 @@ async function refresh() {
           <td>${esc((cluster.members || [])[i] || "")}</td><td>${i ? "member" : "leader"}</td></tr>`)
           .join("") + "</tbody></table>";
     }
+    const at = Date.now() / 1000, seen = {};
+    const netRate = x => {
+      const key = x.vhost + "/" + x.name, before = lastQueues[key];
+      seen[key] = {at, messages: x.messages};
+      return before ? (x.messages - before.messages) / Math.max(0.001, at - before.at) : 0;
+    };
     fill("queues", queues.map(x => `<tr data-queue="${esc(x.name)}"><td>${esc(x.vhost)}</td>
       <td class="qname">${esc(x.name)}</td><td>${esc(x.type)}</td><td>${features(x)}</td>
       <td>${esc(x.state)}</td>${num(x.messages_ready)}${num(x.messages_unacknowledged)}
       <td class="num qmessages">${esc(x.messages)}</td>${num(x.consumers)}
-      ${num((x.message_stats?.publish_details?.rate ?? 0).toFixed(1))}` +
+      ${num(netRate(x).toFixed(1))}` +
       (x.members ? `<td>leader ${esc(x.leader)}; replicas ${esc(x.members.join(", "))}</td>` : "") +
       "</tr>"));
+    lastQueues = seen;
     fill("connections", conns.map(x => `<tr><td>${esc(x.name)}</td><td>${esc(x.user)}</td>
       <td>${esc(x.vhost)}</td><td>${esc(x.client_properties?.product ?? "")}</td>
       <td>${esc(x.state)}</td>${num(x.channels)}</tr>`));
