@@ -78,11 +78,15 @@ class Brokers:
 
     ``net``: the namespaces (already created); ``base``: the run's directory (data dirs, logs,
     the 64-byte hex secret file); ``extra_args``: more broker flags (e.g. ``--sync-policy
-    none``); ``ping_interval`` in seconds."""
+    none``); ``ping_interval`` in seconds; ``source``: a source tree to run the brokers from
+    (cwd and ``PYTHONPATH``; e.g. a ``git archive`` snapshot, so that edits to the working tree
+    do not change the brokers under a run), default the installed ``amqp_broker``."""
 
     def __init__(self, net: Network, base: Path, history: History,
-                 extra_args: tuple[str, ...] = (), ping_interval: float = 0.25) -> None:
+                 extra_args: tuple[str, ...] = (), ping_interval: float = 0.25,
+                 source: Path | None = None) -> None:
         self.net = net
+        self.source = source
         self.base = base
         self.history = history
         self.extra_args = extra_args
@@ -121,8 +125,12 @@ class Brokers:
         with open(b.log_path, "ab") as log:
             log.write(f"\n==== start {time.strftime('%H:%M:%S')} {' '.join(cmd)}\n".encode())
             log.flush()
-            b.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
+            env = dict(os.environ)
+            if self.source is not None:
+                env["PYTHONPATH"] = str(self.source)
+            b.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                      cwd=self.source, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
         b.paused = False
 
     def start_all(self, timeout: float = 60.0) -> None:

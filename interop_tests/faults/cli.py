@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ping-interval", type=float, default=0.25, help="brokers' ring ping, s")
     p.add_argument("--broker-arg", action="append", default=[],
                    help="extra broker flag, e.g. --broker-arg=--sync-policy=none")
+    p.add_argument("--broker-src", type=Path, default=None,
+                   help="run the brokers from this source tree (e.g. a `git archive HEAD` "
+                        "snapshot; default: the installed amqp_broker)")
     p.add_argument("--seed", type=int, default=None, help="nemesis RNG seed (default: time)")
     p.add_argument("--work-dir", type=Path, default=REPO / "data" / "faults",
                    help="where run directories go (kept ones are named in the output)")
@@ -113,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             for k in range(args.runs):
                 cfg = RunConfig(name, args.seconds, settings, seed + len(outcomes), queue_type,
                                 args.ping_interval, tuple(args.broker_arg), args.fault_s,
-                                args.calm_s, args.keep)
+                                args.calm_s, args.keep,
+                                args.broker_src and args.broker_src.resolve())
                 run_dir = args.work_dir / f"{stamp}-{name}-{k + 1}"
                 outcome = run_once(cfg, net, run_dir)
                 these.append(outcome)

@@ -88,13 +88,20 @@ def run_line(index: int, total: int, o: RunOutcome) -> str:
     return text
 
 
+def _short(path: Path) -> Path:
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def append_results(path: Path, command: str, nemesis: str, queue_type: str, brokers: int,
                    seconds: float, outcomes: Sequence[RunOutcome]) -> None:
     """Add one row for this invocation to ``path``'s fault-injection section (made if absent).
     Raises ``OSError`` when the file cannot be written."""
     runs, confirmed, lost, unexpected, duplicates, unavailable = totals(outcomes)
     passed = sum(1 for o in outcomes if o.passed)
-    kept = ", ".join(f"`{o.run_dir}`" for o in outcomes if o.kept) or "—"
+    kept = ", ".join(f"`{_short(o.run_dir)}`" for o in outcomes if o.kept) or "—"
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")
     row = (f"| {now} | `{command}` | {nemesis} | {queue_type} | {brokers} | {seconds:g} | "
            f"{runs} | {confirmed} | {lost} | {unexpected} | {duplicates} | {unavailable:.1f} | "

@@ -41,7 +41,8 @@ class RunConfig:
     clients, ``seed`` of the nemesis's RNG, ``queue_type`` ``classic``, ``quorum`` or ``auto`` (quorum
     when the broker serves it, else classic), broker ``ping_interval`` (s), ``broker_args`` passed
     to every broker, ``fault_s`` / ``calm_s`` the nemesis cycle (s), ``keep`` the run's files
-    even when it passes, ``agree_timeout`` / ``drain_timeout`` (s) bounds of the final phases."""
+    even when it passes, ``broker_src`` a source tree to run the brokers from (default the
+    installed package), ``agree_timeout`` / ``drain_timeout`` (s) bounds of the final phases."""
 
     nemesis: str
     seconds: float
@@ -53,6 +54,7 @@ class RunConfig:
     fault_s: float = 4.0
     calm_s: float = 3.0
     keep: bool = False
+    broker_src: Path | None = None
     agree_timeout: float = 60.0
     drain_timeout: float = 90.0
 
@@ -114,7 +116,7 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
     run_dir.mkdir(parents=True, exist_ok=True)
     history = History()
     outcome = RunOutcome(cfg.nemesis, run_dir)
-    brokers = Brokers(net, run_dir, history, cfg.broker_args, cfg.ping_interval)
+    brokers = Brokers(net, run_dir, history, cfg.broker_args, cfg.ping_interval, cfg.broker_src)
     monitor = ViewMonitor(brokers, history)
     settings = cfg.settings
     workload = Workload(brokers, settings, history)
