@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
+from pamqp import commands as cmd
 
 from cluster import secret as peer_secret
 from cluster.actions import Timing
@@ -75,7 +77,22 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     def failed(peer: str) -> None:
         driver.send_failed(peer)
 
-    links = PeerLinks(config.node_name, secret, on_failure=failed)
+    def settled(peer: str, method: Any) -> None:  # Basic.Ack / Nack / Reject of a transfer
+        if isinstance(method, cmd.Basic.Ack):
+            outcome = relay.ACK
+        elif isinstance(method, cmd.Basic.Nack) and method.requeue:
+            outcome = relay.REQUEUE
+        else:
+            outcome = relay.REJECT
+        relay.settle_relayed(broker, peer, method.delivery_tag, bool(method.multiple), outcome)
+        broker.run_dispatch()
+
+    def link_down(peer: str) -> None:  # what it had not settled comes back, redelivered
+        if relay.requeue_node(broker, peer):
+            broker.run_dispatch()
+
+    links = PeerLinks(config.node_name, secret, on_failure=failed, on_settle=settled,
+                      on_down=link_down)
     links.start(tg)
     def on_consumers(vhost: str, queue: str, peer: str, count: int) -> None:
         if vhost in broker.vhosts:
@@ -86,6 +103,7 @@ async def start_cluster(broker: Broker, config: Config, port: int,
         for vhost in broker.vhosts.values():
             relay.remove_node(vhost, peer)
             proxies.remove_home(vhost, peer)
+        link_down(peer)
 
     driver = ClusterDriver(node, broker, links,
                            lambda shared: replay_methods(broker, shared, config.node_name),

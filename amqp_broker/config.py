@@ -11,7 +11,8 @@ stay on disk only and are read back as consumers reach them; 0 = keep everything
 disk_free_limit (bytes, default 50000000 as RabbitMQ's disk_free_limit: below this much free space
 on the data directory's file system the disk alarm blocks publishers; 0 = off), management_port
 (int, 15672: the management HTTP API and web page; 0 = off), prometheus_port (int, 15692:
-Prometheus /metrics; 0 = off). Users in TOML as ``[[users]]`` tables with name, password,
+Prometheus /metrics; 0 = off), relay_policy (pass-on | hold:SECONDS | drop, default pass-on:
+what a cluster member does with a relayed message whose queue has no local consumer any more). Users in TOML as ``[[users]]`` tables with name, password,
 vhosts, loopback_only; default guest/guest from loopback only (RabbitMQ "Access Control").
 Raises ``ConfigError`` for an unreadable file, an unknown key or a value of the wrong type.
 """
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, cast
 
-from .core.settings import BrokerSettings, User
+from .core.settings import BrokerSettings, User, parse_relay_policy
 
 __all__ = ["Config", "ConfigError", "load_config", "build_parser", "DEFAULT_DATA_DIR"]
 
@@ -58,6 +59,7 @@ class Config:
     cluster_secret: str = ""
     sync_replies: str = "all"
     ping_interval: float = 0.5
+    relay_policy: str = "pass-on"
     management_port: int = 15672
     prometheus_port: int = 15692
     users: tuple[User, ...] = (User("guest", "guest", ("*",), loopback_only=True),)
@@ -71,7 +73,8 @@ class Config:
                               channel_max=self.channel_max, heartbeat=self.heartbeat,
                               users=self.users, memory_high_watermark_bytes=int(wm),
                               queue_memory_budget=self.queue_memory_budget,
-                              disk_free_limit_bytes=self.disk_free_limit)
+                              disk_free_limit_bytes=self.disk_free_limit,
+                              relay_policy=parse_relay_policy(self.relay_policy))
 
 
 def _total_memory() -> int:
@@ -150,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="members that must confirm a declare/bind/delete before the client is "
                    "answered (default all)")
     p.add_argument("--ping-interval", type=float, help="ring ping interval, s (default 0.5)")
+    p.add_argument("--relay-policy", metavar="pass-on|hold:SECONDS|drop",
+                   help="a message relayed here whose queue has no local consumer any more: give "
+                   "it back to its sender (pass-on, default), hold it SECONDS for a new consumer "
+                   "first, or drop it")
     p.add_argument("--management-port", type=int, metavar="PORT",
                    help="management HTTP API and web page (default 15672, on --host; 0 = off)")
     p.add_argument("--prometheus-port", type=int, metavar="PORT",
@@ -198,6 +205,10 @@ def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = 
                           f"{config.sync_replies!r}")
     if config.queue_memory_budget < 0 or config.disk_free_limit < 0:
         raise ConfigError("queue_memory_budget and disk_free_limit must not be negative")
+    try:
+        parse_relay_policy(config.relay_policy)
+    except ValueError as exc:
+        raise ConfigError(f"relay_policy: {exc}") from None
     if config.sync_policy not in ("batch", "always", "none"):
         raise ConfigError(f"sync_policy: expected batch, always or none, got {config.sync_policy!r}")
     return config

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.tests.processes import Cluster, Member, wait_for
+from cluster.tests.processes import Cluster, Member
 
 ACTION = {"kill": "kill -9", "freeze": "SIGSTOP"}
 
@@ -27,12 +27,7 @@ def kill_run(base: Path, victim: str, ping_interval: float, action: str,
              timeout: float = 15.0) -> KillRun:
     cluster = Cluster.create(base, "--ping-interval", str(ping_interval), "--log-level", "warning")
     try:
-        n2 = cluster.start(2)
-        n3 = cluster.start(3, n2)
-        n4 = cluster.start(4, n2)
-        view = [n2.address, n3.address, n4.address]
-        wait_for(lambda: all(m.members() == view for m in (n2, n3, n4)), 15,
-                 "the three brokers did not agree on one view")
+        n2, n3, n4 = cluster.start_three()
         dead = n2 if victim == "leader" else n4  # the view is ordered, the leader first
         survivors = [m for m in (n2, n3, n4) if m is not dead]
         expected = [m.address for m in survivors]

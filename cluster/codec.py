@@ -34,8 +34,10 @@ back negative and be "unknown". Method ids (fields in wire order, AMQP domains i
  80   Consumers   vhost, queue, node [shortstr], count [long]: *our addition*: node's consumer count
                   on a shared queue, so every broker deals to peers in proportion (proposal
                   "Basic.Consume")
- 90   Relay       vhost, queue [shortstr]: *our addition*: the next Basic.Publish on the channel is a
-                  message dealt to the receiver's consumers of that shared queue
+ 90   Relay       vhost, queue [shortstr], delivery_tag [longlong], redelivered [bit]: *our
+                  addition*: the next Basic.Publish on the channel is a message dealt to the
+                  receiver's consumers of that shared queue; the receiver settles the tag with
+                  Basic.Ack / Nack / Reject on that channel (an acknowledged transfer)
 ====  ==========  ==================================================================================
 
 Members travel as JSON in a longstr rather than a field table because a table is unordered by the
@@ -344,24 +346,33 @@ class Relay(ClusterMethod):
     """Cluster.Relay: the Basic.Publish that follows on this channel is a message dealt to one of
     the receiver's consumers of shared queue ``queue`` of ``vhost`` (proposal "Basic.Publish": "the
     message is relayed"); the publish keeps the original exchange and routing key so the consumer
-    sees them in Basic.Deliver."""
+    sees them in Basic.Deliver. ``delivery_tag`` (> 0, per sending broker, only grows) names the
+    transfer: the receiver settles it with Basic.Ack / Basic.Nack(requeue) / Basic.Reject on the
+    same channel, and until then the message stays the sender's (0: a private queue's relay,
+    never settled). ``redelivered`` is the sender's entry's flag, shown in Basic.Deliver."""
 
-    __slots__: typing.ClassVar[list[str]] = ["vhost", "queue"]
+    __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "delivery_tag", "redelivered"]
     frame_id: typing.ClassVar[int] = 90
     index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 90
     name: typing.ClassVar[str] = "Cluster.Relay"
     _vhost = "shortstr"
     _queue = "shortstr"
+    _delivery_tag = "longlong"
+    _redelivered = "bit"
 
-    def __init__(self, vhost: str = "/", queue: str = "") -> None:
+    def __init__(self, vhost: str = "/", queue: str = "", delivery_tag: int = 0,
+                 redelivered: bool = False) -> None:
         self.vhost = vhost
         self.queue = queue
+        self.delivery_tag = delivery_tag
+        self.redelivered = redelivered
         self.validate()
 
     def validate(self) -> None:
-        """Raises ``ValueError`` for a bad name."""
+        """Raises ``ValueError`` for a bad name or a tag outside 0..2**63-1."""
         _check_shortstr("vhost", self.vhost)
         _check_shortstr("queue", self.queue)
+        _check_view("delivery_tag", self.delivery_tag)
 
 
 METHODS: tuple[type[ClusterMethod], ...] = (Join, Membership, Leave, Suspect, Synch, Ping, Vote,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 Done = Callable[[tuple[int, str] | None], None]
 _PUBLISH = b"\x00\x3c\x00\x28\x00\x00"  # Basic.Publish, ticket 0
+_TAG_BIT = struct.Struct(">QB")  # Cluster.Relay's delivery_tag (longlong) and redelivered (bit)
 RELAY_FRAME_MAX = 131072
 
 
@@ -48,6 +50,9 @@ class LinkSender(Protocol):
 
     def can_send(self, node: str) -> bool:
         """True when the link to ``node`` is up and not backed up."""
+
+    def connect(self, node: str, address: str) -> None:
+        """Open the link to ``node`` unless it is open or opening."""
 
     def send_raw(self, node: str, data: bytes) -> None:
         """Queue encoded frames on the open link to ``node``."""
@@ -111,7 +116,8 @@ class ClusterDriver:
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._buffers: dict[str, list[tuple[Any, bytes]]] = {}
-        self._relay_frames: dict[tuple[str, str], bytes] = {}  # Cluster.Relay frames, encoded once
+        #: Cluster.Relay payloads up to the delivery tag, encoded once per (vhost, queue)
+        self._relay_prefixes: dict[tuple[str, str], bytes] = {}
         self._applied: set[str] = set()
         self.on_view: Callable[[int, a.Members], None] | None = None
 
@@ -127,7 +133,7 @@ class ClusterDriver:
             self._buffers.setdefault(sender, []).append((channel, payload))
             return True
         if isinstance(method, Relay):
-            channel.relay_target = method.queue
+            channel.relay_target = (method.queue, method.delivery_tag, bool(method.redelivered))
             return True
         if isinstance(method, Consumers):
             if self.on_consumers is not None and method.node != self.node.name:
@@ -143,22 +149,34 @@ class ClusterDriver:
                 self.links.send(name, address, Consumers(vhost, queue, self.node.name, count))
 
     def can_relay(self, node: str) -> bool:
-        """True when a message may be dealt to ``node`` now (link up, backlog short)."""
-        return self.links.can_send(node)
+        """True when a message may be dealt to ``node`` now (link up, backlog short); a link
+        that is down is reopened meanwhile (while ``node`` is in the view)."""
+        if self.links.can_send(node):
+            return True
+        for name, address in self.node.members:
+            if name == node:
+                self.links.connect(node, address)
+                break
+        return False
 
-    def relay(self, node: str, vhost: str, queue: str, message: Any) -> None:
-        """Deal ``message`` to ``node``'s consumers of ``queue``: Cluster.Relay, then the message
-        as a Basic.Publish with its original exchange and routing key and its raw content."""
+    def relay(self, node: str, vhost: str, queue: str, message: Any, delivery_tag: int = 0,
+              redelivered: bool = False) -> None:
+        """Deal ``message`` to ``node``'s consumers of ``queue`` as transfer ``delivery_tag``:
+        Cluster.Relay, then the message as a Basic.Publish with its original exchange and routing
+        key and its raw content. The receiver settles the tag (``core.relay``)."""
         routing_raw = message.routing_raw
         if routing_raw is None:
             routing_raw = encode_routing(message.exchange, message.routing_key)
-        relay_frame = self._relay_frames.get((vhost, queue))
-        if relay_frame is None:
-            if len(self._relay_frames) > 4096:
-                self._relay_frames.clear()
-            relay_frame = self._relay_frames[(vhost, queue)] = encode_method(1, Relay(vhost, queue))
+        prefix = self._relay_prefixes.get((vhost, queue))
+        if prefix is None:
+            if len(self._relay_prefixes) > 4096:
+                self._relay_prefixes.clear()
+            # the method frame's payload up to the tag: class, method, vhost, queue
+            prefix = self._relay_prefixes[(vhost, queue)] = encode_method(
+                1, Relay(vhost, queue))[7:-10]
         data = b"".join((
-            relay_frame,
+            encode_frame(c.FRAME_METHOD, 1,
+                         prefix + _TAG_BIT.pack(delivery_tag, 1 if redelivered else 0)),
             encode_frame(c.FRAME_METHOD, 1, _PUBLISH + routing_raw + b"\x00"),
             encode_frame(c.FRAME_HEADER, 1, message.header_payload),
             *(encode_body_frames(1, message.body, RELAY_FRAME_MAX) if message.body else ()),

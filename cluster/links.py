@@ -7,6 +7,8 @@ opens vhost "/" and channel 1, then writes what the driver queues: Cluster metho
 propagated AMQP methods. Replies to propagated methods (Declare-Ok, Bind-Ok, ... or a Channel.Close
 with the member's reply code) come back in order on the same channel and are reported to the
 request's ``on_reply``; after a Channel.Close the channel is reopened and later requests are resent.
+Basic.Ack / Nack / Reject from the member settle messages we relayed to it (``on_settle``); when a
+link's connection ends, ``on_down`` lets the broker take back what it had not settled.
 A link that cannot connect or breaks reports ``send_failed`` to the driver (a suspicion) and fails
 its waiting requests with 320. Must not know: membership rules, the broker core.
 """
@@ -41,6 +43,10 @@ _REPLIES = (cmd.Exchange.DeclareOk, cmd.Exchange.DeleteOk, cmd.Exchange.BindOk,
             cmd.Queue.PurgeOk, cmd.Queue.DeleteOk, cmd.Basic.ConsumeOk, cmd.Basic.CancelOk)
 
 
+#: How a member settles messages we relayed to it (``core.relay``).
+_SETTLES = (cmd.Basic.Ack, cmd.Basic.Nack, cmd.Basic.Reject)
+
+
 class LinkError(Exception):
     """The link could not be opened or broke (handshake refused, socket closed)."""
 
@@ -64,10 +70,18 @@ class PeerLinks:
     """All outgoing links of node ``me``. ``start(task_group)`` before use; ``send`` never blocks.
     ``on_failure(node)`` is called (in the event loop) when a link to ``node`` fails."""
 
-    def __init__(self, me: str, secret: bytes, on_failure: Callable[[str], None]) -> None:
+    def __init__(self, me: str, secret: bytes, on_failure: Callable[[str], None],
+                 on_settle: Callable[[str, Any], None] | None = None,
+                 on_down: Callable[[str], None] | None = None) -> None:
         self.me = me
         self.secret = secret
         self.on_failure = on_failure
+        #: ``on_settle(node, method)``: the member settled relayed messages (Basic.Ack, Nack or
+        #: Reject on channel 1; ``core.relay``).
+        self.on_settle = on_settle
+        #: ``on_down(node)``: a link's connection ended, whatever the reason (what was relayed
+        #: over it and not settled must be taken back).
+        self.on_down = on_down
         self._links: dict[str, _Link] = {}
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -84,6 +98,18 @@ class PeerLinks:
         link.queue.append((method, on_reply))
         link.wake.set()
         if not link.task_running and self._tg is not None and link.address:
+            link.task_running = True
+            self._tg.start_soon(self._run, link)
+
+    def connect(self, node: str, address: str) -> None:
+        """Open the link to ``node`` at ``address`` unless it is open or opening (a relay waits
+        for it: a link that broke is reopened when the next message is due)."""
+        link = self._links.get(node)
+        if link is not None and link.task_running:
+            return
+        if link is None:
+            link = self._links[node] = _Link(node, address)
+        if self._tg is not None and link.address:
             link.task_running = True
             self._tg.start_soon(self._run, link)
 
@@ -144,6 +170,8 @@ class PeerLinks:
             self._fail(link)
             if self._links.get(link.node) is link:
                 del self._links[link.node]
+            if self.on_down is not None:
+                self.on_down(link.node)
             if failed:
                 self.on_failure(link.node)
 
@@ -210,7 +238,10 @@ class PeerLinks:
         try:
             while True:
                 channel, method = await self._read_method(stream, splitter, pending)
-                if isinstance(method, _REPLIES):
+                if isinstance(method, _SETTLES):
+                    if self.on_settle is not None:
+                        self.on_settle(link.node, method)
+                elif isinstance(method, _REPLIES):
                     if link.inflight:
                         _m, cb = link.inflight.popleft()
                         cb(None)

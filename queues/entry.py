@@ -9,12 +9,21 @@ Must not know: channels, delivery tags (the core maps its delivery tags to entri
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from queues.message import Message
 
-__all__ = ["QueueEntry"]
+__all__ = ["Origin", "QueueEntry"]
+
+
+class Origin(Protocol):
+    """Where an entry relayed by another cluster member came from (set by the core): settling
+    the entry is reported there. ``outcome`` is "ack", "requeue" or "reject"."""
+
+    def settle(self, outcome: str) -> None:
+        """Report ``outcome`` to the owner (once; nothing when it cannot be reached)."""
+        ...
 
 
 class QueueEntry:
@@ -32,9 +41,13 @@ class QueueEntry:
       * ``priority`` -- effective priority, ``min(message priority, x-max-priority)``; 0 in a
         non-priority queue ("RabbitMQ: Priority Queue").
       * ``delivery_count`` -- number of times handed out (Basic.Deliver or Basic.GetOk).
+      * ``origin`` -- opaque to the queue: set by the core on an entry that another cluster
+        member relayed here and still owns (``amqp_broker.core.relay_inbox.RelayOrigin``), so
+        settling it is reported back; ``None`` for every ordinary entry.
     """
 
-    __slots__ = ("message", "seq", "redelivered", "expires_at", "priority", "delivery_count")
+    __slots__ = ("message", "seq", "redelivered", "expires_at", "priority", "delivery_count",
+                 "origin")
 
     def __init__(self, message: Message, seq: int, expires_at: int | None = None,
                  priority: int = 0) -> None:
@@ -44,6 +57,7 @@ class QueueEntry:
         self.expires_at = expires_at
         self.priority = priority
         self.delivery_count = 0
+        self.origin: Origin | None = None
 
     def __repr__(self) -> str:
         return (f"QueueEntry(seq={self.seq}, priority={self.priority}, "

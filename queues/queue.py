@@ -393,15 +393,19 @@ class Queue:
         """
         self.requeue_many((entry,))
 
-    def deliver_to(self, consumer: Consumer, message: Message) -> QueueEntry:
+    def deliver_to(self, consumer: Consumer, message: Message,
+                   redelivered: bool = False) -> QueueEntry:
         """Hand ``message`` straight to ``consumer`` (a message relayed by another cluster member
         for one of our consumers): it never waits in the ready list; with an ack-mode consumer it
-        is unacked here like any delivery. Raises ``QueueDeleted``."""
+        is unacked here like any delivery (settle it with ``ack``: a relayed message goes back to
+        its sender, never into this queue). ``redelivered`` is shown to the consumer. Raises
+        ``QueueDeleted``."""
         if self._deleted:
             raise QueueDeleted(self.name)
         seq = self._next_seq
         self._next_seq = seq + 1
         entry = QueueEntry(message, seq)
+        entry.redelivered = redelivered
         self._deliver(consumer, entry)
         return entry
 

@@ -19,6 +19,8 @@ from pamqp import commands as cmd
 
 from .access import AccessControl
 from .durability import Durability
+from .relay import RelayOutbox
+from .relay_inbox import RelayInbox
 from .settings import BrokerSettings
 from .stats import MessageTotals
 from .vhost import VirtualHost
@@ -39,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 # --- the cluster seams' shapes (structural: the cluster package's objects fit them, core never
-# imports it; ``cluster.ports`` documents the same seams from the other side)
+# imports it: these Protocols are the one description of the seams)
 class PeerAuthServer(Protocol):
     """One peer connection's challenge/verify state (``PeerAuth.new_server()``)."""
 
@@ -90,8 +92,10 @@ class RelaySink(Protocol):
         """True while the link to ``node`` takes more."""
         ...
 
-    def relay(self, node: str, vhost: str, queue: str, message: Message) -> None:
-        """Send ``message`` to ``node`` for ``queue`` ("" for a private queue's home)."""
+    def relay(self, node: str, vhost: str, queue: str, message: Message, delivery_tag: int = 0,
+              redelivered: bool = False) -> None:
+        """Send ``message`` to ``node`` for ``queue`` ("" for a private queue's home) as transfer
+        ``delivery_tag`` (0: not settled), with the entry's ``redelivered`` flag."""
         ...
 
 
@@ -125,15 +129,20 @@ class Broker:
         #: replay), False to run the ordinary handler.
         self.peer_handler: PeerHandler | None = None
         #: ``propagate(vhost, method, done)``: send a client's change to every member; ``done(None
-        #: | reason)`` once the reply policy is met. See ``cluster.ports.ClusterHooks``.
+        #: | reason)`` once the reply policy is met. See ``ClusterHooks``.
         self.cluster_hooks: ClusterHooks | None = None
         #: Extra Connection.Start server properties (cluster_view, cluster_members, ...).
         self.cluster_properties: dict = {}
         #: False while a joining node waits for every member's Synch: clients are refused.
         self.accepting_clients = True
         #: Where messages dealt to another member's consumers go (``core.relay``): an object with
-        #: ``can_relay(node) -> bool`` and ``relay(node, vhost, queue, message)``.
+        #: ``can_relay(node) -> bool`` and ``relay(node, vhost, queue, message, tag, redelivered)``.
         self.relay_sink: RelaySink | None = None
+        #: Transfers we relayed and the receivers have not settled (``core.relay``).
+        self.relay_outbox = RelayOutbox()
+        #: Messages other members relayed here, waiting for a local consumer
+        #: (``core.relay_inbox``); its ``policy`` is the relay policy.
+        self.relay_inbox = RelayInbox(self.settings.relay_policy)
 
     def clock_ms(self) -> int:
         """The clock in whole milliseconds (what queues use for TTL)."""
@@ -151,10 +160,14 @@ class Broker:
         self.connections.pop(conn.id, None)
 
     def run_dispatch(self) -> None:
-        """Dispatch every queue marked in ``needs_dispatch`` (possibly marking more)."""
+        """Dispatch every queue marked in ``needs_dispatch`` (possibly marking more); relayed
+        messages waiting for a queue's local consumers go first (``core.relay_inbox``)."""
         pending = self.needs_dispatch
+        inbox = self.relay_inbox
         while pending:
             q = pending.pop()
+            if inbox.waiting and q in inbox.waiting:
+                inbox.drain(self, q)
             q.dispatch()
 
     def tick(self) -> None:
@@ -164,6 +177,8 @@ class Broker:
             conn.tick(now)
         for vhost in self.vhosts.values():
             vhost.tick(now)
+        if self.relay_inbox.waiting:
+            self.relay_inbox.tick(self)
         self.run_dispatch()
 
     # -------------------------------------------------------------------- resource alarms

@@ -23,7 +23,7 @@ from ..protocol.methods import Publish, decode_method, method_ids
 from .confirms import ConfirmTracker
 from .handlers import HANDLERS
 from .handlers.basic import publish_message, settle_unacked
-from .relay import deliver_relayed
+from .relay_inbox import receive_relayed
 from .stats import fold_channel
 
 if TYPE_CHECKING:
@@ -63,8 +63,9 @@ class Channel:
         self.confirms: ConfirmTracker | None = None
         self.tx: list[tuple[str, Any]] | None = None
         self.last_queue = ""  # "the last queue declared on this channel" (spec: empty queue name)
-        #: On a cluster peer link: the shared queue the next Basic.Publish is relayed to.
-        self.relay_target: str | None = None
+        #: On a cluster peer link: (shared queue, delivery tag, redelivered) of the next
+        #: Basic.Publish, a message another member relays to us (Cluster.Relay).
+        self.relay_target: tuple[str, int, bool] | None = None
         #: Message counters for the management API and Prometheus (``core.stats``).
         self.n_publish = 0
         self.n_ack = 0
@@ -148,8 +149,8 @@ class Channel:
             # the named queue's local consumers, never through routing again.
             msg = Message(publish.exchange, publish.routing_key, header, body)
             msg.routing_raw = publish.routing_raw
-            target, self.relay_target = self.relay_target, None
-            deliver_relayed(self.vhost, target, msg)
+            (queue, tag, redelivered), self.relay_target = self.relay_target, None
+            receive_relayed(self.vhost, self, queue, msg, tag, redelivered)
             return
         try:
             publish_message(self, publish, header, body)

@@ -1,45 +1,64 @@
-"""Remote consumers of a shared queue: dealing messages to consumers on other cluster members.
+"""Dealing a shared queue's messages to consumers on other cluster members: the sending side.
 
 Owns ``RelayConsumer``: one object per consumer another broker has on a shared queue (counts come
 from Cluster.Consumers), registered on our copy of the queue like a local consumer, so the queue's
-own round-robin deals to a peer in proportion to its consumer count (Qpid ClusteringHA "Basic.Consume"
-and "Basic.Publish": "deals each message, at the first broker that receives it, round-robin over its
-local consumers and its relay links"). A delivery to it hands the message to the relay sink (the peer
-link) and is final here (no-ack: the receiving broker owns it from then on). Also the receiving side:
-``deliver_relayed`` hands a relayed message to a local consumer, round-robin with its own turn
-(the proposal keeps "the next consumer for application messages and for relayed ones separately"),
-or keeps it in our copy when no local consumer has credit (the "pass on" policy).
+own round-robin deals to a peer in proportion to its consumer count (Qpid ClusteringHA
+"Basic.Consume" / "Basic.Publish": each message is dealt, at the first broker that receives it,
+round-robin over local consumers and relay links). Also ``RelayOutbox``: what we relayed and the
+receiver has not settled yet.
+
+An acknowledged transfer (issue 10, DESIGN.md §4a): a relayed message stays ours -- unacked in our
+queue, still in our message store when persistent -- until the receiver settles its delivery tag.
+The receiver settles when *its consumer* settles (Basic.Ack -> ack here; a requeue, a cancelled or
+closed consumer -> Basic.Nack(requeue) -> back in its original place here, redelivered; a reject ->
+Basic.Reject -> dead-lettered or dropped here by our queue's own rules). We chose settle-on-consumer-
+ack over settle-on-durable-store at the receiver: the message then never depends on the receiver
+surviving -- when the link or the receiving broker dies, everything it had not settled is requeued
+here at once and served by the brokers still up, instead of waiting for the receiver to restart --
+and non-persistent messages get the same guarantee; the price is one settle frame per message on
+the link and our memory for what is in flight (bounded by ``RELAY_WINDOW`` per remote consumer).
+A consumer that acked on the receiver just before it died may see the message again (at least
+once, as with any requeue).
+
 Must not know: links, sockets (the sink is ``broker.relay_sink``: ``can_relay(node) -> bool`` and
-``relay(node, vhost, queue, message)``).
+``relay(node, vhost, queue, message, delivery_tag, redelivered)``).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from .durability import store_key
-from .proxies import route_private
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
-    from queues.message import Message
     from queues.queue import Queue
 
+    from .broker import Broker
     from .vhost import VirtualHost
 
-__all__ = ["RelayConsumer", "set_remote_consumers", "remove_node", "deliver_relayed",
+__all__ = ["RELAY_WINDOW", "ACK", "REQUEUE", "REJECT", "RelayConsumer", "RelayOutbox",
+           "set_remote_consumers", "remove_node", "settle_relayed", "requeue_node",
            "local_consumer_count"]
+
+#: Relayed messages one remote consumer may hold unsettled (the transfer's credit window).
+RELAY_WINDOW = 256
+#: Outcomes a receiver reports for a relayed message.
+ACK, REQUEUE, REJECT = "ack", "requeue", "reject"
 
 
 class RelayConsumer:
-    """One consumer of node ``node`` on ``queue`` (see module docstring)."""
+    """One consumer of node ``node`` on ``queue`` (see module docstring): an ack-mode consumer
+    whose credit is ``RELAY_WINDOW`` unsettled transfers while the link takes more."""
 
     __slots__ = ("tag", "no_ack", "exclusive", "priority", "node", "vhost", "queue", "channel",
-                 "arguments")
+                 "arguments", "unsettled")
 
     def __init__(self, vhost: VirtualHost, queue: Queue, node: str, index: int) -> None:
         self.tag = f"amq.relay-{node}-{index}"
-        self.no_ack = True
+        self.no_ack = False
         self.exclusive = False
         self.priority = 0
         self.node = node
@@ -47,21 +66,115 @@ class RelayConsumer:
         self.queue = queue
         self.channel = None  # not on a channel of ours
         self.arguments: dict[str, Any] = {}
+        self.unsettled = 0
 
     def can_deliver(self) -> bool:
-        """True while the link to the node takes more (it is up and its backlog is short)."""
+        """True while the window has room and the link to the node takes more."""
+        if self.unsettled >= RELAY_WINDOW:
+            return False
         sink = self.vhost.broker.relay_sink
         return sink is not None and sink.can_relay(self.node)
 
     def deliver(self, queue: Queue, entry: QueueEntry) -> None:
-        """Relay the message; a stored persistent message is released from our store."""
-        msg = entry.message
-        sink = self.vhost.broker.relay_sink
+        """Relay the message under a fresh delivery tag; it stays unacked here until settled."""
+        vhost = self.vhost
+        broker = vhost.broker
+        sink = broker.relay_sink
         if sink is None:  # relay consumers exist only while clustering set the sink
             raise AttributeError("'NoneType' object has no attribute 'relay' (no relay_sink)")
-        sink.relay(self.node, self.vhost.name, queue.name, msg)
+        tag = broker.relay_outbox.add(self.node, queue, entry, self)
+        self.unsettled += 1
+        msg = entry.message
         if msg.store_id is not None and queue.durable:
-            self.vhost.broker.durability.forget(store_key(self.vhost.name, queue.name), msg)
+            broker.durability.delivered(store_key(vhost.name, queue.name), msg)
+        sink.relay(self.node, vhost.name, queue.name, msg, tag, entry.redelivered)
+
+
+class RelayOutbox:
+    """Per node, the transfers sent and not settled: delivery tag -> (queue, entry, consumer).
+    Tags grow per broker and are never reused, so a settle meant for an old link cannot hit a
+    new transfer."""
+
+    __slots__ = ("_tags", "_unsettled")
+
+    def __init__(self) -> None:
+        self._tags = itertools.count(1)
+        self._unsettled: dict[str, dict[int, tuple[Queue, QueueEntry, RelayConsumer]]] = {}
+
+    def add(self, node: str, queue: Queue, entry: QueueEntry, consumer: RelayConsumer) -> int:
+        """Record a transfer to ``node``; returns its delivery tag (> 0)."""
+        tag = next(self._tags)
+        per_node = self._unsettled.get(node)
+        if per_node is None:
+            per_node = self._unsettled[node] = {}
+        per_node[tag] = (queue, entry, consumer)
+        return tag
+
+    def unsettled(self, node: str) -> int:
+        """How many transfers to ``node`` wait for their settle."""
+        return len(self._unsettled.get(node, ()))
+
+    def take(self, node: str, tag: int, multiple: bool) -> list[tuple[Queue, QueueEntry,
+                                                                      RelayConsumer]]:
+        """Remove and return the transfers a settle of ``tag`` covers (every tag <= ``tag``
+        with ``multiple``); unknown tags are ignored (settled already, or requeued when a link
+        broke)."""
+        per_node = self._unsettled.get(node)
+        if not per_node:
+            return []
+        if not multiple:
+            item = per_node.pop(tag, None)
+            return [] if item is None else [item]
+        tags = [t for t in per_node if t <= tag]
+        return [per_node.pop(t) for t in tags]
+
+    def take_all(self, node: str) -> list[tuple[Queue, QueueEntry, RelayConsumer]]:
+        """Remove and return every transfer to ``node`` (its link or the node is gone)."""
+        per_node = self._unsettled.pop(node, None)
+        return list(per_node.values()) if per_node else []
+
+
+def settle_relayed(broker: Broker, node: str, tag: int, multiple: bool, outcome: str) -> int:
+    """``node`` settled transfer ``tag`` (and every earlier one with ``multiple``) with
+    ``outcome`` (``ACK``, ``REQUEUE`` or ``REJECT``); returns how many transfers it covered.
+    Ack: the queue forgets the entry and the store its record; requeue: back in its original
+    place, redelivered; reject: dead-lettered or dropped by the queue's rules."""
+    items = broker.relay_outbox.take(node, tag, multiple)
+    _settle(broker, items, outcome)
+    return len(items)
+
+
+def requeue_node(broker: Broker, node: str) -> int:
+    """The link to ``node`` broke, or ``node`` left the view: every transfer it had not settled
+    goes back to its original place, redelivered. Returns how many."""
+    items = broker.relay_outbox.take_all(node)
+    _settle(broker, items, REQUEUE)
+    return len(items)
+
+
+def _settle(broker: Broker, items: list[tuple[Queue, QueueEntry, RelayConsumer]],
+            outcome: str) -> None:
+    needs_dispatch = broker.needs_dispatch
+    requeues: dict[Queue, list[QueueEntry]] = defaultdict(list)
+    stored: dict[Queue, tuple[str, list[int]]] = {}  # queue -> (store key, store ids acked)
+    for q, entry, consumer in items:
+        consumer.unsettled -= 1
+        needs_dispatch.add(q)
+        if outcome == REQUEUE:
+            requeues[q].append(entry)
+        elif outcome == ACK:
+            q.ack(entry)
+            sid = entry.message.store_id
+            if sid is not None and q.durable:
+                if q not in stored:
+                    stored[q] = (store_key(consumer.vhost.name, q.name), [])
+                stored[q][1].append(sid)
+        else:
+            q.reject(entry)
+    for key, ids in stored.values():
+        broker.durability.forget_ids(key, ids)
+    for q, entries in requeues.items():
+        q.requeue_many(entries)
 
 
 def local_consumer_count(queue: Queue) -> int:
@@ -70,7 +183,9 @@ def local_consumer_count(queue: Queue) -> int:
 
 
 def set_remote_consumers(vhost: VirtualHost, queue_name: str, node: str, count: int) -> None:
-    """Make ``node``'s relay consumers on shared queue ``queue_name`` number ``count``."""
+    """Make ``node``'s relay consumers on shared queue ``queue_name`` number ``count``. A removed
+    relay consumer's transfers stay in the outbox: the receiver settles them (or they are
+    requeued when its link goes)."""
     q = vhost.queues.get(queue_name)
     if q is None or q.exclusive_owner is not None:
         return
@@ -83,33 +198,9 @@ def set_remote_consumers(vhost: VirtualHost, queue_name: str, node: str, count: 
 
 
 def remove_node(vhost: VirtualHost, node: str) -> None:
-    """``node`` left the view: drop its relay consumers everywhere."""
+    """``node`` left the view: drop its relay consumers everywhere (``requeue_node`` takes back
+    what it held)."""
     for q in list(vhost.queues.values()):
         for consumer in [c for c in q.consumers()
                          if isinstance(c, RelayConsumer) and c.node == node]:
             q.remove_consumer(consumer)
-
-
-_turns: dict[int, int] = {}
-
-
-def deliver_relayed(vhost: VirtualHost, queue_name: str, message: Message) -> bool:
-    """A message relayed to us for ``queue_name``: to a local consumer with credit (own turn
-    order), else kept in our copy. False when the queue does not exist (the message is dropped)."""
-    if not queue_name:  # for our private queues (proxied on the sender): route it here
-        route_private(vhost, message)
-        return True
-    q = vhost.queues.get(queue_name)
-    if q is None:
-        return False
-    local = [c for c in q.consumers() if not isinstance(c, RelayConsumer)]
-    if local:
-        start = _turns.get(id(q), 0)
-        for i in range(len(local)):
-            consumer = local[(start + i) % len(local)]
-            if consumer.can_deliver():
-                _turns[id(q)] = (start + i + 1) % len(local)
-                q.deliver_to(consumer, message)
-                return True
-    vhost.enqueue(message, {queue_name})
-    return True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["BrokerSettings", "User"]
+__all__ = ["BrokerSettings", "RelayPolicy", "User", "parse_relay_policy"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +20,31 @@ class User:
     password: str
     vhosts: tuple[str, ...] = ("*",)
     loopback_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RelayPolicy:
+    """What to do with a relayed message whose queue has no local consumer: ``kind`` is
+    "pass-on", "hold" (for ``hold_s`` seconds, then pass on) or "drop"."""
+
+    kind: str = "pass-on"
+    hold_s: float = 0.0
+
+
+def parse_relay_policy(text: str) -> RelayPolicy:
+    """``pass-on`` | ``hold:SECONDS`` | ``drop`` -> ``RelayPolicy``; ``ValueError`` otherwise."""
+    text = text.strip()
+    if text in ("pass-on", "drop"):
+        return RelayPolicy(text)
+    kind, sep, seconds = text.partition(":")
+    if kind == "hold" and sep:
+        try:
+            hold = float(seconds)
+        except ValueError:
+            hold = -1.0
+        if hold > 0:
+            return RelayPolicy("hold", hold)
+    raise ValueError(f"relay policy {text!r} is not pass-on, hold:SECONDS (> 0) or drop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +68,5 @@ class BrokerSettings:
     #: on disk only and are read back as consumers need them. 0: no paging (issue 4).
     queue_memory_budget: int = 64 * 1024 * 1024
     disk_free_limit_bytes: int = 0  # free bytes under which the disk alarm is raised; 0: off
+    #: What a relayed message whose queue has no local consumer meets (``core.relay_inbox``).
+    relay_policy: RelayPolicy = field(default_factory=RelayPolicy)

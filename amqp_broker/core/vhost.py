@@ -390,6 +390,8 @@ class VirtualHost:
         if q.durable:
             self.broker.durability.queue_deleted(self.name, q.name)
         self.broker.needs_dispatch.discard(q)
+        if self.broker.relay_inbox.waiting:
+            self.broker.relay_inbox.forget_queue(q)
         return count
 
     def connection_gone(self, conn: Connection) -> None:
@@ -409,6 +411,8 @@ class VirtualHost:
         q.had_consumers = True  # type: ignore[attr-defined]
         q.add_consumer(consumer)
         self._consumers_changed(q)
+        if self.broker.relay_inbox.waiting:  # relayed messages may wait for a consumer
+            self.broker.needs_dispatch.add(q)
 
     def remove_consumer(self, consumer: ChannelConsumer) -> None:
         """Unregister a consumer; an auto-delete queue whose last consumer went is deleted."""
@@ -416,6 +420,8 @@ class VirtualHost:
         q.remove_consumer(consumer)
         self._consumers_changed(q)
         self.touch(q.name)
+        if self.broker.relay_inbox.waiting:  # relayed messages may wait for this queue
+            self.broker.needs_dispatch.add(q)
         if q.auto_delete and q.consumer_count == 0 and self.queues.get(q.name) is q:
             self.delete_queue(q)
 

@@ -127,6 +127,16 @@ class Cluster:
                      20, f"{name} did not come up:\n{member.log_tail()}")
         return member
 
+    def start_three(self, timeout: float = 15.0) -> tuple[Member, Member, Member]:
+        """n2 (the leader), n3 and n4, joined through n2, in one agreed view (bounded)."""
+        n2 = self.start(2)
+        n3 = self.start(3, n2)
+        n4 = self.start(4, n2)
+        view = [n2.address, n3.address, n4.address]
+        wait_for(lambda: all(m.members() == view for m in (n2, n3, n4)), timeout,
+                 "the three brokers did not agree on one view")
+        return n2, n3, n4
+
     def kill(self, member: Member) -> None:
         assert member.proc is not None
         member.proc.kill()

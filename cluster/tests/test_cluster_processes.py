@@ -20,40 +20,21 @@ import pika
 import pytest
 from pamqp import commands
 
-from cluster.tests.processes import Cluster, server_properties, wait_for
+from cluster.tests.processes import server_properties, wait_for
 from interop_tests.rawamqp import RawConnection
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster.create(tmp_path)
-    try:
-        yield c
-    finally:
-        c.stop_all()
-
-
-def _three(cluster: Cluster):
-    n2 = cluster.start(2)
-    n3 = cluster.start(3, n2)
-    n4 = cluster.start(4, n2)
-    expected = [n2.address, n3.address, n4.address]
-    wait_for(lambda: all(m.members() == expected for m in (n2, n3, n4)), 10,
-             "the three brokers did not agree on one view")
-    return n2, n3, n4
-
-
 def test_three_brokers_form_one_ordered_view(cluster):
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
     props = server_properties(n3.host, n3.port)
     assert props["node_name"] == "n3"
     assert props["cluster_member_names"] == ["n2", "n3", "n4"]  # the leader first
 
 
 def test_declarations_propagate_and_a_late_joiner_gets_them(cluster):
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
     conn = n3.connect()
     ch = conn.channel()
     ch.exchange_declare("orders", "topic", durable=True)
@@ -99,7 +80,7 @@ def test_reply_policy_none_answers_at_once_and_still_propagates(cluster):
 
 @pytest.mark.parametrize("victim", ["member", "leader"])
 def test_kill_9_gives_a_new_view_within_2_s_and_survivors_serve(cluster, victim):
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
     dead, survivors = (n4, (n2, n3)) if victim == "member" else (n2, (n3, n4))
     conn = survivors[0].connect()
     ch = conn.channel()
@@ -116,7 +97,7 @@ def test_kill_9_gives_a_new_view_within_2_s_and_survivors_serve(cluster, victim)
 
 
 def test_frozen_broker_is_removed_and_rejoins_after_sigcont(cluster):
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
     cluster.freeze(n4)
     took = wait_for(lambda: n2.members() == [n2.address, n3.address], 10,
                     "a frozen broker was never removed")
@@ -127,13 +108,13 @@ def test_frozen_broker_is_removed_and_rejoins_after_sigcont(cluster):
 
 
 def test_orderly_leave_on_sigterm(cluster):
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
     assert cluster.terminate(n3) == 0
     wait_for(lambda: n2.members() == [n2.address, n4.address], 5, "n3's Leave was not applied")
 
 
 def test_minority_does_not_change_the_view(cluster):
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
     cluster.freeze(n3)
     cluster.freeze(n4)
     time.sleep(3)  # six ping intervals: long enough for any suspicion to act
@@ -199,7 +180,7 @@ def _consume_counts(members_tags, queue: str, total: int, timeout: float = 20.0)
 
 
 def test_shared_queue_deals_fairly_across_brokers(cluster):
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
     setup = n2.connect().channel()
     setup.exchange_declare("jobs-x", "direct")
     setup.queue_declare("jobs")
@@ -221,7 +202,7 @@ def test_shared_queue_deals_fairly_across_brokers(cluster):
 
 
 def test_message_waits_until_a_consumer_appears_on_another_broker(cluster):
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
     ch = n2.connect().channel()
     ch.queue_declare("later")
     ch.confirm_delivery()
@@ -235,7 +216,7 @@ def test_message_waits_until_a_consumer_appears_on_another_broker(cluster):
 
 
 def test_private_queue_is_reached_through_another_broker_and_relayed_once(cluster):
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
     home = n3.connect()
     ch = home.channel()
     ch.exchange_declare("ev", "topic")
@@ -276,7 +257,7 @@ def test_private_queue_is_reached_through_another_broker_and_relayed_once(cluste
 
 
 def test_restarted_broker_rejoins_with_its_durable_state(cluster):
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
     ch = n2.connect().channel()
     ch.exchange_declare("durable-x", "fanout", durable=True)
     cluster.kill(n3)
@@ -295,7 +276,7 @@ def test_aio_pika_clients_on_different_brokers_share_a_queue(cluster):
 
     import aio_pika
 
-    n2, n3, n4 = _three(cluster)
+    n2, n3, n4 = cluster.start_three()
 
     async def scenario() -> list[bytes]:
         producer = await aio_pika.connect(n2.uri)

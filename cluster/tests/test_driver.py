@@ -29,6 +29,9 @@ class Links:
     def can_send(self, node):
         return True
 
+    def connect(self, node, address):
+        pass
+
     def send_raw(self, node, data):
         pass
 

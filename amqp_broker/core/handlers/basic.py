@@ -266,6 +266,11 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
         if consumer is not None:
             consumer.unacked -= 1
             needs_dispatch.add(q)
+        origin = entry.origin
+        if origin is not None:  # relayed by another member, still its: it settles it
+            q.ack(entry)
+            origin.settle("ack" if ack else "requeue" if requeue else "reject")
+            continue
         if ack:
             q.ack(entry)
             sid = entry.message.store_id

@@ -5,7 +5,7 @@ members replied, n set by policy).
 The change travels as the client's own AMQP method (with nowait cleared, so members answer); a
 member applies it through its ordinary handlers. ``reply`` sends the Ok at once when there is no
 cluster, the connection is itself a peer link (no re-propagation), or the change is local only.
-Must not know: links, membership (``broker.cluster_hooks`` is the seam; cluster/ports.py).
+Must not know: links, membership (``broker.cluster_hooks`` is the seam: ``core.broker.ClusterHooks``).
 """
 
 from __future__ import annotations

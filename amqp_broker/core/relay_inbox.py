@@ -1,0 +1,196 @@
+"""Dealing a shared queue's messages to consumers on other cluster members: the receiving side.
+
+A message another member relayed here (Cluster.Relay + Basic.Publish on its peer link, see
+``core.relay``) is still the sender's. We hand it to one of our own consumers of the queue, round-
+robin with a turn of its own (the Qpid proposal keeps "the next consumer for application messages
+and for relayed ones separately"), and report back on the same channel when that consumer settles
+it: Basic.Ack when it acks, Basic.Nack(requeue) when it requeues, cancels or goes away unacked,
+Basic.Reject when it rejects. The message never enters our copy of the queue, so nothing here can
+deal it onwards a second time or lose it: the sender requeues whatever we did not settle if we or
+the link die.
+
+When no local consumer can take it at once it waits in ``RelayInbox`` (bounded by the sender's
+credit window) until one can. When the queue has no local consumer at all -- the one it was dealt
+to has gone -- the broker's relay policy decides (``--relay-policy``, the proposal's three):
+``pass-on`` (default) gives it back to the sender at once (Basic.Nack requeue: redelivered there,
+dealt again), ``hold:SECONDS`` keeps it that long for a new local consumer and then passes it on,
+``drop`` settles it as acked and drops it (the one policy that loses a message, on purpose).
+
+Must not know: links, sockets; replies go out through the peer connection's ``send_method``.
+Source: Qpid ClusteringHA proposal ("Basic.Consume", "Basic.Publish"); issue 10.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as cmd
+
+from .proxies import route_private
+from .relay import RelayConsumer
+from .settings import RelayPolicy
+
+if TYPE_CHECKING:
+    from queues.message import Message
+    from queues.queue import Queue
+
+    from .broker import Broker
+    from .channel import Channel
+    from .vhost import VirtualHost
+
+__all__ = ["RelayOrigin", "RelayInbox", "receive_relayed"]
+
+log = logging.getLogger(__name__)
+
+
+class RelayOrigin:
+    """Where a relayed message came from: the peer link's ``channel`` and the sender's
+    ``delivery_tag``; ``settle(method)`` sends the outcome back once."""
+
+    __slots__ = ("channel", "delivery_tag")
+
+    def __init__(self, channel: Channel, delivery_tag: int) -> None:
+        self.channel = channel
+        self.delivery_tag = delivery_tag
+
+    @property
+    def alive(self) -> bool:
+        """True while the link it came over is open (else the sender has requeued it)."""
+        ch = self.channel
+        return not ch.closing and ch.connection.channels.get(ch.id) is ch
+
+    def settle(self, outcome: str) -> None:
+        """Tell the sender: "ack", "requeue" or "reject" (nothing when the link is gone)."""
+        if not self.alive:
+            return
+        tag = self.delivery_tag
+        if outcome == "ack":
+            method: Any = cmd.Basic.Ack(tag, False)
+        elif outcome == "requeue":
+            method = cmd.Basic.Nack(tag, False, True)
+        else:
+            method = cmd.Basic.Reject(tag, False)
+        self.channel.connection.send_method(self.channel.id, method)
+
+
+class _Waiting:
+    __slots__ = ("message", "origin", "redelivered", "since")
+
+    def __init__(self, message: Message, origin: RelayOrigin, redelivered: bool,
+                 since: float) -> None:
+        self.message = message
+        self.origin = origin
+        self.redelivered = redelivered
+        self.since = since
+
+
+class RelayInbox:
+    """Relayed messages waiting for a local consumer with credit, per queue, plus each queue's
+    turn among its local consumers. ``policy`` is the broker's relay policy."""
+
+    __slots__ = ("policy", "waiting", "_turns")
+
+    def __init__(self, policy: RelayPolicy | None = None) -> None:
+        self.policy = policy or RelayPolicy()
+        self.waiting: dict[Queue, deque[_Waiting]] = {}
+        self._turns: dict[Queue, int] = {}
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self.waiting.values())
+
+    def forget_queue(self, q: Queue) -> None:
+        """``q`` was deleted: what waited for it goes back to its senders (who delete it too)."""
+        self._turns.pop(q, None)
+        for item in self.waiting.pop(q, ()):
+            item.origin.settle("requeue")
+
+    def drain(self, broker: Broker, q: Queue) -> None:
+        """Hand waiting messages of ``q`` to local consumers with credit; apply the policy when
+        it has none at all. Called from ``Broker.run_dispatch`` and the tick."""
+        pending = self.waiting.get(q)
+        if not pending:
+            return
+        local = _local_consumers(q)
+        while pending:
+            item = pending[0]
+            if not item.origin.alive:  # the sender requeued it when the link went
+                pending.popleft()
+                continue
+            if not local:
+                if not self._apply_policy(item, broker.clock()):
+                    break
+                pending.popleft()
+                continue
+            if not self._deliver(q, local, item.message, item.origin, item.redelivered):
+                break
+            pending.popleft()
+        if not pending:
+            del self.waiting[q]
+
+    def tick(self, broker: Broker) -> None:
+        """Held messages past their time are passed on (``hold`` policy)."""
+        for q in list(self.waiting):
+            self.drain(broker, q)
+
+    def receive(self, broker: Broker, q: Queue, message: Message, origin: RelayOrigin,
+                redelivered: bool) -> None:
+        """A relayed message for ``q``: to a local consumer now, else wait or apply the policy."""
+        local = _local_consumers(q)
+        if q not in self.waiting and local and self._deliver(q, local, message, origin,
+                                                             redelivered):
+            return
+        item = _Waiting(message, origin, redelivered, broker.clock())
+        if not local and self._apply_policy(item, item.since):
+            return
+        self.waiting.setdefault(q, deque()).append(item)
+
+    def _apply_policy(self, item: _Waiting, now: float) -> bool:
+        """No local consumer: True when ``item`` was passed on or dropped, False to keep it."""
+        policy = self.policy
+        if policy.kind == "hold" and now - item.since < policy.hold_s:
+            return False
+        if policy.kind == "drop":
+            log.debug("relayed message dropped: no local consumer (relay policy drop)")
+            item.origin.settle("ack")
+        else:
+            item.origin.settle("requeue")
+        return True
+
+    def _deliver(self, q: Queue, local: list[Any], message: Message, origin: RelayOrigin,
+                 redelivered: bool) -> bool:
+        start = self._turns.get(q, 0)
+        n = len(local)
+        for i in range(n):
+            consumer = local[(start + i) % n]
+            if consumer.can_deliver():
+                self._turns[q] = (start + i + 1) % n
+                entry = q.deliver_to(consumer, message, redelivered)
+                if consumer.no_ack:
+                    origin.settle("ack")  # gone from us as it left: the sender may forget it
+                else:
+                    entry.origin = origin
+                return True
+        return False
+
+
+def _local_consumers(q: Queue) -> list[Any]:
+    return [c for c in q.consumers() if not isinstance(c, RelayConsumer)]
+
+
+def receive_relayed(vhost: VirtualHost, channel: Channel, queue_name: str, message: Message,
+                    delivery_tag: int, redelivered: bool) -> None:
+    """A message relayed to us over peer ``channel`` (see module docstring). ``queue_name`` ""
+    is a relay for our private queues (not settled: routed here at once). A shared queue we do
+    not have (deleted meanwhile) gives the message back to the sender."""
+    if not queue_name:
+        route_private(vhost, message)
+        return
+    origin = RelayOrigin(channel, delivery_tag)
+    q = vhost.queues.get(queue_name)
+    if q is None or q.exclusive_owner is not None:
+        origin.settle("requeue")
+        return
+    broker = vhost.broker
+    broker.relay_inbox.receive(broker, q, message, origin, redelivered)
