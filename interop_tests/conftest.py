@@ -8,7 +8,10 @@ RabbitMQ is the specification for our broker, so the whole suite can be pointed 
 
 Fixture API (keep these names stable: other interop test modules use them)
 -------------------------------------------------------------------------
-``broker`` (session scope) -> :class:`Broker`
+``broker`` (session scope, parametrised "ours" / "rabbitmq") -> :class:`Broker`
+    Differential: every test using it runs against our broker (``our_broker``) and against
+    RabbitMQ (``rabbitmq``) and expects the same outcome; our-only checks skip the RabbitMQ run
+    with ``skip_if_rabbitmq``. ``our_broker`` (session scope) is our broker alone:
     ``.host`` ``.port`` ``.uri`` ("amqp://guest:guest@127.0.0.1:PORT/%2F"), ``.data_dir``
     (``Path`` or None when external), ``.pid`` (None when external), ``.log_path``,
     ``.server_properties`` (dict from Connection.Start), ``.product`` ("RabbitMQ", ...),
@@ -24,8 +27,6 @@ Fixture API (keep these names stable: other interop test modules use them)
 ``rabbitmq`` (session scope) -> :class:`Broker`
     RabbitMQ to compare with: ``AMQP_TEST_RABBITMQ_URI`` or a private node started once
     (``interop_tests/rabbitmq_node.py``); skipped with the reason when there is none.
-``either_broker`` (session scope, parametrised "ours" / "rabbitmq") -> :class:`Broker`
-    For differential tests: the same test against both, expecting the same outcome.
 ``unique_name`` (function scope) -> str
     A queue/exchange name unique to this test (test name + uuid), so tests sharing one
     broker don't interfere.
@@ -289,9 +290,22 @@ _SESSION_BROKERS: list[Broker] = []
 _DEATH_NOTES: list[str] = []
 
 
+@pytest.fixture(scope="session", params=["ours", "rabbitmq"])
+def broker(request):
+    """The broker a test talks to, once per param: differential tests (the brief), so every
+    interop test that asserts a behaviour asserts it of RabbitMQ too. "ours": ``our_broker``
+    (or the external AMQP_TEST_URI broker); "rabbitmq": ``rabbitmq``. A test that checks
+    something RabbitMQ does not have skips its RabbitMQ run with ``skip_if_rabbitmq``."""
+    if request.param == "rabbitmq":
+        if os.environ.get(EXTERNAL_ENV):
+            pytest.skip(f"{EXTERNAL_ENV} names the broker under test")
+        return request.getfixturevalue("rabbitmq")
+    return request.getfixturevalue("our_broker")
+
+
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory):
-    """The broker shared by the whole session (external via AMQP_TEST_URI, else our process)."""
+def our_broker(tmp_path_factory):
+    """Our broker shared by the whole session (external via AMQP_TEST_URI, else our process)."""
     uri = os.environ.get(EXTERNAL_ENV)
     if uri:
         yield _external_broker(uri)
@@ -320,13 +334,6 @@ def rabbitmq() -> Broker:
     except RabbitMQUnavailable as exc:
         pytest.skip(str(exc))
     return _external_broker(uri)
-
-
-@pytest.fixture(scope="session", params=["ours", "rabbitmq"])
-def either_broker(request) -> Broker:
-    """Differential tests: the test runs once against our broker (the session ``broker``) and
-    once against RabbitMQ (``rabbitmq``), and asserts the same outcome on both."""
-    return request.getfixturevalue("broker" if request.param == "ours" else "rabbitmq")
 
 
 @pytest.fixture

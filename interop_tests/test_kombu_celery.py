@@ -23,6 +23,7 @@ import time
 import uuid
 
 import pytest
+from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from interop_tests.conftest import REPO_ROOT
@@ -189,9 +190,12 @@ def celery_worker(broker, tmp_path):
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    from interop_tests.celery_app import app
-
-    app.conf.update(broker_url=broker.uri, task_default_queue=queue)
+    # A client app of its own per broker: Celery keeps connections and the rpc:// result
+    # consumer per app, so one app reused for a second broker (the differential run) would
+    # still wait for results on the first. Tasks are sent by name to the worker's app.
+    app = Celery("interop_client", broker=broker.uri, backend="rpc://")
+    app.conf.update(task_default_queue=queue, task_serializer="json", result_serializer="json",
+                    accept_content=["json"])
 
     def log_tail():
         return "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
@@ -216,9 +220,11 @@ def celery_worker(broker, tmp_path):
 
 def test_celery_task_round_trip(celery_worker):
     app, proc, log_tail = celery_worker
-    from interop_tests.celery_app import add, fail
 
-    result = add.delay(2, 3)
+    def add(x, y):
+        return app.send_task("interop.add", (x, y))
+
+    result = add(2, 3)
     try:
         assert result.get(timeout=30) == 5
     except Exception as exc:
@@ -226,7 +232,7 @@ def test_celery_task_round_trip(celery_worker):
                     f"--- worker log ---\n{log_tail()}")  # fmt: skip
     assert result.successful() and result.state == "SUCCESS"
     with pytest.raises(ValueError, match="boom"):
-        fail.delay("boom").get(timeout=30)
-    results = [add.delay(i, i) for i in range(5)]
+        app.send_task("interop.fail", ("boom",)).get(timeout=30)
+    results = [add(i, i) for i in range(5)]
     assert [r.get(timeout=30) for r in results] == [0, 2, 4, 6, 8]
     assert proc.poll() is None, "worker died:\n" + log_tail()

@@ -1,7 +1,7 @@
 """Where RabbitMQ parts from the letter of AMQP 0-9-1 and clients depend on it (issue 9).
 
-Differential: every test runs against our broker and against RabbitMQ (``either_broker``: a
-private RabbitMQ 3.10 node, see ``interop_tests/rabbitmq_node.py``) and asserts the same outcome
+Differential: every test runs against our broker and against RabbitMQ (the ``broker`` fixture is
+parametrised over both; RabbitMQ is a private 3.10 node, see ``interop_tests/rabbitmq_node.py``) and asserts the same outcome
 on both, each with the client library that met the difference:
 
 1. ``Queue.Unbind`` / ``Exchange.Unbind`` of a missing queue, exchange or binding is Unbind-Ok
@@ -62,9 +62,9 @@ def _replies(conn: RawConnection, quiet: float = 0.5) -> list[tuple[int, object]
 
 
 # ---------------------------------------------------------------------------------- 1. unbind
-def test_unbind_of_missing_things_is_unbind_ok(either_broker):
+def test_unbind_of_missing_things_is_unbind_ok(broker):
     queue = _name("q")
-    with _raw(either_broker) as conn:
+    with _raw(broker) as conn:
         conn.send_method(commands.Queue.Unbind(queue=_name("none"), exchange=_name("none"),
                                                routing_key="k"), 1)
         conn.send_method(commands.Exchange.Unbind(destination=_name("none"),
@@ -78,11 +78,11 @@ def test_unbind_of_missing_things_is_unbind_ok(either_broker):
                    (1, "UnbindOk", None), (1, "Close", 403)]  # the default exchange stays 403
 
 
-def test_aio_pika_rpc_pattern_closes_cleanly(either_broker):
+def test_aio_pika_rpc_pattern_closes_cleanly(broker):
     """RPC.close() cancels its consumer (the auto-delete reply queue goes), then unbinds it."""
 
     async def main() -> int:
-        connection = await aio_pika.connect(either_broker.uri)
+        connection = await aio_pika.connect(broker.uri)
         async with connection:
             channel = await connection.channel()
             rpc = await RPC.create(channel)
@@ -102,9 +102,9 @@ def test_aio_pika_rpc_pattern_closes_cleanly(either_broker):
 
 
 # ------------------------------------------------------------------------------ 2. channel_max
-def test_aiormq_opens_channel_65535(either_broker):
+def test_aiormq_opens_channel_65535(broker):
     async def main() -> bool:
-        connection = await aiormq.connect(either_broker.uri)
+        connection = await aiormq.connect(broker.uri)
         try:
             channel = await connection.channel(65535)
             ok = await channel.queue_declare(_name("hi"), auto_delete=True, exclusive=True)
@@ -115,8 +115,8 @@ def test_aiormq_opens_channel_65535(either_broker):
     assert asyncio.run(asyncio.wait_for(main(), 30)) is True
 
 
-def test_one_channel_over_channel_max_is_530(either_broker):
-    with RawConnection(either_broker.host, either_broker.port) as conn:
+def test_one_channel_over_channel_max_is_530(broker):
+    with RawConnection(broker.host, broker.port) as conn:
         conn.send(b"AMQP\x00\x00\x09\x01")
         conn.read_method()
         conn.send_method(commands.Connection.StartOk(
@@ -139,8 +139,8 @@ def test_one_channel_over_channel_max_is_530(either_broker):
 
 # --------------------------------------------------------------------- 3. the default exchange
 @pytest.mark.parametrize("passive", [False, True])
-def test_declaring_the_default_exchange_is_403(either_broker, passive):
-    with pika.BlockingConnection(pika.URLParameters(either_broker.uri)) as connection:
+def test_declaring_the_default_exchange_is_403(broker, passive):
+    with pika.BlockingConnection(pika.URLParameters(broker.uri)) as connection:
         channel = connection.channel()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
             channel.exchange_declare("", "direct", passive=passive)
@@ -151,8 +151,8 @@ def test_declaring_the_default_exchange_is_403(either_broker, passive):
 
 
 # ------------------------------------------------------------------------- 4. Channel.Flow
-def test_client_channel_flow_false_is_540_and_true_is_flow_ok(either_broker):
-    with _raw(either_broker) as conn:
+def test_client_channel_flow_false_is_540_and_true_is_flow_ok(broker):
+    with _raw(broker) as conn:
         conn.send_method(commands.Channel.Flow(active=True), 1)
         assert isinstance(conn.read_method()[1], commands.Channel.FlowOk)
         conn.send_method(commands.Channel.Flow(active=False), 1)
@@ -164,15 +164,15 @@ def test_client_channel_flow_false_is_540_and_true_is_flow_ok(either_broker):
 # ------------------------------------------------------------ 5. reading on after Close-Ok
 @pytest.mark.skipif(NODE is None or not (NODE_DIR / "node_modules" / "amqplib").is_dir(),
                     reason="node and amqplib are installed by interop_tests/setup.sh")
-def test_amqplib_close_with_buffered_publishes_survives(either_broker):
-    result = run_script(either_broker.uri, "close_buffered.js", _name("buffered"), "5")
+def test_amqplib_close_with_buffered_publishes_survives(broker):
+    result = run_script(broker.uri, "close_buffered.js", _name("buffered"), "5")
     assert result["rounds"] == 5 and result["published"] > 250
 
 
-def test_frames_after_close_ok_are_discarded_until_the_client_closes(either_broker):
+def test_frames_after_close_ok_are_discarded_until_the_client_closes(broker):
     """Close, then (before reading Close-Ok) more frames: the broker answers Close-Ok, keeps
     the socket open and sends nothing else until we close it."""
-    with _raw(either_broker) as conn:
+    with _raw(broker) as conn:
         conn.send_method(commands.Connection.Close(reply_code=200, reply_text="bye",
                                                    class_id=0, method_id=0))
         channel, close_ok = conn.read_method()
@@ -186,13 +186,13 @@ def test_frames_after_close_ok_are_discarded_until_the_client_closes(either_brok
 
 
 # ------------------------------------------------------------------------ 6. crossing closes
-def test_channel_close_crossing_the_brokers_close_keeps_the_connection(either_broker):
+def test_channel_close_crossing_the_brokers_close_keeps_the_connection(broker):
     """Go's amqp091: publish to a missing exchange, then Channel.Close at once; the broker's
     Close(404) and ours cross. Each side answers the other's Close with Close-Ok, and the
     connection and its other channels live on."""
     publish = (method_frame(commands.Basic.Publish(exchange=_name("missing"), routing_key="k"), 1)
                + content_header(3, 1) + content_body(b"abc", 1))
-    with _raw(either_broker) as conn:
+    with _raw(broker) as conn:
         conn.send_method(commands.Channel.Open(), 2)
         assert isinstance(conn.read_method()[1], commands.Channel.OpenOk)
         conn.send(publish + method_frame(commands.Channel.Close(
@@ -212,9 +212,9 @@ def test_channel_close_crossing_the_brokers_close_keeps_the_connection(either_br
 
 
 # --------------------------------------------------- 7. Queue.Delete under its own consumer
-def test_kombu_deletes_its_consumed_queue_and_leaves_cleanly(either_broker):
+def test_kombu_deletes_its_consumed_queue_and_leaves_cleanly(broker):
     queue_name = _name("deleted")
-    with kombu.Connection(either_broker.uri.replace("%2F", "/").rstrip("/") + "//") as conn:
+    with kombu.Connection(broker.uri.replace("%2F", "/").rstrip("/") + "//") as conn:
         channel = conn.channel()
         queue = kombu.Queue(queue_name, channel=channel, durable=False)
         queue.declare()
@@ -231,9 +231,9 @@ def test_kombu_deletes_its_consumed_queue_and_leaves_cleanly(either_broker):
         assert kombu.Queue(_name("after"), channel=channel2, auto_delete=True).declare()
 
 
-def test_delete_ok_comes_before_the_consumers_cancel(either_broker):
+def test_delete_ok_comes_before_the_consumers_cancel(broker):
     queue = _name("order")
-    with RawConnection(either_broker.host, either_broker.port) as conn:
+    with RawConnection(broker.host, broker.port) as conn:
         conn.send(b"AMQP\x00\x00\x09\x01")
         conn.read_method()
         conn.send_method(commands.Connection.StartOk(
