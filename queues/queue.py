@@ -48,6 +48,7 @@ from queues.protocols import (
     DiscardCallback,
     PublishResult,
 )
+from queues.queue_type import CLASSIC
 from queues.ready_list import PriorityReadyList, ReadyList
 
 __all__ = ["Consumer", "DeadLetterCallback", "DiscardCallback", "PublishResult", "Queue"]
@@ -133,6 +134,9 @@ class Queue:
         self.dedup: DedupWindow | None = (
             DedupWindow(settings.dedup_cache_size, settings.dedup_cache_ttl, clock)
             if settings.deduplication else None)
+
+    #: What this queue type supports (the queue-type seam, ``queues.queue_type``).
+    capabilities = CLASSIC
 
     # --- counters ---------------------------------------------------------------------------
 
@@ -256,6 +260,11 @@ class Queue:
         if self._consumers:
             self.dispatch()
         return _ROUTED
+
+    def publish_wait(self) -> tuple[object, int] | None:
+        """None: a classic queue's publish is safe at once, or (persistent, durable) once the
+        message store syncs, which the core tracks (``queues.queue_type.QueueType``)."""
+        return None
 
     def _new_entry(self, message: Message) -> QueueEntry:
         """The entry for a message entering now: next seq; expiry (ms, clock) from the lower of

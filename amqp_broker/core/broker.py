@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands as cmd
 
@@ -99,6 +99,21 @@ class RelaySink(Protocol):
         ...
 
 
+class QueueTypeFactory(Protocol):
+    """``Broker.queue_types[name]``: makes the queues of an ``x-queue-type`` the core does not
+    build itself (quorum queues: ``cluster.quorum``, registered by ``amqp_broker.clustering``)."""
+
+    def check_arguments(self, arguments: dict) -> None:
+        """Refuse arguments this type does not take: raises ``queues.errors.InvalidArgument``
+        (the core answers 406, RabbitMQ's "invalid arg" text)."""
+        ...
+
+    def create(self, vhost: VirtualHost, name: str, settings: Any, *, arguments: dict) -> Any:
+        """A new (or recovered) queue of this type, implementing ``queues.queue_type.QueueType``
+        (declared durable, shared, not auto-delete)."""
+        ...
+
+
 class Broker:
     """One broker node. ``clock()`` returns seconds (float, monotonic); ``clock_ms()`` ms (int)."""
 
@@ -138,6 +153,8 @@ class Broker:
         #: Where messages dealt to another member's consumers go (``core.relay``): an object with
         #: ``can_relay(node) -> bool`` and ``relay(node, vhost, queue, message, tag, redelivered)``.
         self.relay_sink: RelaySink | None = None
+        #: Queue types made by a factory of their own (``QueueTypeFactory``), by x-queue-type.
+        self.queue_types: dict[str, QueueTypeFactory] = {}
         #: Transfers we relayed and the receivers have not settled (``core.relay``).
         self.relay_outbox = RelayOutbox()
         #: Messages other members relayed here, waiting for a local consumer

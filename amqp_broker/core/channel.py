@@ -190,6 +190,16 @@ class Channel:
         self.flush_confirms()
         return done
 
+    def advance_safe(self, source: object, up_to: int) -> bool:
+        """``source`` (a replicated queue's group) made every token <= ``up_to`` safe: confirms
+        that waited for it go out. True when none waits on it any more (``SafeWaiter``)."""
+        tracker = self.confirms
+        if tracker is None or self.closing:
+            return True
+        done = tracker.advance(source, up_to)
+        self.flush_confirms()
+        return done
+
     def flush_confirms(self) -> None:
         """Send Basic.Ack/Nack for every settled publish (called once per received chunk)."""
         tracker = self.confirms

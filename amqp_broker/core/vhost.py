@@ -237,13 +237,23 @@ class VirtualHost:
             settings = parse_arguments(arguments)
         except QueueInvalidArgument as exc:
             raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}") from None
-        if settings.queue_type not in SERVED_QUEUE_TYPES:
+        factory = self.broker.queue_types.get(settings.queue_type)
+        if settings.queue_type not in SERVED_QUEUE_TYPES and factory is None:
             raise ChannelException(
                 c.PRECONDITION_FAILED,
                 f"PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue '{name}' in vhost "
                 f"'{self.name}': queue type '{settings.queue_type}' is not served by this broker")
         if settings.queue_type == "stream":
             self._check_stream_declare(name, durable, exclusive, auto_delete, arguments)
+        elif factory is not None:
+            self._check_permanent_shared(name, durable, exclusive, auto_delete)
+            try:
+                factory.check_arguments(arguments or {})
+            except QueueInvalidArgument as exc:
+                raise ChannelException(
+                    c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid arg "
+                    f"'{exc.argument}' for queue '{name}' in vhost '{self.name}': "
+                    f"{exc.reason}") from None
         q = self.create_queue(name, settings, durable=durable, auto_delete=auto_delete,
                               exclusive_owner=conn if exclusive else None, arguments=arguments)
         if exclusive:
@@ -254,9 +264,16 @@ class VirtualHost:
 
     def create_queue(self, name: str, settings: Any, *, durable: bool, auto_delete: bool,
                      exclusive_owner: Connection | None, arguments: dict | None) -> Queue:
-        """Make and register a queue (no checks: declare_queue and recovery do those)."""
+        """Make and register a queue (no checks: declare_queue and recovery do those). A type
+        of ``broker.queue_types`` (quorum queues, set by clustering) is made by its factory."""
         if settings.queue_type == "stream":
             return self._create_stream(name, settings, arguments)  # type: ignore[return-value]
+        factory = self.broker.queue_types.get(settings.queue_type)
+        if factory is not None:
+            made = factory.create(self, name, settings, arguments=dict(arguments or {}))
+            self.queues[name] = made
+            self.routing.add_queue(name)
+            return made
         on_discard = page_in = None
         durability = self.broker.durability
         budget = self.broker.settings.queue_memory_budget
@@ -284,17 +301,24 @@ class VirtualHost:
                    "x-cache-size", "x-cache-ttl", "x-max-age", "x-stream-max-segment-size-bytes")
 
     # ------------------------------------------------------------------------ streams
-    def _check_stream_declare(self, name: str, durable: bool, exclusive: bool, auto_delete: bool,
-                              arguments: dict | None) -> None:
-        """RabbitMQ's refusals of a stream declaration, all 406 ("RabbitMQ: Streams", checked
-        against 3.10): non-durable, exclusive, auto-delete; an argument of another queue type;
-        a malformed x-max-age / x-stream-max-segment-size-bytes."""
+    def _check_permanent_shared(self, name: str, durable: bool, exclusive: bool,
+                                auto_delete: bool) -> None:
+        """406 "invalid property" for a non-durable, exclusive or auto-delete declaration of a
+        queue type that is durable and shared only (streams, quorum queues; RabbitMQ 3.10)."""
         where = f"for queue '{name}' in vhost '{self.name}'"
         for bad, prop in ((not durable, "non-durable"), (exclusive, "exclusive-owner"),
                           (auto_delete, "auto-delete")):
             if bad:
                 raise ChannelException(c.PRECONDITION_FAILED,
                                        f"PRECONDITION_FAILED - invalid property '{prop}' {where}")
+
+    def _check_stream_declare(self, name: str, durable: bool, exclusive: bool, auto_delete: bool,
+                              arguments: dict | None) -> None:
+        """RabbitMQ's refusals of a stream declaration, all 406 ("RabbitMQ: Streams", checked
+        against 3.10): non-durable, exclusive, auto-delete; an argument of another queue type;
+        a malformed x-max-age / x-stream-max-segment-size-bytes."""
+        where = f"for queue '{name}' in vhost '{self.name}'"
+        self._check_permanent_shared(name, durable, exclusive, auto_delete)
         try:
             stream_settings(arguments)
         except QueueInvalidArgument as exc:
@@ -439,13 +463,17 @@ class VirtualHost:
                                       has_headers=True)
         return self.routing.route(msg.exchange, msg.routing_key, None, has_headers=False)
 
-    def enqueue(self, msg: Message, queue_names: set[str]) -> tuple[bool, int | None]:
-        """Put ``msg`` on each named queue. Returns (ok, store_id): ok is False when any queue
-        refused it (x-overflow reject-publish: a Basic.Nack for a confirm-mode publisher);
+    def enqueue(self, msg: Message, queue_names: set[str]
+                ) -> tuple[bool, int | None, list[tuple[Any, int]] | None]:
+        """Put ``msg`` on each named queue. Returns (ok, store_id, waits): ok is False when any
+        queue refused it (x-overflow reject-publish: a Basic.Nack for a confirm-mode publisher);
         store_id is set when the message was written to the message store (persistent, and at
-        least one durable queue), so its confirm waits for the sync that covers it."""
+        least one durable classic queue), so its confirm waits for the sync that covers it;
+        waits lists the ``(source, token)`` replicated queues gave (``publish_wait``), None when
+        there are none."""
         ok = True
         sid = None
+        waits: list[tuple[Any, int]] | None = None
         queues = self.queues
         durability = self.broker.durability
         if durability.store is not None and msg.persistent:
@@ -466,9 +494,15 @@ class VirtualHost:
                     ok = False
                 if sid is not None and q.durable:
                     durability.forget(store_key(self.name, name), msg)
+            elif q.capabilities.replicated:
+                wait = q.publish_wait()
+                if wait is not None:
+                    if waits is None:
+                        waits = []
+                    waits.append(wait)
         if proxied and self.proxies:
             relay_to_homes(self, msg, queue_names)
-        return ok, sid
+        return ok, sid, waits
 
     def _dead_letter(self, message: Message, exchange: str, routing_keys: list[str]) -> None:
         """Route a dead-lettered message (the queue already added x-death) through its DLX with
@@ -483,7 +517,7 @@ class VirtualHost:
             targets |= self.routing.route(exchange, key, headers, has_headers=headers is not None)
         targets = {name for name in targets if not is_death_cycle(name, message)}
         if targets:
-            self.enqueue(message, targets)
+            self.enqueue(message, targets)  # dead letters are not confirmed to anyone
 
     # -------------------------------------------------------------------------- timers
     def tick(self, now: float) -> None:

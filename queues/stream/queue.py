@@ -36,6 +36,7 @@ from ..entry import QueueEntry
 from ..errors import InvalidArgument, QueueDeleted
 from ..message import Message
 from ..protocols import Consumer, PublishResult
+from ..queue_type import STREAM
 from .format import parse_max_age
 from .log import Cursor, StreamLog
 
@@ -186,6 +187,9 @@ class StreamQueue:
         self._deleted = False
         self._unacked = 0
 
+    #: What a stream supports (the queue-type seam, ``queues.queue_type``).
+    capabilities = STREAM
+
     # --- counters -----------------------------------------------------------------------------
     @property
     def message_count(self) -> int:
@@ -254,6 +258,10 @@ class StreamQueue:
         if self._readers:
             self.dispatch()
         return PublishResult.ROUTED
+
+    def publish_wait(self) -> tuple[object, int] | None:
+        """None: the core holds a stream publish's confirm until the log's group commit."""
+        return None
 
     def dispatch(self) -> int:
         """Deliver to every consumer that can take more, each from its own position, in offset

@@ -27,6 +27,7 @@ from ...protocol import constants as c
 from ...protocol.delivery import encode_get_ok, encode_return, encode_routing
 from ...protocol.errors import ChannelException, ConnectionException
 from ..access import permit
+from ..confirms import STORE
 from ..consumer import ChannelConsumer
 from ..durability import store_key
 from .queue import queue_name
@@ -184,10 +185,11 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
                                   60, 40) from None
     ok = True
     sid = None
+    waits = None
     if names:
         if msg.has_headers:
             msg = _strip_bcc(msg)
-        ok, sid = vhost.enqueue(msg, names)
+        ok, sid, waits = vhost.enqueue(msg, names)
     elif mandatory:
         routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
         conn = ch.connection
@@ -198,6 +200,14 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
         streams = vhost.stream_names
         if streams and not streams.isdisjoint(names):  # in a stream log: confirm after its fsync
             vhost.wait_for_stream_sync(ch, confirms.next_seq(), sid, ok)
+        elif waits is not None:  # replicated queues: safe once their groups commit it
+            if sid is not None:
+                waits.append((STORE, sid))
+                vhost.broker.durability.wait_for_sync(ch)
+            confirms.wait(confirms.next_seq(), waits, ok)
+            for source, _token in waits:
+                if source is not STORE:
+                    source.watch(ch)
         elif sid is None:
             confirms.settle(confirms.next_seq(), ok)
         else:  # on disk only after the next group-commit sync
