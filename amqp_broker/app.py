@@ -20,7 +20,6 @@ from .config import Config
 from .core.broker import Broker
 from .core.durability import Durability
 from .core.recovery import recover
-from .core.vhost import settle_stream_confirms
 from .definitions.store import DefinitionsStore
 from .management import persist
 from .management import server as management_server
@@ -146,7 +145,7 @@ async def _stream_syncer(broker: Broker) -> None:
             wake = anyio.Event()
             sync = manager.flush()
             await anyio.to_thread.run_sync(sync.run)
-            settle_stream_confirms(broker, manager.synced(sync))
+            manager.synced(sync)  # the publishers watching it get their confirms
             broker.run_dispatch()
     finally:
         manager.on_dirty = None

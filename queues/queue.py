@@ -48,7 +48,7 @@ from queues.protocols import (
     DiscardCallback,
     PublishResult,
 )
-from queues.queue_type import CLASSIC
+from queues.queue_type import CLASSIC, Journal
 from queues.ready_list import PriorityReadyList, ReadyList
 
 __all__ = ["Consumer", "DeadLetterCallback", "DiscardCallback", "PublishResult", "Queue"]
@@ -69,6 +69,12 @@ class Queue:
     ``auto_delete`` are stored for the core, which decides deletion (auto-delete: when
     ``consumer_count`` drops to 0 and ``had_consumers`` is True; "RabbitMQ: Queues").
 
+    Persistence (the queue-type seam): a durable queue over the message store gets a ``journal``
+    and calls it itself as stored entries move -- ``delivered`` when handed to a consumer that
+    must settle, ``settled`` when they leave for good (ack, no-ack delivery, reject, expiry,
+    max-length, purge, dead-lettering, refusal at publish). ``delete`` does not: the core drops
+    the queue's whole record. Nobody else calls the store for a queue.
+
     Paging (issue 4, "Larger than RAM"): with ``page_in`` (``store_id -> Message | None``, the
     message store's read) and ``memory_budget`` (bytes), a non-priority queue keeps at most about
     ``memory_budget`` ready body bytes in RAM; stored messages beyond it are kept as store ids only
@@ -86,7 +92,7 @@ class Queue:
         "_clock", "_wall_clock", "_dead_letter", "_on_discard",
         "_ready", "_bytes", "_unacked", "_consumers", "_next_seq", "_dispatching", "_deleted",
         "_ttl", "_max_length", "_max_bytes", "_limited", "_drop_head", "_max_priority",
-        "_dlx", "_dlrk", "had_consumers", "dedup",
+        "_dlx", "_dlrk", "had_consumers", "dedup", "_journal",
     )
 
     def __init__(self, name: str, settings: QueueSettings, *, durable: bool = False,
@@ -96,7 +102,7 @@ class Queue:
                  dead_letter: DeadLetterCallback | None = None,
                  on_discard: DiscardCallback | None = None,
                  page_in: Callable[[int], Message | None] | None = None,
-                 memory_budget: int | None = None) -> None:
+                 memory_budget: int | None = None, journal: Journal | None = None) -> None:
         self.name = name
         self.durable = durable
         self.exclusive_owner = exclusive_owner
@@ -107,6 +113,9 @@ class Queue:
         self._wall_clock = wall_clock
         self._dead_letter = dead_letter
         self._on_discard = on_discard
+        #: The queue's persistence (``queues.queue_type.Journal``): told as stored entries are
+        #: delivered and leave; None for a queue whose messages are not stored.
+        self._journal = journal
         self._max_priority = settings.max_priority
         self._ready: ReadyList | PriorityReadyList
         if settings.max_priority is not None:
@@ -229,11 +238,13 @@ class Queue:
         if self._limited and not self._drop_head and self._would_overflow(len(message.body)):
             if self.settings.overflow == OVERFLOW_REJECT_PUBLISH_DLX:
                 self._dead_letter_message(message, REASON_MAXLEN)
+            self._refused(message)
             return _REJECTED
         dedup = self.dedup
         if dedup is not None:
             key = dedup_key(message)
             if key is not None and dedup.check_and_add(key):
+                self._refused(message)
                 return PublishResult.DUPLICATE  # inside the window: dropped, yet confirmed
         entry = self._new_entry(message)
         ready = self._ready
@@ -260,6 +271,11 @@ class Queue:
         if self._consumers:
             self.dispatch()
         return _ROUTED
+
+    def _refused(self, message: Message) -> None:
+        """A stored message this queue did not take: its hold on the stored copy goes."""
+        if self._journal is not None and message.store_id is not None:
+            self._journal.settled((QueueEntry(message, -1),))
 
     def publish_wait(self) -> tuple[object, int] | None:
         """None: a classic queue's publish is safe at once, or (persistent, durable) once the
@@ -314,6 +330,10 @@ class Queue:
         entry.delivery_count += 1
         if not consumer.no_ack:
             self._unacked[entry.seq] = entry
+            if self._journal is not None and entry.message.store_id is not None:
+                self._journal.delivered(entry)
+        elif self._journal is not None and entry.message.store_id is not None:
+            self._journal.settled((entry,))
         consumer.deliver(self, entry)
 
     def dispatch(self) -> int:
@@ -376,6 +396,12 @@ class Queue:
             entry.delivery_count += 1
             if not no_ack:
                 self._unacked[entry.seq] = entry
+            journal = self._journal
+            if journal is not None and entry.message.store_id is not None:
+                if no_ack:
+                    journal.settled((entry,))
+                else:
+                    journal.delivered(entry)
             return entry
         return None
 
@@ -394,6 +420,18 @@ class Queue:
         if self._deleted:
             return
         self._take_unacked(entry)
+        if self._journal is not None and entry.message.store_id is not None:
+            self._journal.settled((entry,))
+
+    def ack_many(self, entries: list[QueueEntry]) -> None:
+        """``ack`` for several entries (one Basic.Ack with ``multiple``): one journal record for
+        all. ``UnknownEntry`` if one is not unacked here (those before it stay acked)."""
+        if self._deleted:
+            return
+        for entry in entries:
+            self._take_unacked(entry)
+        if self._journal is not None:
+            self._journal.settled(entries)
 
     def requeue(self, entry: QueueEntry) -> None:
         """Put an unacked entry back (Basic.Reject/Nack requeue=true, cancel/close with unacked).
@@ -490,6 +528,8 @@ class Queue:
         """
         entries = self._ready.clear()
         self._bytes = 0
+        if self._journal is not None:
+            self._journal.settled(entries)
         for entry in entries:
             self._notify_discard(entry, REASON_PURGED)
         return len(entries)
@@ -573,6 +613,8 @@ class Queue:
         """``entry`` has left the queue for ``reason``: dead-letter it if configured, notify."""
         if self._dlx is not None:
             self._dead_letter_message(entry.message, reason)
+        if self._journal is not None and entry.message.store_id is not None:
+            self._journal.settled((entry,))
         if self._on_discard is not None:
             self._on_discard(entry, reason)
 

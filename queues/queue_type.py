@@ -170,6 +170,10 @@ class QueueType(Protocol):
         """Settle a delivered entry for good."""
         ...
 
+    def ack_many(self, entries: list[QueueEntry]) -> None:
+        """``ack`` for the entries of one Basic.Ack with ``multiple`` (one journal record)."""
+        ...
+
     def requeue_many(self, entries: Iterable[QueueEntry]) -> None:
         """Put delivered entries back in their places, redelivered."""
         ...

@@ -15,7 +15,6 @@ from ..protocol.delivery import (
     encode_deliver_parts,
     encode_routing,
 )
-from .durability import store_key
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
@@ -74,10 +73,6 @@ class ChannelConsumer:
         if not self.no_ack:
             ch.unacked[tag] = (queue, entry, self)
             self.unacked += 1
-            if msg.store_id is not None and queue.durable:
-                ch.vhost.broker.durability.delivered(store_key(ch.vhost.name, queue.name), msg)
-        elif msg.store_id is not None and queue.durable:
-            ch.vhost.broker.durability.forget(store_key(ch.vhost.name, queue.name), msg)
         routing_raw = msg.routing_raw
         if routing_raw is None:
             routing_raw = msg.routing_raw = encode_routing(msg.exchange, msg.routing_key)

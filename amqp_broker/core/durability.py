@@ -2,9 +2,10 @@
 when publisher confirms for them may go out.
 
 Owns the contract with ``queues.store.MessageStore`` (DESIGN.md §5, issue "Durable broker"): a
-persistent message (delivery-mode 2) routed to durable queues is appended once for all of them; every
-way an entry leaves a durable queue (ack, no-ack delivery, reject, dead-letter, expiry, max-length,
-purge, delete) records an ack in the store; a confirm for a stored message is deferred until a
+persistent message (delivery-mode 2) routed to durable queues is appended once for all of them; each
+durable queue then owns its part through its ``QueueJournal`` (the queue-type seam: the queue calls
+it as entries are delivered and leave -- ack, no-ack delivery, reject, dead-letter, expiry,
+max-length, purge; a deleted queue's records go with ``queue_deleted``); a confirm for a stored message is deferred until a
 group-commit sync covers its store id. The fsync itself runs in the I/O layer (a worker thread); it
 tells us with ``synced(durable_id)``. Must not know: sockets, threads, event loops.
 Source: RabbitMQ "Reliability Guide" (confirms mean "persisted to disk" for persistent messages on
@@ -20,6 +21,9 @@ from typing import TYPE_CHECKING
 from queues.store.values import StoreError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from queues.entry import QueueEntry
     from queues.message import Message
     from queues.queue import Queue
     from queues.store.store import MessageStore
@@ -29,7 +33,7 @@ if TYPE_CHECKING:
     from ..definitions.store import DefinitionsStore
     from .channel import Channel
 
-__all__ = ["Durability", "store_key"]
+__all__ = ["Durability", "QueueJournal", "store_key"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,32 @@ log = logging.getLogger(__name__)
 def store_key(vhost: str, queue: str) -> str:
     """The message store's name for ``queue`` of ``vhost`` (queue names are per vhost)."""
     return queue if vhost == "/" else f"{vhost}\x1f{queue}"
+
+
+class QueueJournal:
+    """One durable classic queue's persistence over the shared message store
+    (``queues.queue_type.Journal``): the queue calls it as its stored entries move, so that
+    handlers, consumers and the relay never touch the store. ``key`` is the store's name of the
+    queue (``store_key``)."""
+
+    __slots__ = ("durability", "key")
+
+    def __init__(self, durability: Durability, key: str) -> None:
+        self.durability = durability
+        self.key = key
+
+    def delivered(self, entry: QueueEntry) -> None:
+        """The entry went to a consumer that must settle it: after a crash it comes back
+        redelivered."""
+        store = self.durability.store
+        if store is not None:
+            store.mark_delivered(self.key, entry.message.store_id)  # type: ignore[arg-type]
+
+    def settled(self, entries: Iterable[QueueEntry]) -> None:
+        """The entries left the queue for good: one ack record for all of those stored."""
+        ids = [sid for e in entries if (sid := e.message.store_id) is not None]
+        if ids:
+            self.durability.forget_ids(self.key, ids)
 
 
 class Durability:
@@ -62,6 +92,10 @@ class Durability:
             if self.on_dirty is not None:
                 self.on_dirty()
 
+    def journal(self, key: str) -> QueueJournal | None:
+        """The journal of the durable queue stored as ``key``; None without a message store."""
+        return None if self.store is None else QueueJournal(self, key)
+
     def store_message(self, message: Message, keys: list[str]) -> int:
         """Append ``message`` for the durable queues ``keys`` (``store_key`` names); returns its
         store id (also set as ``message.store_id``). Raises ``OSError`` from the file system."""
@@ -69,12 +103,6 @@ class Durability:
         sid = self.store.append(keys, message)
         self._mark_dirty()
         return sid
-
-    def forget(self, key: str, message: Message) -> None:
-        """The durable queue ``key`` no longer holds ``message`` (acked, dropped, dead-lettered)."""
-        sid = message.store_id
-        if sid is not None and self.store is not None and self.store.ack(key, sid):
-            self._mark_dirty()
 
     def page_in(self, key: str, store_id: int) -> Message | None:
         """Read message ``store_id`` of durable queue ``key`` back from the store (a paged-out
@@ -98,12 +126,6 @@ class Durability:
         """``forget`` for many store ids of one queue at once (one ACK record in the store)."""
         if self.store is not None and self.store.ack_many(key, store_ids):
             self._mark_dirty()
-
-    def delivered(self, key: str, message: Message) -> None:
-        """``message`` was delivered from ``key`` to a consumer that must ack it."""
-        sid = message.store_id
-        if sid is not None and self.store is not None:
-            self.store.mark_delivered(key, sid)
 
     def queue_deleted(self, vhost: str, name: str) -> None:
         """A durable queue was deleted: its definition and every message it held go."""

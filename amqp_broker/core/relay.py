@@ -30,8 +30,6 @@ import itertools
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from .durability import store_key
-
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
     from queues.queue import Queue
@@ -84,10 +82,7 @@ class RelayConsumer:
             raise AttributeError("'NoneType' object has no attribute 'relay' (no relay_sink)")
         tag = broker.relay_outbox.add(self.node, queue, entry, self)
         self.unsettled += 1
-        msg = entry.message
-        if msg.store_id is not None and queue.durable:
-            broker.durability.delivered(store_key(vhost.name, queue.name), msg)
-        sink.relay(self.node, vhost.name, queue.name, msg, tag, entry.redelivered)
+        sink.relay(self.node, vhost.name, queue.name, entry.message, tag, entry.redelivered)
 
 
 class RelayOutbox:
@@ -155,26 +150,19 @@ def requeue_node(broker: Broker, node: str) -> int:
 def _settle(broker: Broker, items: list[tuple[Queue, QueueEntry, RelayConsumer]],
             outcome: str) -> None:
     needs_dispatch = broker.needs_dispatch
-    requeues: dict[Queue, list[QueueEntry]] = defaultdict(list)
-    stored: dict[Queue, tuple[str, list[int]]] = {}  # queue -> (store key, store ids acked)
+    grouped: dict[Queue, list[QueueEntry]] = defaultdict(list)
     for q, entry, consumer in items:
         consumer.unsettled -= 1
         needs_dispatch.add(q)
-        if outcome == REQUEUE:
-            requeues[q].append(entry)
-        elif outcome == ACK:
-            q.ack(entry)
-            sid = entry.message.store_id
-            if sid is not None and q.durable:
-                if q not in stored:
-                    stored[q] = (store_key(consumer.vhost.name, q.name), [])
-                stored[q][1].append(sid)
-        else:
+        if outcome == REJECT:
             q.reject(entry)
-    for key, ids in stored.values():
-        broker.durability.forget_ids(key, ids)
-    for q, entries in requeues.items():
-        q.requeue_many(entries)
+        else:
+            grouped[q].append(entry)
+    for q, entries in grouped.items():
+        if outcome == ACK:
+            q.ack_many(entries)  # the queue's journal forgets the stored copies
+        else:
+            q.requeue_many(entries)
 
 
 def local_consumer_count(queue: Queue) -> int:

@@ -274,23 +274,20 @@ class VirtualHost:
             self.queues[name] = made
             self.routing.add_queue(name)
             return made
-        on_discard = page_in = None
+        page_in = journal = None
         durability = self.broker.durability
         budget = self.broker.settings.queue_memory_budget
         if durable and durability.store is not None:
             key = store_key(self.name, name)
-
-            def on_discard(entry: Any, reason: str, key: str = key) -> None:
-                durability.forget(key, entry.message)
-
+            journal = durability.journal(key)  # the queue owns its part of the store
             if budget:  # stored bodies beyond the budget wait on disk (queues.paged_list)
                 def page_in(store_id: int, key: str = key) -> Message | None:
                     return durability.page_in(key, store_id)
 
         q = Queue(name, settings, durable=durable, exclusive_owner=exclusive_owner,
                   auto_delete=auto_delete, arguments=dict(arguments or {}),
-                  clock=self.broker.clock_ms, dead_letter=self._dead_letter, on_discard=on_discard,
-                  page_in=page_in, memory_budget=budget)
+                  clock=self.broker.clock_ms, dead_letter=self._dead_letter, page_in=page_in,
+                  memory_budget=budget, journal=journal)
         self.queues[name] = q
         self.routing.add_queue(name)
         return q
@@ -345,23 +342,11 @@ class VirtualHost:
                                               max_bytes=ss.max_bytes, max_age_ms=ss.max_age_ms)
         q = StreamQueue(name, settings, log_, arguments=dict(arguments or {}),
                         clock=self.broker.clock_ms)
+        q.safe_source = self.stream_manager()  # its publishes are safe after the group commit
         self.queues[name] = q  # type: ignore[assignment]
         self.stream_names.add(name)
         self.routing.add_queue(name)
         return q
-
-    def wait_for_stream_sync(self, ch: Any, seq: int, sid: int | None, ok: bool) -> None:
-        """Publish ``seq`` of confirm-mode channel ``ch`` went to a stream: its confirm waits for
-        the stream group commit (and, when ``sid`` is set, for the message store's sync too).
-        Without a running stream syncer it is settled at once."""
-        manager = self.stream_manager()
-        if manager.syncing:
-            manager.wait((ch, seq, sid, ok))
-        elif sid is None:
-            ch.confirms.settle(seq, ok)
-        else:
-            ch.confirms.defer(seq, sid, ok)
-            self.broker.durability.wait_for_sync(ch)
 
     def _check_equivalent_args(self, name: str, have: dict, got: dict) -> None:
         for key in self._EQUIV_ARGS:
@@ -469,17 +454,19 @@ class VirtualHost:
         queue refused it (x-overflow reject-publish: a Basic.Nack for a confirm-mode publisher);
         store_id is set when the message was written to the message store (persistent, and at
         least one durable classic queue), so its confirm waits for the sync that covers it;
-        waits lists the ``(source, token)`` replicated queues gave (``publish_wait``), None when
-        there are none."""
+        waits lists the ``(source, token)`` the other queue types gave (``publish_wait``: a
+        stream's group commit, a replicated queue's group), None when there are none."""
         ok = True
         sid = None
         waits: list[tuple[Any, int]] | None = None
         queues = self.queues
         durability = self.broker.durability
         if durability.store is not None and msg.persistent:
-            streams = self.stream_names  # streams keep their own log, not the message store
+            # one append for every durable queue over the message store (streams and
+            # replicated queues keep their own logs); each queue's journal owns its part
             keys = [store_key(self.name, n) for n in queue_names
-                    if (q := queues.get(n)) is not None and q.durable and n not in streams]
+                    if (q := queues.get(n)) is not None and q.durable
+                    and q.capabilities.message_store]
             if keys:
                 sid = durability.store_message(msg, keys)
         proxied = False
@@ -489,12 +476,10 @@ class VirtualHost:
                 proxied = True
                 continue
             result = q.publish(msg)
-            if result is not ROUTED:
+            if result is not ROUTED:  # a refusing queue dropped its hold on the stored copy
                 if result is PublishResult.REJECTED:
                     ok = False
-                if sid is not None and q.durable:
-                    durability.forget(store_key(self.name, name), msg)
-            elif q.capabilities.replicated:
+            elif not q.capabilities.message_store:  # streams, replicated queues
                 wait = q.publish_wait()
                 if wait is not None:
                     if waits is None:
@@ -538,21 +523,3 @@ def send_cancel(ch: Any, tag: str) -> None:
     consumer_cancel_notify extension), unless the channel has gone or is closing."""
     if not ch.closing and ch.connection.channels.get(ch.id) is ch:
         ch.connection.send_method(ch.id, cmd.Basic.Cancel(tag, True))
-
-
-def settle_stream_confirms(broker: Any, waiters: list) -> None:
-    """A stream group commit finished: settle the confirms it covers (``wait_for_stream_sync``
-    tuples ``(channel, seq, store_id, ok)``) and send them, one flush per channel."""
-    channels = {}
-    for ch, seq, sid, ok in waiters:
-        confirms = ch.confirms
-        if confirms is None:
-            continue
-        if sid is None:
-            confirms.settle(seq, ok)
-        else:
-            confirms.defer(seq, sid, ok)
-            broker.durability.wait_for_sync(ch)
-        channels[id(ch)] = ch
-    for ch in channels.values():
-        ch.flush_confirms()

@@ -3,8 +3,9 @@
 Owns: the streams directory (``<data_dir>/streams/<vhost>/<queue>/``, names escaped so that any
 AMQP name is one safe path component), opening and forgetting logs, and group commit for every
 stream at once: ``flush()`` hands all buffered records to the OS and returns a ``StreamSync``
-(the fsync half, runnable in a worker thread); ``synced(sync)`` returns the *waiters* registered
-before that flush (opaque objects: the core's pending publisher confirms), which are now durable.
+(the fsync half, runnable in a worker thread); ``synced(sync)`` marks that group commit's
+generation safe and tells the publishers watching (the manager is a ``queues.queue_type.SafeSource``
+whose tokens are generations: a stream publish is safe once the commit after it synced).
 Must not know: channels, confirms, event loops (the broker's I/O layer drives ``flush``/``synced``).
 
 Sync policies (as the message store's ``--sync-policy``): "batch" and "always" fdatasync in the
@@ -23,6 +24,7 @@ import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
+from ..queue_type import SafeWaiter
 from .log import StreamLog
 
 __all__ = ["StreamManager", "StreamSync", "escape_name"]
@@ -47,13 +49,15 @@ class StreamSync:
     a worker thread: it fdatasyncs the owned descriptors, fsyncs the directories, closes them all;
     raises ``OSError`` when the disk refuses (the data is then not durable). Idempotent."""
 
-    __slots__ = ("fds", "dir_fds", "waiters", "fsync", "done")
+    __slots__ = ("fds", "dir_fds", "generation", "fsync", "done")
 
-    def __init__(self, fds: list[int], dir_fds: list[int], waiters: list[object],
+    def __init__(self, fds: list[int], dir_fds: list[int], generation: int,
                  fsync: bool) -> None:
         self.fds = fds
         self.dir_fds = dir_fds
-        self.waiters = waiters
+        #: Which group commit this is (1, 2, ...): appends made before its flush are durable
+        #: once it ran.
+        self.generation = generation
         self.fsync = fsync
         self.done = False
 
@@ -93,7 +97,10 @@ class StreamManager:
         self.on_dirty: Callable[[], None] | None = None
         self.syncing = False
         self.dirty = False
-        self._waiters: list[object] = []
+        self._generation = 0  # group commits started (flush calls)
+        #: The last group commit that finished: appends made before its flush are durable.
+        self.safe_generation = 0
+        self._watchers: set[SafeWaiter] = set()
         self._new_dirs: set[Path] = set()
 
     def path_of(self, vhost: str, queue: str) -> Path:
@@ -130,9 +137,16 @@ class StreamManager:
             if self.on_dirty is not None:
                 self.on_dirty()
 
-    def wait(self, waiter: object) -> None:
-        """Hold ``waiter`` until the sync of the next ``flush()`` finished (``synced`` returns it)."""
-        self._waiters.append(waiter)
+    @property
+    def next_generation(self) -> int:
+        """The group commit that will cover an append made now (the safe-later token of a
+        stream publish, ``queues.queue_type.SafeSource``)."""
+        return self._generation + 1
+
+    def watch(self, waiter: SafeWaiter) -> None:
+        """Report group commits to ``waiter`` (``advance_safe(self, generation)``) until it
+        says nothing waits any more; a flush is due."""
+        self._watchers.add(waiter)
         self._mark_dirty()
 
     def flush(self) -> StreamSync:
@@ -157,16 +171,22 @@ class StreamManager:
             for fd in fds + dir_fds:
                 os.close(fd)
             raise
-        waiters, self._waiters = self._waiters, []
-        return StreamSync(fds, dir_fds, waiters, self.sync_policy != "none")
+        self._generation += 1
+        return StreamSync(fds, dir_fds, self._generation, self.sync_policy != "none")
 
-    def synced(self, sync: StreamSync) -> list[object]:
-        """``sync.run()`` finished: the waiters it carried, now durable."""
+    def synced(self, sync: StreamSync) -> int:
+        """``sync.run()`` finished: appends before its flush are durable. Tells the watchers;
+        returns the generation now safe."""
         if not sync.done:
             raise RuntimeError("synced() before StreamSync.run() finished")
-        return sync.waiters
+        if sync.generation > self.safe_generation:
+            self.safe_generation = sync.generation
+        for waiter in list(self._watchers):
+            if waiter.advance_safe(self, self.safe_generation):
+                self._watchers.discard(waiter)
+        return self.safe_generation
 
-    def sync_now(self) -> list[object]:
+    def sync_now(self) -> int:
         """flush + fsync in this thread + synced (tests, shutdown)."""
         sync = self.flush()
         sync.run()

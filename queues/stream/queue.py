@@ -42,6 +42,7 @@ from .log import Cursor, StreamLog
 
 if TYPE_CHECKING:
     from ..queue import Queue
+    from .manager import StreamManager
 
 __all__ = ["OffsetSpec", "StreamQueue", "StreamSettings", "parse_offset_spec", "stream_settings",
            "STREAM_QUEUE_ARGUMENTS", "DISALLOWED_STREAM_ARGUMENTS"]
@@ -163,7 +164,7 @@ class StreamQueue:
 
     __slots__ = ("name", "durable", "exclusive_owner", "auto_delete", "arguments", "settings",
                  "dedup", "had_consumers", "log", "_clock", "_wall_clock", "_readers",
-                 "_dispatching", "_again", "_deleted", "_unacked")
+                 "_dispatching", "_again", "_deleted", "_unacked", "safe_source")
 
     def __init__(self, name: str, settings: QueueSettings, log: StreamLog, *,
                  arguments: Mapping[str, object] | None = None, clock: Callable[[], int],
@@ -179,6 +180,9 @@ class StreamQueue:
         self.had_consumers = False
         #: The stream's log (offsets, segments, retention).
         self.log = log
+        #: Whose group commits make publishes safe (the broker's ``StreamManager``); None: safe
+        #: at once.
+        self.safe_source: StreamManager | None = None
         self._clock = clock
         self._wall_clock = wall_clock
         self._readers: dict[int, _Reader] = {}
@@ -260,8 +264,12 @@ class StreamQueue:
         return PublishResult.ROUTED
 
     def publish_wait(self) -> tuple[object, int] | None:
-        """None: the core holds a stream publish's confirm until the log's group commit."""
-        return None
+        """The group commit the last publish waits for: ``(manager, generation)`` while a syncer
+        runs (``safe_source``, set by the core), None otherwise (safe at once)."""
+        source = self.safe_source
+        if source is None or not source.syncing:
+            return None
+        return source, source.next_generation
 
     def dispatch(self) -> int:
         """Deliver to every consumer that can take more, each from its own position, in offset
@@ -323,6 +331,10 @@ class StreamQueue:
     def ack(self, entry: QueueEntry) -> None:
         """Basic.Ack: the delivery is settled (the message stays in the log)."""
         self._settled(1)
+
+    def ack_many(self, entries: list[QueueEntry]) -> None:
+        """Basic.Ack with ``multiple``: every delivery settled (nothing leaves the log)."""
+        self._settled(len(entries))
 
     def requeue(self, entry: QueueEntry) -> None:
         """Nack/reject with requeue, cancel, channel close: settled, nothing is redelivered."""

@@ -20,7 +20,7 @@ from pamqp import commands as cmd
 from queues.arguments import parse_expiration
 from queues.errors import InvalidArgument as QueueInvalidArgument
 from queues.message import Message
-from queues.stream.queue import StreamQueue, parse_offset_spec
+from queues.stream.queue import parse_offset_spec
 from routing.errors import InvalidArgument as RoutingInvalidArgument
 
 from ...protocol import constants as c
@@ -29,7 +29,6 @@ from ...protocol.errors import ChannelException, ConnectionException
 from ..access import permit
 from ..confirms import STORE
 from ..consumer import ChannelConsumer
-from ..durability import store_key
 from .queue import queue_name
 
 if TYPE_CHECKING:
@@ -68,8 +67,9 @@ def consume(ch: Channel, m: cmd.Basic.Consume) -> None:
         raise ChannelException(c.ACCESS_REFUSED, f"ACCESS_REFUSED - queue '{q.name}' in vhost "
                                f"'{vhost.name}' in exclusive use")
     args = m.arguments or {}
-    if isinstance(q, StreamQueue):
-        _check_stream_consume(ch, q, m.no_ack, args)
+    caps = q.capabilities
+    if caps.needs_prefetch or not caps.no_ack_consumers or caps.consume_offset:
+        _check_consume(ch, q, m.no_ack, args)
     priority = args.get("x-priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise ChannelException(c.PRECONDITION_FAILED,
@@ -83,22 +83,26 @@ def consume(ch: Channel, m: cmd.Basic.Consume) -> None:
     vhost.add_consumer(consumer)
 
 
-def _check_stream_consume(ch: Channel, q: StreamQueue, no_ack: bool, args: dict) -> None:
-    """RabbitMQ's rules for consuming from a stream (checked against 3.10): a per-consumer prefetch
-    count is required (406 "consumer prefetch count is not set", also with only a global one),
-    then manual acks (540 NOT_IMPLEMENTED, connection), and a valid x-stream-offset (406)."""
+def _check_consume(ch: Channel, q: Any, no_ack: bool, args: dict) -> None:
+    """A queue type's rules for consuming (RabbitMQ's for streams, checked against 3.10): a
+    per-consumer prefetch count when it needs one (406 "consumer prefetch count is not set", also
+    with only a global one), then manual acks when it serves no no-ack consumers (540
+    NOT_IMPLEMENTED, connection), and a valid x-stream-offset where it takes one (406)."""
+    caps = q.capabilities
     where = f"queue '{q.name}' in vhost '{ch.vhost.name}'"
-    if not ch.prefetch:
+    if caps.needs_prefetch and not ch.prefetch:
         raise ChannelException(c.PRECONDITION_FAILED, "PRECONDITION_FAILED - consumer prefetch "
                                f"count is not set for '{where}'")
-    if no_ack:
+    if no_ack and not caps.no_ack_consumers:
         raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - automatic "
-                                  f"acknowledgement not supported by stream queues {where}", 60, 20)
-    try:
-        parse_offset_spec(args.get("x-stream-offset"))
-    except ValueError as exc:
-        raise ChannelException(c.PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid arg "
-                               f"'x-stream-offset' for {where}: {exc}") from None
+                                  f"acknowledgement not supported by {caps.type_name} queues "
+                                  f"{where}", 60, 20)
+    if caps.consume_offset:
+        try:
+            parse_offset_spec(args.get("x-stream-offset"))
+        except ValueError as exc:
+            raise ChannelException(c.PRECONDITION_FAILED, "PRECONDITION_FAILED - invalid arg "
+                                   f"'x-stream-offset' for {where}: {exc}") from None
 
 
 def cancel(ch: Channel, m: cmd.Basic.Cancel) -> None:
@@ -197,10 +201,7 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
                                  msg.body, conn.frame_max))
     confirms = ch.confirms
     if confirms is not None:
-        streams = vhost.stream_names
-        if streams and not streams.isdisjoint(names):  # in a stream log: confirm after its fsync
-            vhost.wait_for_stream_sync(ch, confirms.next_seq(), sid, ok)
-        elif waits is not None:  # replicated queues: safe once their groups commit it
+        if waits is not None:  # streams, replicated queues: safe once their logs say so
             if sid is not None:
                 waits.append((STORE, sid))
                 vhost.broker.durability.wait_for_sync(ch)
@@ -220,9 +221,10 @@ def get(ch: Channel, m: cmd.Basic.Get) -> None:
     vhost = ch.vhost
     permit(ch, "read", "queue", queue_name(ch, m.queue))
     q = vhost.get_queue(queue_name(ch, m.queue), ch.connection)
-    if isinstance(q, StreamQueue):  # as RabbitMQ: a connection error
+    if not q.capabilities.basic_get:  # as RabbitMQ (streams): a connection error
         raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - basic.get not supported "
-                                  f"by stream queues queue '{q.name}' in vhost '{vhost.name}'",
+                                  f"by {q.capabilities.type_name} queues queue '{q.name}' in "
+                                  f"vhost '{vhost.name}'",
                                   60, 70)
     vhost.touch(q.name)
     entry = q.get(m.no_ack)
@@ -235,10 +237,6 @@ def get(ch: Channel, m: cmd.Basic.Get) -> None:
     msg = entry.message
     if not m.no_ack:
         ch.unacked[tag] = (q, entry, None)
-        if msg.store_id is not None and q.durable:
-            vhost.broker.durability.delivered(store_key(vhost.name, q.name), msg)
-    elif msg.store_id is not None and q.durable:
-        vhost.broker.durability.forget(store_key(vhost.name, q.name), msg)
     routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
     conn.write(encode_get_ok(ch.id, tag, entry.redelivered, routing_raw, q.message_count,
                              msg.header_payload, msg.body, conn.frame_max))
@@ -270,7 +268,8 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
     unacked = ch.unacked
     needs_dispatch = ch.connection.broker.needs_dispatch
     requeues: dict[Any, list] = defaultdict(list) if requeue and not ack else {}
-    stored: dict[Any, list[int]] = {}  # durable queue -> store ids acked: one store record each
+    acks: dict[Any, list] = {}  # queue -> entries acked: one journal record each (multiple acks)
+    single = len(tags) == 1
     for tag in tags:
         q, entry, consumer = unacked.pop(tag)
         if consumer is not None:
@@ -282,20 +281,20 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
             origin.settle("ack" if ack else "requeue" if requeue else "reject")
             continue
         if ack:
-            q.ack(entry)
-            sid = entry.message.store_id
-            if sid is not None and q.durable:
-                ids = stored.get(q)
-                if ids is None:
-                    stored[q] = [sid]
+            if single:
+                q.ack(entry)
+            else:
+                batch = acks.get(q)
+                if batch is None:
+                    acks[q] = [entry]
                 else:
-                    ids.append(sid)
+                    batch.append(entry)
         elif requeue:
             requeues[q].append(entry)
         else:
             q.reject(entry)
-    for q, ids in stored.items():
-        ch.vhost.broker.durability.forget_ids(store_key(ch.vhost.name, q.name), ids)
+    for q, entries in acks.items():
+        q.ack_many(entries)
     for q, entries in requeues.items():
         q.requeue_many(entries)
         needs_dispatch.add(q)
@@ -336,17 +335,19 @@ def reject(ch: Channel, m: cmd.Basic.Reject) -> None:
 
 
 def _refuse_stream_nack(ch: Channel, tags: list[int], method_id: int) -> None:
-    """RabbitMQ (checked against 3.10) refuses Basic.Nack / Basic.Reject of a stream delivery with
-    540 NOT_IMPLEMENTED, a connection error: streams only take acks."""
-    if not ch.vhost.stream_names:
+    """RabbitMQ (checked against 3.10) refuses Basic.Nack / Basic.Reject of a delivery from a
+    queue type without nacks (streams) with 540 NOT_IMPLEMENTED, a connection error: streams
+    only take acks."""
+    if not ch.vhost.stream_names:  # no queue of such a type in this vhost: nothing to check
         return
     unacked = ch.unacked
     for tag in tags:
         q = unacked[tag][0]
-        if isinstance(q, StreamQueue):
+        if not q.capabilities.nack:
             raise ConnectionException(
                 c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - basic.nack and basic.reject not supported "
-                f"by stream queues queue '{q.name}' in vhost '{ch.vhost.name}'", 60, method_id)
+                f"by {q.capabilities.type_name} queues queue '{q.name}' in vhost "
+                f"'{ch.vhost.name}'", 60, method_id)
 
 
 def recover(ch: Channel, m: cmd.Basic.Recover) -> None:

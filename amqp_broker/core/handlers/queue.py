@@ -111,9 +111,9 @@ def purge(ch: Channel, m: cmd.Queue.Purge) -> None:
     """Queue.Purge -> Purge-Ok(message_count purged); unacked messages stay."""
     permit(ch, "read", "queue", queue_name(ch, m.queue))
     q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
-    if q.name in ch.vhost.stream_names:  # RabbitMQ: a stream cannot be purged
+    if not q.capabilities.purge:  # RabbitMQ: a stream cannot be purged
         raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - queue.purge not supported "
-                                  "by stream queues", 50, 30)
+                                  f"by {q.capabilities.type_name} queues", 50, 30)
     count = q.purge()
     m.queue = q.name
     reply(ch, m, None if m.nowait else cmd.Queue.PurgeOk(count),

@@ -6,15 +6,10 @@ outcome. What must hold today for every nemesis: the run completes (no harness e
 were injected, publishes were confirmed, nothing unpublished was delivered (unexpected == 0),
 the queue is empty on every broker after the drain, and the final line has the documented form.
 
-``lost == 0`` is asserted only for nemeses outside ``RELAY_LOSS_TODAY``. Today's relay (issue
-10) hands a message to the peer link and forgets it: the sender keeps no copy, the receiver keeps
-it in memory only. So a confirmed message is lost when the broker it was relayed to is killed
-(``kill``, ``mixed``), and when a peer link breaks with relayed messages still in flight (a
-partition or a flapping link cuts the link before the view change; seen in partition-halves:
-a message published on n3 0.9 s after n2 was cut off, relayed to n2, never seen again). A
-SIGSTOPped broker's kernel still takes what is relayed to it and it reads that after SIGCONT, so
-``pause`` is expected to lose nothing. When the acknowledged relay of issue 10 lands, empty
-``RELAY_LOSS_TODAY``: every nemesis must then lose nothing.
+``lost == 0`` is asserted for every nemesis: with the acknowledged relay (issue 10) a message
+dealt to another broker stays its sender's until that broker's consumer settles it, so a killed
+receiver, a partition or a flapping link requeues it at the sender instead of losing it. (Before
+it, kill, partition-* , link-flap and mixed lost confirmed messages: see RESULTS.md.)
 Skipped only where network namespaces cannot be made (not root, no ``ip``).
 """
 
@@ -34,8 +29,6 @@ REPO = Path(__file__).resolve().parents[3]
 SECONDS = 15
 NEMESES = ["kill", "pause", "partition-one", "partition-halves", "partition-ring", "link-flap",
            "mixed"]
-RELAY_LOSS_TODAY = {"kill", "partition-one", "partition-halves", "partition-ring", "link-flap",
-                    "mixed"}
 SUMMARY = re.compile(r"^runs=(\d+) confirmed=(\d+) lost=(\d+) unexpected=(\d+) "
                      r"duplicates=(\d+) unavailable_s=(\d+\.\d)$")
 
@@ -63,9 +56,5 @@ def test_short_run(nemesis: str, tmp_path: Path) -> None:
     assert result["confirmed"] > 0, report
     assert result["unexpected"] == 0, report
     assert outcome["depths"] and all(d == 0 for d in outcome["depths"].values()), report
-    if nemesis not in RELAY_LOSS_TODAY:
-        assert result["lost"] == 0, report
-        assert proc.returncode == 0, report
-    else:
-        print(f"{nemesis}: lost={result['lost']} (the relay loss of issue 10 when > 0), "
-              f"kept={outcome['run_dir'] if result['lost'] else None}")
+    assert result["lost"] == 0, report
+    assert proc.returncode == 0, report

@@ -252,15 +252,28 @@ def test_manager_group_commit_and_names(tmp_path: Path) -> None:
     b = manager.open_log("v/h", "..", segment_bytes=4096, max_bytes=None, max_age_ms=None)
     assert a.directory.name == "a%2Eb" and b.directory.name == "%2E%2E"
     assert b.directory.parent.name == "v%2Fh"
+    class Waiter:  # a publisher waiting for its stream confirms (the core's channel)
+        def __init__(self, token: int) -> None:
+            self.token = token
+            self.seen: list[int] = []
+
+        def advance_safe(self, source: object, up_to: int) -> bool:
+            self.seen.append(up_to)
+            return up_to >= self.token
+
     a.append(msg(1))
-    manager.wait("w1")
+    w1 = Waiter(manager.next_generation)
+    manager.watch(w1)
     b.append(msg(2))
     sync = manager.flush()
-    manager.wait("w2")
+    w2 = Waiter(manager.next_generation)  # after the flush: the next commit covers it
+    manager.watch(w2)
     assert len(sync.fds) == 2
     sync.run()
-    assert manager.synced(sync) == ["w1"]
-    assert manager.sync_now() == ["w2"]
+    assert manager.synced(sync) == 1
+    assert w1.seen == [1] and w2.seen == [1]  # w2 still waits
+    assert manager.sync_now() == 2
+    assert w2.seen == [1, 2] and w1.seen == [1]  # w1 was done: no longer told
     assert woken
     manager.close()
     assert len(escape_name("q" * 255)) < 255
