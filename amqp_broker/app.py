@@ -15,7 +15,7 @@ import anyio
 from queues.store.store import MessageStore
 from queues.stream.manager import StreamManager
 
-from . import clustering, dedup_state
+from . import clustering, dedup_state, quorum_runtime
 from .config import Config
 from .core.broker import Broker
 from .core.durability import Durability
@@ -40,6 +40,8 @@ def open_broker(config: Config) -> Broker:
     broker = Broker(config.broker_settings(), durability=durability)
     #: Stream queues' logs (data/streams/<vhost>/<queue>/), opened as recovery declares them.
     broker.streams = StreamManager(data / "streams", sync=config.sync_policy)  # type: ignore[attr-defined]
+    # quorum queues (issue 12): registered before recovery so recovered ones open their replicas
+    quorum_runtime.install(broker, data, config.node_name, fsync=config.sync_policy != "none")
     definitions = durability.definitions
     assert definitions is not None
     with definitions.transaction():
@@ -61,6 +63,9 @@ def close_broker(broker: Broker, data_dir: Path) -> None:
     streams = getattr(broker, "streams", None)
     if streams is not None:
         streams.close()
+    quorum = getattr(broker, "quorum", None)
+    if quorum is not None:
+        quorum.close()
     durability = broker.durability
     if durability.store is not None:
         durability.store.close()
@@ -120,6 +125,9 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
         tg.start_soon(stop_on_signal)
         tg.start_soon(snapshot_dedup)
         tg.start_soon(_stream_syncer, broker)
+        quorum = getattr(broker, "quorum", None)
+        if quorum is not None:
+            tg.start_soon(quorum.run)
         await run_broker(broker, config.host, config.port, listening, data_dir=config.data_dir)
 
 

@@ -112,6 +112,16 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     broker.relay_sink = driver
     broker.peer_auth = SecretAuth(secret)
     broker.peer_handler = driver.on_peer_method
+    quorum = getattr(broker, "quorum", None)
+    if quorum is not None:  # quorum queues' Raft traffic rides on the same peer links
+        quorum.attach(links, lambda: dict(node.members))
+        driver.on_view = quorum.view_changed
+
+        def peer_handler(channel: Any, method: Any, payload: bytes) -> bool:
+            return quorum.on_peer_method(channel, method, payload) or \
+                driver.on_peer_method(channel, method, payload)
+
+        broker.peer_handler = peer_handler
     broker.cluster_hooks = driver
     broker.cluster_properties.update({"cluster_name": node.cluster_name,
                                       "cluster_view": 0, "cluster_members": [me]})

@@ -38,6 +38,11 @@ back negative and be "unknown". Method ids (fields in wire order, AMQP domains i
                   addition*: the next Basic.Publish on the channel is a message dealt to the
                   receiver's consumers of that shared queue; the receiver settles the tag with
                   Basic.Ack / Nack / Reject on that channel (an acknowledged transfer)
+100   Quorum      vhost, queue, group [shortstr: the Raft group's id], kind [octet: 1 a Raft
+                  message (``cluster.raft.codec``), 2 entries forwarded to the leader (each u32
+                  length + an envelope of ``cluster.quorum.machine``)]: *our addition* (issue 12),
+                  followed on the channel by a content header (class 60, no properties) and body
+                  frames carrying the payload, so a Raft batch or snapshot may exceed frame_max
 ====  ==========  ==================================================================================
 
 Members travel as JSON in a longstr rather than a field table because a table is unordered by the
@@ -57,7 +62,8 @@ from pamqp import base, commands
 
 __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
-    "Synch", "Ping", "Vote", "Consumers", "Relay", "register",
+    "Synch", "Ping", "Vote", "Consumers", "Relay", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
+    "register",
 ]
 
 CLUSTER_CLASS_ID = 3200
@@ -375,8 +381,43 @@ class Relay(ClusterMethod):
         _check_view("delivery_tag", self.delivery_tag)
 
 
+#: ``Quorum.kind`` values: a Raft message, entries forwarded to the leader.
+QUORUM_RAFT = 1
+QUORUM_FORWARD = 2
+
+
+class Quorum(ClusterMethod):
+    """Cluster.Quorum (our addition, issue 12): the content that follows on the channel is a
+    message of quorum queue ``queue`` of ``vhost``'s Raft group ``group`` (its id, so a stale
+    replica of a deleted and re-declared queue is not mixed in): ``kind`` ``QUORUM_RAFT`` (a
+    ``cluster.raft.codec`` message) or ``QUORUM_FORWARD`` (entries for the leader to propose)."""
+
+    __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "group", "kind"]
+    frame_id: typing.ClassVar[int] = 100
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 100
+    name: typing.ClassVar[str] = "Cluster.Quorum"
+    _vhost = "shortstr"
+    _queue = "shortstr"
+    _group = "shortstr"
+    _kind = "octet"
+
+    def __init__(self, vhost: str = "/", queue: str = "", group: str = "", kind: int = 0) -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.group = group
+        self.kind = kind
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a bad name or a kind outside 0..255."""
+        for slot in ("vhost", "queue", "group"):
+            _check_shortstr(slot, getattr(self, slot))
+        if not isinstance(self.kind, int) or not 0 <= self.kind < 256:
+            raise ValueError("kind must be an int in [0, 256)")
+
+
 METHODS: tuple[type[ClusterMethod], ...] = (Join, Membership, Leave, Suspect, Synch, Ping, Vote,
-                                            Consumers, Relay)
+                                            Consumers, Relay, Quorum)
 
 
 def register(mapping: dict[int, type[base.Frame]] | None = None) -> None:

@@ -69,6 +69,9 @@ class PeerAuth(Protocol):
 
 #: ``Broker.peer_handler(channel, method, payload) -> bool``: True when the cluster consumed it.
 PeerHandler = Callable[["Channel", "Publish | Frame", bytes], bool]
+#: ``Broker.peer_content(channel, method, body)``: the content (body bytes) that followed a
+#: cluster method whose peer handler started the channel's content assembler on it.
+PeerContent = Callable[["Channel", "Frame", bytes], None]
 
 
 class ClusterHooks(Protocol):
@@ -143,6 +146,10 @@ class Broker:
         #: connection's channel; True when the cluster consumed it (Cluster class methods, buffered
         #: replay), False to run the ordinary handler.
         self.peer_handler: PeerHandler | None = None
+        #: Called as ``peer_content(channel, method, body)`` when the content that followed a
+        #: cluster method on a peer connection is complete (the peer handler called
+        #: ``channel.assembler.start(method)`` for it: Cluster.Quorum carries Raft messages so).
+        self.peer_content: PeerContent | None = None
         #: ``propagate(vhost, method, done)``: send a client's change to every member; ``done(None
         #: | reason)`` once the reply policy is met. See ``ClusterHooks``.
         self.cluster_hooks: ClusterHooks | None = None

@@ -144,6 +144,12 @@ class Channel:
                                       c.CLASS_BASIC, 40)
 
     def _publish(self, publish: Publish, header: bytes, body: bytes) -> None:
+        if self.connection.peer_node is not None and publish.__class__ is not Publish:
+            # the content of a cluster method the peer handler started (Cluster.Quorum)
+            sink = self.connection.broker.peer_content
+            if sink is not None:
+                sink(self, publish, body)  # type: ignore[arg-type]  # a Cluster method
+            return
         if self.connection.peer_node is not None and self.relay_target is not None:
             # A message another member dealt to one of our consumers (cluster relay): it goes to
             # the named queue's local consumers, never through routing again.

@@ -13,6 +13,8 @@ A message is identified by the Raft index of its Enqueue (``msg_id``). Commands 
 
     Enqueue(publisher, seq, dedup_key, header, body, now_ms)  -> Confirm | Rejected, maybe Deliver
     Checkout(consumer, prefetch, now_ms) / Cancel(consumer, now_ms)
+        (a Checkout of a known consumer changes its credit; prefetch < 0 suspends it: it keeps
+        what it holds and gets nothing new -- a Basic.Cancel whose deliveries are still unacked)
     Settle(consumer, msg_ids) (ack), Return(consumer, msg_ids) (requeue, delivery count + 1),
     Discard(consumer, msg_ids) (reject without requeue: dead-letter), Expire(now_ms), Purge()
 
@@ -29,8 +31,9 @@ from __future__ import annotations
 
 import base64
 import json
+import struct
 from collections import OrderedDict, deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 __all__ = [
     "FifoConfig", "FifoQueue", "Enqueue", "Checkout", "Cancel", "Settle", "Return", "Discard",
@@ -127,26 +130,115 @@ _TYPES: dict[str, type] = {t.__name__: t for t in
                            (Enqueue, Checkout, Cancel, Settle, Return, Discard, Expire, Purge)}
 
 
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_Q = struct.Struct(">Q")
+_QQ = struct.Struct(">QQ")
+_IQ = struct.Struct(">iQ")
+_CODES: dict[type, int] = {Enqueue: 1, Checkout: 2, Cancel: 3, Settle: 4, Return: 5, Discard: 6,
+                           Expire: 7, Purge: 8}
+
+
+def _str(text: str) -> bytes:
+    raw = text.encode()
+    return _U16.pack(len(raw)) + raw
+
+
+def _ids(ids: tuple[int, ...]) -> bytes:
+    return _U32.pack(len(ids)) + struct.pack(f">{len(ids)}Q", *ids)
+
+
 def encode(cmd: Command) -> bytes:
-    """The bytes of ``cmd`` for a Raft entry (JSON, bytes fields base64)."""
-    data = {k: (base64.b64encode(v).decode() if isinstance(v, bytes) else v)
-            for k, v in asdict(cmd).items()}
-    return json.dumps([type(cmd).__name__, data], separators=(",", ":")).encode()
+    """The bytes of ``cmd`` for a Raft entry. Layout (big-endian): type u8, then Enqueue:
+    publisher (str), seq u64, now_ms u64, has_key u8 [key (str)], header length u32, header,
+    body (the rest); Checkout: consumer (str), prefetch i32, now_ms u64; Cancel: consumer,
+    now_ms u64; Settle / Discard: consumer, count u32, msg ids u64 each; Return: consumer,
+    now_ms u64, count u32, ids; Expire: now_ms u64; Purge: nothing. str: u16 length, utf-8."""
+    code = _U8.pack(_CODES[type(cmd)])
+    if isinstance(cmd, Enqueue):
+        key = b"\x00" if cmd.dedup_key is None else b"\x01" + _str(cmd.dedup_key)
+        return b"".join((code, _str(cmd.publisher), _QQ.pack(cmd.seq, cmd.now_ms), key,
+                         _U32.pack(len(cmd.header)), cmd.header, cmd.body))
+    if isinstance(cmd, Checkout):
+        return code + _str(cmd.consumer) + _IQ.pack(cmd.prefetch, cmd.now_ms)
+    if isinstance(cmd, Cancel):
+        return code + _str(cmd.consumer) + _Q.pack(cmd.now_ms)
+    if isinstance(cmd, Settle | Discard):
+        return code + _str(cmd.consumer) + _ids(cmd.msg_ids)
+    if isinstance(cmd, Return):
+        return code + _str(cmd.consumer) + _Q.pack(cmd.now_ms) + _ids(cmd.msg_ids)
+    if isinstance(cmd, Expire):
+        return code + _Q.pack(cmd.now_ms)
+    return code
+
+
+class _Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, st: struct.Struct) -> tuple:
+        out = st.unpack_from(self.data, self.pos)
+        self.pos += st.size
+        return out
+
+    def raw(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise ValueError("fifo command truncated")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def str(self) -> str:
+        (n,) = self.take(_U16)
+        return self.raw(n).decode()
+
+    def ids(self) -> tuple[int, ...]:
+        (n,) = self.take(_U32)
+        if self.pos + 8 * n > len(self.data):
+            raise ValueError("fifo command truncated")
+        out = struct.unpack_from(f">{n}Q", self.data, self.pos)
+        self.pos += 8 * n
+        return out
 
 
 def decode(raw: bytes) -> Command:
-    """The command in ``raw``. Raises ``ValueError`` (``KeyError``/``TypeError`` wrapped)."""
+    """The command in ``raw`` (``encode``'s layout). Raises ``ValueError`` when malformed."""
     try:
-        name, data = json.loads(raw)
-        cls = _TYPES[name]
-        for k in ("header", "body"):
-            if k in data:
-                data[k] = base64.b64decode(data[k])
-        if "msg_ids" in data:
-            data["msg_ids"] = tuple(data["msg_ids"])
-        return cls(**data)  # type: ignore[no-any-return]
-    except (KeyError, TypeError) as exc:
+        r = _Reader(bytes(raw))
+        (code,) = r.take(_U8)
+        if code == 1:
+            publisher = r.str()
+            seq, now = r.take(_QQ)
+            (has_key,) = r.take(_U8)
+            key = r.str() if has_key else None
+            (hlen,) = r.take(_U32)
+            header = r.raw(hlen)
+            return Enqueue(publisher, seq, key, header, r.data[r.pos:], now)
+        if code == 2:
+            consumer = r.str()
+            prefetch, now = r.take(_IQ)
+            return Checkout(consumer, prefetch, now)
+        if code == 3:
+            consumer = r.str()
+            return Cancel(consumer, r.take(_Q)[0])
+        if code in (4, 6):
+            consumer = r.str()
+            return (Settle if code == 4 else Discard)(consumer, r.ids())
+        if code == 5:
+            consumer = r.str()
+            (now,) = r.take(_Q)
+            return Return(consumer, r.ids(), now)
+        if code == 7:
+            return Expire(r.take(_Q)[0])
+        if code == 8:
+            return Purge()
+    except (struct.error, UnicodeDecodeError) as exc:
         raise ValueError(f"not a fifo command: {exc}") from exc
+    raise ValueError(f"not a fifo command: type {raw[:1]!r}")
 
 
 # ---------------------------------------------------------------- effects
@@ -236,8 +328,11 @@ class FifoQueue:
         if isinstance(cmd, Enqueue):
             self._enqueue(index, cmd, out)
         elif isinstance(cmd, Checkout):
-            self.consumers[cmd.consumer] = self.consumers.get(cmd.consumer) or \
-                _Consumer(cmd.prefetch)
+            known = self.consumers.get(cmd.consumer)
+            if known is None:
+                self.consumers[cmd.consumer] = _Consumer(cmd.prefetch)
+            else:
+                known.prefetch = cmd.prefetch
             self._expire(cmd.now_ms, out)
         elif isinstance(cmd, Cancel):
             c = self.consumers.pop(cmd.consumer, None)
@@ -319,6 +414,9 @@ class FifoQueue:
         names = list(self.consumers)
         if self.config.single_active_consumer:
             names = names[:1]
+        names = [n for n in names if self.consumers[n].prefetch >= 0]
+        if not names:
+            return
         idle = 0
         while self.ready and idle < len(names):
             name = names[self._rr % len(names)]

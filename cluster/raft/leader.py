@@ -250,7 +250,8 @@ class LeaderRole:
 
     def _maybe_commit(self) -> None:
         """Advance the commit index to the highest index stored by a majority of the voters whose
-        entry is of the current term (paper §5.3, §5.4.2)."""
+        entry is of the current term (paper §5.3, §5.4.2), and send the new commit index to
+        every follower right away (not only with the next heartbeat)."""
         voters = self.log.members
         matches = sorted((self.persisted_index if m == self.id else
                           (self.progress[m].match_index if m in self.progress else 0)
@@ -260,6 +261,11 @@ class LeaderRole:
             self.commit_index = n
             self._out.append(a.CommitAdvanced(n))
             self._apply_committed()
+            if self.role is a.Role.LEADER:
+                # tell followers at once (new entries if any, else an empty AppendEntries), so
+                # they apply -- and confirm and deliver -- without waiting for a heartbeat
+                for peer in list(self.progress):
+                    self._send_append(peer, heartbeat=True)
 
     def _after_apply(self) -> None:
         """A removed leader steps down once its removal is committed (thesis §4.2.2), handing over

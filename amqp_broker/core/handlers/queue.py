@@ -23,6 +23,8 @@ from ..vhost import send_cancel
 from .propagation import reply
 
 if TYPE_CHECKING:
+    from pamqp.common import FieldTable
+
     from ..channel import Channel
 
 
@@ -60,6 +62,9 @@ def declare(ch: Channel, m: cmd.Queue.Declare) -> None:
                                arguments=m.arguments)
     ch.last_queue = q.name
     m.queue = q.name  # a server-generated name travels to the other members as it is
+    if q.capabilities.replicated and not m.passive:
+        # with the group its factory chose (x-quorum-members); declared as a field table
+        m.arguments = cast("FieldTable", q.arguments)
     ok = None if m.nowait else cmd.Queue.DeclareOk(q.name, q.message_count, q.consumer_count)
     if q.exclusive_owner is not None:  # private: the other members get a proxy of it
         proxy = cmd.Queue.Declare(queue=q.name, arguments={

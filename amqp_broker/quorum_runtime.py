@@ -1,0 +1,418 @@
+"""The I/O half of quorum queues (issue 12): replicas on disk, Raft timers, the group commit in a
+worker thread, and Raft traffic on the cluster's peer links. The logic is in ``cluster.quorum``.
+
+Owns, per broker: ``QuorumRuntime``, the ``broker.queue_types["quorum"]`` factory. For each quorum
+queue it opens the replica's ``DiskLog`` under ``<data-dir>/quorum/<group id>/`` and runs the
+actions its ``QuorumGroup`` returns, in order: ``Send`` / ``Forward`` -> a Cluster.Quorum method
+plus content on the peer link to that member (dropped while the link is down: Raft re-sends);
+``AppendLog`` -> buffered in the log, made durable by the group commit (one fdatasync per round
+for every replica, in a worker thread; then ``persisted``); ``PersistState`` / ``PersistSnapshot``
+-> in a worker thread too, holding that replica's later actions until done (Raft's "durable
+before responding"); ``Apply`` -> the machine, then the queue object's effects (deliveries,
+confirms). Nothing fsyncs on the event loop.
+
+Timers: every ``TICK_MS`` the replicas due are ticked (elections, heartbeats, re-sends) and the
+leaders do their duties (Down for members that left the cluster view, TTL expiry). A broker
+without clustering serves quorum queues too: a group of one, persisted (RabbitMQ accepts
+``x-queue-type: quorum`` on a single node). A member outside a queue's group (a cluster larger than
+``x-quorum-initial-group-size``) is not served yet: it refuses the declaration with 406.
+
+Times: Raft runs on the monotonic clock in ms; commands carry the wall clock in ms (TTL).
+Sources: Raft paper §5-§8; RabbitMQ "Quorum Queues"; DESIGN.md §4, §4a.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from cluster.codec import QUORUM_FORWARD, QUORUM_RAFT, Quorum
+from cluster.quorum import config as qconfig
+from cluster.quorum.group import Action, Forward, QuorumGroup
+from cluster.quorum.machine import QuorumMachine
+from cluster.quorum.queue import QuorumQueue
+from cluster.raft import actions as ra
+from cluster.raft import codec as raft_codec
+from cluster.raft.disklog import DiskLog
+from cluster.raft.node import RaftNode
+from queues.dead_letter import make_dead_letter
+from queues.errors import InvalidArgument
+from queues.message import Message
+
+from .protocol import constants as c
+from .protocol.framing import encode_body_frames, encode_frame
+from .protocol.methods import encode_method
+
+__all__ = ["QuorumRuntime", "TIMING", "TICK_MS", "install"]
+
+log = logging.getLogger(__name__)
+
+#: Raft timings of quorum queues: a follower that hears no leader for 600-1200 ms starts an
+#: election (so a dead leader's queue is served again in about 1-1.5 s).
+TIMING = ra.Timing(election_ms=600, heartbeat_ms=100, max_batch_entries=512,
+                   max_batch_bytes=1 << 20, max_inflight=8, snapshot_keep=256)
+TICK_MS = 50
+_U32 = struct.Struct(">I")
+_FRAME_MAX = 131072
+_HELD_BYTES = 64 << 20
+
+
+class _Replica:
+    """One queue's replica on this broker and the I/O state around it."""
+
+    __slots__ = ("uid", "vhost", "name", "members", "log", "group", "queue", "blocked",
+                 "backlog", "closed", "prefix", "directory")
+
+    def __init__(self, uid: str, vhost: str, name: str, members: tuple[str, ...],
+                 directory: Path, log_: DiskLog, group: QuorumGroup) -> None:
+        self.uid = uid
+        self.vhost = vhost
+        self.name = name
+        self.members = members
+        self.directory = directory
+        self.log = log_
+        self.group = group
+        self.queue: QuorumQueue | None = None
+        self.blocked = False
+        self.backlog: deque[Action] = deque()
+        self.closed = False
+        self.prefix = {kind: encode_method(1, Quorum(vhost, name, uid, kind))[7:-1]
+                       for kind in (QUORUM_RAFT, QUORUM_FORWARD)}
+
+
+class QuorumRuntime:
+    """Quorum queues of one broker (see the module docstring). ``me``: this broker's node name;
+    ``data_dir``: the broker's data directory; ``fsync``: False under ``--sync-policy none``."""
+
+    def __init__(self, broker: Any, data_dir: Path | str, me: str, *, fsync: bool = True,
+                 timing: ra.Timing = TIMING, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.broker = broker
+        self.root = Path(data_dir) / "quorum"
+        self.me = me
+        self.fsync = fsync
+        self.timing = timing
+        self.clock = clock
+        self.wall = wall
+        self.origin = f"{me}#{int(wall() * 1000)}"
+        self.replicas: dict[str, _Replica] = {}
+        self.view: set[str] = {me}
+        self.view_number = 0
+        self.links: Any = None
+        self.addresses: Callable[[], dict[str, str]] = dict
+        self._tg: Any = None
+        self._dirty: set[_Replica] = set()
+        self._sync_wake: anyio.Event | None = None
+        self._held: dict[str, deque[bytes]] = {}
+        self._rng = random.Random()
+
+    # ------------------------------------------------------------------ clocks
+    def now_ms(self) -> int:
+        """The Raft clock (monotonic, ms)."""
+        return int(self.clock() * 1000)
+
+    def wall_ms(self) -> int:
+        """The clock commands carry (wall, ms)."""
+        return int(self.wall() * 1000)
+
+    # ------------------------------------------------------------------ the factory
+    def check_arguments(self, arguments: dict) -> None:
+        """``QueueTypeFactory.check_arguments``: see ``cluster.quorum.config.check_arguments``;
+        also 406 when this broker would not hold a replica (not served yet)."""
+        qconfig.check_arguments(arguments)
+
+    def create(self, vhost: Any, name: str, settings: Any, *, arguments: dict) -> QuorumQueue:
+        """``QueueTypeFactory.create``: open (or found) this broker's replica of the queue and
+        its queue object. A new declaration gets its group (hidden arguments added to
+        ``arguments``, which become the queue's and travel with the declaration). Raises
+        ``InvalidArgument`` when this broker is not in the group, ``OSError`` / ``FormatError``
+        for an unusable replica directory."""
+        members_arg = arguments.get(qconfig.MEMBERS_ARG)
+        if isinstance(members_arg, str) and members_arg and qconfig.GROUP_ARG in arguments:
+            members = tuple(sorted(members_arg.split(",")))
+            uid = str(arguments[qconfig.GROUP_ARG])
+        else:
+            size = arguments.get("x-quorum-initial-group-size") or qconfig.DEFAULT_GROUP_SIZE
+            members = qconfig.choose_members(self.view, int(size), vhost.name, name)
+            uid = qconfig.group_id(vhost.name, name, members, self.view_number)
+            arguments[qconfig.MEMBERS_ARG] = ",".join(members)
+            arguments[qconfig.GROUP_ARG] = uid
+        if self.me not in members:
+            raise InvalidArgument("x-quorum-initial-group-size",
+                                  f"this broker ({self.me}) holds no replica of the queue "
+                                  f"(group {', '.join(members)}): declare it on a group member")
+        old = self.replicas.get(uid)
+        if old is not None:   # declared again (recovery, a replay): one replica per group
+            self._close(old, delete_files=False)
+        directory = self.root / uid
+        disk = DiskLog(directory, fsync=self.fsync)
+        state = disk.load()
+        node = RaftNode(self.me, state, self.now_ms(), self.timing,
+                        random.Random(self._rng.random()),
+                        bootstrap=members if not state.entries and not state.snapshot.index
+                        else ())
+        machine = QuorumMachine(qconfig.fifo_config(settings, arguments))
+        group = QuorumGroup(self.me, self.origin, node, machine)
+        rep = _Replica(uid, vhost.name, name, members, directory, disk, group)
+        dlx = settings.dead_letter_exchange
+
+        def dead_letter(message: Message, reason: str) -> None:
+            if dlx is None:
+                return
+            new, keys = make_dead_letter(message, reason=reason, queue=name,
+                                         dead_letter_exchange=dlx,
+                                         dead_letter_routing_key=settings.dead_letter_routing_key,
+                                         now=self.wall())
+            vhost._dead_letter(new, dlx, keys)
+
+        rep.queue = QuorumQueue(name, settings, arguments, group,
+                                execute=lambda actions: self.execute(rep, actions),
+                                wake=self._wake, wall_ms=self.wall_ms,
+                                dead_letter=dead_letter,
+                                on_delete=lambda _q: self._close(rep, delete_files=True))
+        self.replicas[uid] = rep
+        self.execute(rep, node.tick(self.now_ms()))   # the bootstrap entry, when new
+        log.info("quorum queue %r of vhost %r: replica of group %s (%s), log at index %d",
+                 name, vhost.name, uid, ", ".join(members), node.log.last_index)
+        return rep.queue
+
+    def _wake(self, queue: QuorumQueue) -> None:
+        self.broker.needs_dispatch.add(queue)
+
+    def _close(self, rep: _Replica, delete_files: bool) -> None:
+        if rep.closed:
+            return
+        rep.closed = True
+        self._dirty.discard(rep)
+        if self.replicas.get(rep.uid) is rep:
+            del self.replicas[rep.uid]
+        try:
+            rep.log.close()
+        except OSError as exc:
+            log.error("quorum queue %r: closing its log: %s", rep.name, exc)
+        if delete_files:
+            shutil.rmtree(rep.directory, ignore_errors=True)
+
+    # ------------------------------------------------------------------ running actions
+    def execute(self, rep: _Replica, actions: Iterable[Action]) -> None:
+        """Run ``actions`` of ``rep``'s group in order (after any it still holds)."""
+        if rep.closed:
+            return
+        if rep.blocked:
+            rep.backlog.extend(actions)
+            return
+        self._drain(rep, deque(actions))
+
+    def _drain(self, rep: _Replica, todo: deque[Action]) -> None:
+        group = rep.group
+        while todo:
+            act = todo.popleft()
+            kind = type(act)
+            if kind is ra.Send:
+                self._send(rep, act.to, QUORUM_RAFT, raft_codec.encode(act.message))  # type: ignore[union-attr]
+            elif kind is ra.AppendLog:
+                rep.log.append(act.first_index, act.entries)  # type: ignore[union-attr]
+                self._mark_dirty(rep)
+            elif kind is ra.Apply:
+                effects, more = group.apply(act.entries, self.now_ms())  # type: ignore[union-attr]
+                if rep.queue is not None and not rep.queue.deleted:
+                    rep.queue.on_effects(effects)
+                todo.extend(more)
+            elif kind is Forward:
+                payload = b"".join(_U32.pack(len(e)) + e for e in act.envelopes)  # type: ignore[union-attr]
+                self._send(rep, act.to, QUORUM_FORWARD, payload, hold=True)  # type: ignore[union-attr]
+            elif kind is ra.StateChanged:
+                if act.role is ra.Role.LEADER:  # type: ignore[union-attr]
+                    log.info("quorum queue %r: this replica leads (term %d)", rep.name,
+                             act.term)  # type: ignore[union-attr]
+                todo.extend(group.state_changed(act, self.now_ms()))  # type: ignore[arg-type]
+            elif kind is ra.Restore:
+                snap = act.snapshot  # type: ignore[union-attr]
+                group.restore(snap.index, snap.data)
+            elif kind is ra.PersistState or kind is ra.PersistSnapshot:
+                if self._tg is None:
+                    self._persist(rep, act)
+                    continue
+                rep.blocked = True
+                rep.backlog = todo
+                self._tg.start_soon(self._persist_async, rep, act)
+                return
+
+    def _persist(self, rep: _Replica, act: Any) -> None:
+        if isinstance(act, ra.PersistState):
+            rep.log.save_state(act.term, act.voted_for)
+        else:
+            rep.log.save_snapshot(act.snapshot, act.discard_log)
+
+    async def _persist_async(self, rep: _Replica, act: Any) -> None:
+        try:
+            await anyio.to_thread.run_sync(self._persist, rep, act)
+        except OSError as exc:
+            log.critical("quorum queue %r: cannot persist its Raft state: %s", rep.name, exc)
+            raise
+        rep.blocked = False
+        todo, rep.backlog = rep.backlog, deque()
+        if not rep.closed:
+            self._drain(rep, todo)
+            if rep in self._dirty and self._sync_wake is not None:
+                self._sync_wake.set()
+            self.broker.run_dispatch()
+
+    def _mark_dirty(self, rep: _Replica) -> None:
+        self._dirty.add(rep)
+        if self._sync_wake is not None:
+            self._sync_wake.set()
+        elif self._tg is None:   # not running yet (recovery): sync now
+            pending, newest = rep.log.flush()
+            pending.run()
+            self._dirty.discard(rep)
+            if newest is not None:
+                self.execute(rep, rep.group.persisted(*newest))
+
+    # ------------------------------------------------------------------ the network
+    def attach(self, links: Any, addresses: Callable[[], dict[str, str]]) -> None:
+        """Use the cluster's peer ``links``; ``addresses()`` maps member names to host:port."""
+        self.links = links
+        self.addresses = addresses
+
+    def view_changed(self, view: int, members: Iterable[tuple[str, str]]) -> None:
+        """The cluster view changed (``ClusterDriver.on_view``)."""
+        self.view_number = view
+        self.view = {name for name, _address in members} | {self.me}
+
+    def _send(self, rep: _Replica, to: str, kind: int, payload: bytes,
+              hold: bool = False) -> None:
+        links = self.links
+        if links is None or to == self.me:
+            return
+        data = b"".join((encode_frame(c.FRAME_METHOD, 1, rep.prefix[kind]),
+                         encode_frame(c.FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0,
+                                                                     len(payload), 0)),
+                         *encode_body_frames(1, payload, _FRAME_MAX)))
+        if links.can_send(to, 1 << 30):
+            held = self._held.pop(to, None)
+            if held:
+                for item in held:
+                    links.send_raw(to, item)
+            links.send_raw(to, data)
+            return
+        address = self.addresses().get(to)
+        if address:
+            links.connect(to, address)
+        if hold:   # forwarded commands wait for the link (bounded); Raft messages are re-sent
+            held = self._held.setdefault(to, deque())
+            held.append(data)
+            while held and sum(len(x) for x in held) > _HELD_BYTES:
+                held.popleft()
+
+    def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
+        """``broker.peer_handler`` (before the cluster driver's): a Cluster.Quorum starts the
+        channel's content assembly; its content arrives in ``on_peer_content``."""
+        if isinstance(method, Quorum):
+            channel.assembler.start(method)
+            return True
+        return False
+
+    def on_peer_content(self, channel: Any, method: Any, body: bytes) -> None:
+        """``broker.peer_content``: a Raft message or forwarded entries for a replica here."""
+        if not isinstance(method, Quorum):
+            return
+        rep = self.replicas.get(method.group)
+        if rep is None or rep.closed:
+            return
+        frm = channel.connection.peer_node
+        if method.kind == QUORUM_RAFT:
+            try:
+                msg = raft_codec.decode(body)
+            except ValueError as exc:
+                log.warning("quorum queue %r: bad Raft message from %s: %s", rep.name, frm, exc)
+                return
+            self.execute(rep, rep.group.receive(frm, msg, self.now_ms()))
+        elif method.kind == QUORUM_FORWARD:
+            envs = []
+            pos = 0
+            while pos + 4 <= len(body):
+                (n,) = _U32.unpack_from(body, pos)
+                envs.append(body[pos + 4:pos + 4 + n])
+                pos += 4 + n
+            self.execute(rep, rep.group.forwarded(frm, envs))
+
+    # ------------------------------------------------------------------ tasks
+    async def run(self) -> None:
+        """The timers and the group commit; runs until cancelled."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            self._sync_wake = anyio.Event()
+            if self._dirty:
+                self._sync_wake.set()
+            tg.start_soon(self._syncer)
+            tg.start_soon(self._ticker)
+
+    async def _ticker(self) -> None:
+        while True:
+            await anyio.sleep(TICK_MS / 1000)
+            now = self.now_ms()
+            wall = self.wall_ms()
+            for rep in list(self.replicas.values()):
+                group = rep.group
+                if rep.closed or rep.blocked:
+                    continue
+                if now >= group.node.next_deadline() or group.outbox.pending:
+                    self.execute(rep, group.tick(now))
+                if group.is_leader:
+                    self.execute(rep, group.leader_duties(now, wall, self.view))
+            for to in [t for t, held in self._held.items() if held]:
+                if self.links is not None and self.links.can_send(to, 1 << 30):
+                    for item in self._held.pop(to):
+                        self.links.send_raw(to, item)
+            self.broker.run_dispatch()
+
+    async def _syncer(self) -> None:
+        assert self._sync_wake is not None
+        while True:
+            await self._sync_wake.wait()
+            self._sync_wake = anyio.Event()
+            reps = [r for r in self._dirty if not r.blocked and not r.closed]
+            self._dirty.difference_update(reps)
+            flushed = [(r, *r.log.flush()) for r in reps]
+            try:
+                await anyio.to_thread.run_sync(_run_all, [p for _r, p, _n in flushed])
+            except OSError as exc:
+                log.critical("quorum queues: fsync failed: %s; stopping", exc)
+                raise
+            for rep, _p, newest in flushed:
+                if newest is not None and not rep.closed:
+                    self.execute(rep, rep.group.persisted(*newest))
+            self.broker.run_dispatch()
+
+    def close(self) -> None:
+        """Sync and close every replica's log (broker stop)."""
+        for rep in list(self.replicas.values()):
+            self._close(rep, delete_files=False)
+
+
+def _run_all(pendings: list[Any]) -> None:
+    """Run the fsyncs of one group-commit round (in a worker thread)."""
+    for pending in pendings:
+        pending.run()
+
+
+def install(broker: Any, data_dir: Path | str, me: str, fsync: bool = True) -> QuorumRuntime:
+    """Make ``broker`` serve ``x-queue-type: quorum`` (before recovery, so recovered quorum
+    queues open their replicas): registers the runtime as the factory and as the content sink of
+    peer connections. Returns it (``run()`` it in the broker's task group; ``attach`` it to the
+    cluster's links when clustering)."""
+    runtime = QuorumRuntime(broker, data_dir, me, fsync=fsync)
+    broker.queue_types["quorum"] = runtime
+    broker.peer_content = runtime.on_peer_content
+    broker.quorum = runtime
+    return runtime

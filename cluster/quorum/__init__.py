@@ -1,0 +1,23 @@
+"""Quorum queues (issue 12): ``x-queue-type: quorum`` queues replicated by Raft, the pure part.
+
+Modules (one job each; the I/O glue is ``amqp_broker.quorum_runtime``):
+  ``config``   the declaration: arguments accepted (406 for others), ``FifoConfig``, the
+               deterministic choice of the group's members and its id (hidden arguments
+               ``x-quorum-members`` / ``x-quorum-group`` travel with the Queue.Declare).
+  ``machine``  ``QuorumMachine``: ``cluster.raft.fifo.FifoQueue`` behind exactly-once commands
+               (per-origin seqs: re-sending to a new leader is idempotent), Down of a member,
+               incarnations of restarted brokers.
+  ``outbox``   this broker's unapplied commands, numbered, kept for re-sending.
+  ``group``    ``QuorumGroup``: a replica (``RaftNode`` + machine) and the outbox; routes
+               commands to the leader, applies committed entries, leader duties, snapshots.
+  ``queue``    ``QuorumQueue``: the ``queues.queue_type.QueueType`` the core uses.
+
+Design (DESIGN.md §4 "Replicated queues"): the group is the members of the cluster view at
+declare time, up to ``x-quorum-initial-group-size`` (default 3). A publish on any member becomes
+an Enqueue forwarded to the leader; its confirm goes out when that member's own replica applies it
+(applied = committed = persisted on a majority). A consumer on any member is a Checkout; every
+replica applies the same log and the member hosting the consumer delivers from its own replica.
+A member that leaves the view has its consumers cancelled (their messages redelivered). The Raft
+election picks a new leader among the survivors; a minority side never commits, so it neither
+confirms nor delivers new work.
+"""

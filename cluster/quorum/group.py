@@ -1,0 +1,209 @@
+"""One broker's part in one quorum queue's Raft group: a replica (``RaftNode`` + ``QuorumMachine``)
+and the ``Outbox`` of the commands this broker sends to the group. Pure: inputs in, actions out.
+
+Owns: routing commands to the leader (proposed here when this replica leads, else forwarded to
+the leader this replica knows; re-sent to a new leader, after a gap, and after ``RESEND_MS``
+without progress -- idempotent thanks to the machine's per-origin seqs), applying committed
+entries to the machine and reporting this origin's progress (``applied``: the publisher-confirm
+counter), the leader's duties (Down for members that left the view, Expire when the head's TTL
+passed) and snapshots (when the log since the last one is long compared to the live state, so the
+cost per entry stays bounded: paper §7). Must not know: sockets, files, the broker core, clocks.
+
+The driver runs what every method returns, in order: the Raft actions of ``cluster.raft`` plus
+``Forward(to, envelopes)`` (send these entries to member ``to``, which proposes them when it
+leads or passes them on once to its leader). ``apply`` is called by the driver when it reaches an
+``Apply`` action (after every earlier action of the list ran) and returns the effects for the
+queue object and more actions. Sources: Raft paper §5.3, §7, §8; RabbitMQ "Quorum Queues".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cluster.raft import actions as ra
+from cluster.raft import fifo as f
+from cluster.raft.messages import Entry, EntryKind, Message
+from cluster.raft.node import RaftNode
+
+from .machine import Applied, Effect, Gap, QuorumMachine, down_envelope, envelope
+from .outbox import Outbox
+
+__all__ = ["QuorumGroup", "Forward", "Action", "RESEND_MS", "DOWN_RETRY_MS",
+           "SNAPSHOT_MIN_ENTRIES"]
+
+#: A command not applied this long after it was (re)sent is sent again (ms).
+RESEND_MS = 2000
+#: The leader proposes Down for a member out of the view at most this often (ms).
+DOWN_RETRY_MS = 1000
+#: A snapshot is taken once this many entries, and twice the live messages, were applied since
+#: the last one.
+SNAPSHOT_MIN_ENTRIES = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send ``envelopes`` (machine entries) to member ``to`` for its leader to propose."""
+
+    to: str
+    envelopes: tuple[bytes, ...]
+
+
+Action = ra.Action | Forward
+
+
+class QuorumGroup:
+    """Member ``me`` (origin ``origin``) of a group whose replica is ``node`` with state machine
+    ``machine``. ``timing`` is the Raft node's (for the leader's expiry pacing)."""
+
+    def __init__(self, me: str, origin: str, node: RaftNode, machine: QuorumMachine) -> None:
+        self.me = me
+        self.origin = origin
+        self.node = node
+        self.machine = machine
+        self.outbox = Outbox(origin)
+        self.machine_index = node.snapshot.index
+        if node.snapshot.index:
+            machine.restore(node.snapshot.data)
+        self._down_sent: dict[str, int] = {}
+        self._expire_sent = 0
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def leader(self) -> str | None:
+        """The leader this replica knows (None: unknown)."""
+        return self.node.leader
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica leads."""
+        return self.node.is_leader
+
+    @property
+    def applied(self) -> int:
+        """This origin's commands are applied up to this seq."""
+        return self.outbox.applied
+
+    # ------------------------------------------------------------------ commands of this broker
+    def submit(self, command: f.Command) -> int:
+        """Queue ``command`` for the group; returns its seq. Sent by the next ``flush``."""
+        return self.outbox.add(f.encode(command))
+
+    def flush(self, now_ms: int) -> list[Action]:
+        """Send what ``submit`` queued: proposed here when leading, else forwarded."""
+        envs = self.outbox.take_unsent(now_ms)
+        return self._route(envs) if envs else []
+
+    def _route(self, envs: list[bytes]) -> list[Action]:
+        node = self.node
+        if node.is_leader:
+            results, actions = node.propose_batch(envs)
+            return list(actions)   # refused during a transfer: re-sent on the leader change
+        leader = node.leader
+        if leader is not None and leader != self.me:
+            return [Forward(leader, tuple(envs))]
+        return []   # no leader known: re-sent once one is
+
+    def resend(self, now_ms: int, from_seq: int = 0) -> list[Action]:
+        """Send every unapplied command again (from ``from_seq``)."""
+        envs = self.outbox.all_pending(now_ms, from_seq)
+        return self._route(envs) if envs else []
+
+    # ------------------------------------------------------------------ inputs
+    def receive(self, frm: str, msg: Message, now_ms: int) -> list[Action]:
+        """A Raft message from member ``frm``."""
+        return list(self.node.receive(frm, msg, now_ms))
+
+    def forwarded(self, frm: str, envs: Iterable[bytes]) -> list[Action]:
+        """Entries another member forwarded: proposed when leading, passed once to the leader
+        we know when it is neither us nor the sender, else dropped (the sender re-sends)."""
+        node = self.node
+        envs = list(envs)
+        if node.is_leader:
+            _results, actions = node.propose_batch(envs)
+            return list(actions)
+        leader = node.leader
+        if leader is not None and leader not in (self.me, frm):
+            return [Forward(leader, tuple(envs))]
+        return []
+
+    def persisted(self, index: int, term: int) -> list[Action]:
+        """Storage made the log durable up to (``index``, ``term``)."""
+        return list(self.node.persisted(index, term))
+
+    def tick(self, now_ms: int) -> list[Action]:
+        """Raft timers, and a re-send of commands that made no progress for ``RESEND_MS``."""
+        out: list[Action] = list(self.node.tick(now_ms))
+        if self.outbox.stale(now_ms, RESEND_MS):
+            out += self.resend(now_ms)
+        return out
+
+    def leader_duties(self, now_ms: int, wall_ms: int, view: set[str]) -> list[Action]:
+        """On the leader: Down for members out of ``view`` that still have consumers; Expire
+        once the head's TTL passed (``wall_ms``: the clock commands carry)."""
+        node = self.node
+        if not node.is_leader or node.commit_index < node.term_start_index:
+            return []
+        proposals = []
+        members = {c.rpartition("/")[0].rpartition("#")[0] for c in self.machine.fifo.consumers}
+        for m in members:
+            if m not in view and m != self.me and \
+                    now_ms - self._down_sent.get(m, -DOWN_RETRY_MS) >= DOWN_RETRY_MS:
+                self._down_sent[m] = now_ms
+                proposals.append(down_envelope(m))
+        head = self.machine.head_expiry()
+        if head is not None and head <= wall_ms and now_ms - self._expire_sent >= 100:
+            self._expire_sent = now_ms
+            proposals.append(envelope("", 0, f.encode(f.Expire(wall_ms))))
+        if not proposals:
+            return []
+        _results, actions = node.propose_batch(proposals)
+        return list(actions)
+
+    def state_changed(self, change: ra.StateChanged, now_ms: int) -> list[Action]:
+        """The node's role or leader changed: a newly known leader gets every unapplied
+        command again (entries the old one never committed are re-proposed; duplicates drop)."""
+        if change.leader is not None and self.outbox.pending:
+            return self.resend(now_ms)
+        return []
+
+    # ------------------------------------------------------------------ applying
+    def apply(self, entries: tuple[Entry, ...], now_ms: int) -> tuple[list[Effect], list[Action]]:
+        """Apply committed ``entries``: (effects for the queue object, actions to run). Dead
+        letters are kept only on a leader applying entries of its own term (one member acts on
+        them: at most once, as RabbitMQ's default dead-lettering of quorum queues)."""
+        machine = self.machine
+        node = self.node
+        acting = node.is_leader
+        start = node.term_start_index
+        effects: list[Effect] = []
+        more: list[Action] = []
+        mine = self.origin
+        gap_from = 0
+        for e in entries:
+            self.machine_index = e.index
+            if e.kind is not EntryKind.COMMAND:
+                continue
+            for eff in machine.apply(e.index, e.data):
+                if isinstance(eff, Applied):
+                    if eff.origin == mine:
+                        self.outbox.applied_up_to(eff.seq)
+                    continue
+                if isinstance(eff, Gap):
+                    if eff.origin == mine and not gap_from:
+                        gap_from = eff.next
+                    continue
+                if isinstance(eff, f.DeadLetter) and not (acting and e.index >= start):
+                    continue
+                effects.append(eff)
+        if gap_from:
+            more += self.resend(now_ms)   # everything not applied, from the gap on
+        live = machine.live_messages()
+        if self.machine_index - node.snapshot.index >= max(SNAPSHOT_MIN_ENTRIES, 2 * live):
+            more += node.snapshot_taken(self.machine_index, machine.snapshot())
+        return effects, more
+
+    def restore(self, snapshot_index: int, data: bytes) -> None:
+        """Run a ``Restore`` action: the machine becomes the leader's snapshot."""
+        self.machine.restore(data)
+        self.machine_index = snapshot_index

@@ -1,0 +1,214 @@
+"""The state machine of one quorum queue's Raft group: ``FifoQueue`` behind exactly-once commands.
+
+Owns: the *envelope* every Raft entry of a quorum queue carries, and the rules that make commands
+forwarded between brokers apply exactly once and in order per sender, whatever the network and
+leader changes did to them (lost, duplicated, re-sent to a new leader). Must not know: Raft,
+sockets, AMQP frames, clocks (times are inside commands).
+
+Envelope (big-endian): ``origin`` (u16 length, utf-8), ``seq`` u64, ``kind`` u8, then by kind:
+0 = a ``cluster.raft.fifo`` command (its bytes), 1 = Down(member: the rest, utf-8).
+
+* ``origin`` is ``"<member>#<incarnation>"`` (incarnation: an integer that grows with each start
+  of that member's broker, its start time in ms), or "" for the leader's own idempotent commands
+  (Expire, Down), which are not sequenced.
+* Per origin, commands apply only in ``seq`` order 1, 2, 3, ...: a ``seq`` already applied is a
+  duplicate (dropped; a re-sent publish was committed the first time), a ``seq`` beyond the next
+  one is a gap (dropped, and ``Gap(origin, next)`` tells the origin to re-send from ``next``).
+  This is what makes re-forwarding after a leader change idempotent (rabbit_fifo's enqueuer
+  sequence numbers do the same for Ra's pipelined commands).
+* A command from a newer incarnation of a member cancels the consumers of its older ones (that
+  broker restarted: they are gone) and commands of older incarnations are ignored.
+* ``Down(member)`` cancels every consumer of ``member`` (it left the cluster view): what they held
+  returns to the queue, redelivered (delivery count + 1), as RabbitMQ returns a disconnected
+  node's checked-out messages.
+
+Effects: those of ``FifoQueue`` (``Confirm`` dropped: ``Applied`` says more), plus
+``Applied(origin, seq)`` (every command of ``origin`` up to ``seq`` is in the state: the publisher
+confirm of a publish means a majority holds it, since only committed entries are applied),
+``Gap(origin, next)``, ``Cancelled(consumer)`` (by Down or a newer incarnation, not by its own
+Cancel). Consumer ids are ``"<origin>/<n>"``.
+
+Sources: RabbitMQ "Quorum Queues" guide (consumers on a node that went down; delivery-limit);
+``rabbit_fifo`` (enqueuer seqs, returns on nodedown); Raft paper §8 (client requests must be
+idempotent: "the state machine tracks the latest serial number processed for each client").
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+
+from cluster.raft import fifo as f
+
+__all__ = ["QuorumMachine", "Applied", "Gap", "Cancelled", "Effect", "envelope",
+           "down_envelope", "decode_envelope", "origin_member", "consumer_origin", "KIND_FIFO",
+           "KIND_DOWN"]
+
+KIND_FIFO = 0
+KIND_DOWN = 1
+_HEAD = struct.Struct(">QB")
+_U16 = struct.Struct(">H")
+
+
+def envelope(origin: str, seq: int, command: bytes) -> bytes:
+    """The entry bytes of fifo ``command`` (already encoded) sent by ``origin`` as ``seq``."""
+    raw = origin.encode()
+    return b"".join((_U16.pack(len(raw)), raw, _HEAD.pack(seq, KIND_FIFO), command))
+
+
+def down_envelope(member: str) -> bytes:
+    """The (unsequenced) entry that cancels every consumer of ``member``."""
+    return _U16.pack(0) + _HEAD.pack(0, KIND_DOWN) + member.encode()
+
+
+def decode_envelope(data: bytes) -> tuple[str, int, int, bytes]:
+    """(origin, seq, kind, body) of an entry. Raises ``ValueError`` when malformed."""
+    try:
+        (n,) = _U16.unpack_from(data, 0)
+        origin = bytes(data[2:2 + n]).decode()
+        seq, kind = _HEAD.unpack_from(data, 2 + n)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a quorum queue entry: {exc}") from exc
+    return origin, seq, kind, bytes(data[2 + n + _HEAD.size:])
+
+
+def origin_member(origin: str) -> tuple[str, int]:
+    """(member, incarnation) of an origin ``"member#incarnation"``."""
+    member, _, inc = origin.rpartition("#")
+    return member, int(inc) if inc.isdigit() else 0
+
+
+def consumer_origin(consumer: str) -> str:
+    """The origin that owns consumer id ``"<origin>/<n>"``."""
+    return consumer.rpartition("/")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """Every command of ``origin`` up to ``seq`` is applied (committed on a majority)."""
+
+    origin: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """A command of ``origin`` came before ``next``, the seq expected: re-send from ``next``."""
+
+    origin: str
+    next: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """``consumer`` was cancelled by the group (its member left the view, or restarted)."""
+
+    consumer: str
+
+
+Effect = f.Effect | Applied | Gap | Cancelled
+
+
+class QuorumMachine:
+    """``apply(index, entry bytes) -> effects``; ``snapshot()`` / ``restore(data)``. Deterministic:
+    every replica reaches the same state from the same entries."""
+
+    def __init__(self, config: f.FifoConfig) -> None:
+        self.fifo = f.FifoQueue(config)
+        self.next_seq: dict[str, int] = {}
+        self.incarnation: dict[str, int] = {}
+
+    def expected(self, origin: str) -> int:
+        """The next seq of ``origin`` that will apply."""
+        return self.next_seq.get(origin, 1)
+
+    def apply(self, index: int, data: bytes) -> list[Effect]:
+        """Apply the committed entry ``data`` at Raft ``index`` (see the module docstring).
+        A malformed entry is skipped (no effects) rather than stopping the replica."""
+        try:
+            origin, seq, kind, body = decode_envelope(data)
+            out: list[Effect] = []
+            if origin:
+                member, inc = origin_member(origin)
+                known = self.incarnation.get(member)
+                if known is not None and inc < known:
+                    return []   # a command of a broker that has restarted since
+                if known is None or inc > known:
+                    self.incarnation[member] = inc
+                    if known is not None:
+                        self._cancel_where(lambda c, m=member, o=origin:
+                                           origin_member(consumer_origin(c))[0] == m
+                                           and consumer_origin(c) != o, out)
+                        for old in [o for o in self.next_seq
+                                    if o != origin and origin_member(o)[0] == member]:
+                            del self.next_seq[old]
+                expected = self.next_seq.get(origin, 1)
+                if seq < expected:
+                    return out
+                if seq > expected:
+                    out.append(Gap(origin, expected))
+                    return out
+                self.next_seq[origin] = seq + 1
+            if kind == KIND_FIFO:
+                effects = self.fifo.apply_command(index, f.decode(body))
+                out.extend(e for e in effects if not isinstance(e, f.Confirm))
+            elif kind == KIND_DOWN:
+                member = body.decode()
+                self._cancel_where(lambda c: origin_member(consumer_origin(c))[0] == member, out)
+            if origin:
+                out.append(Applied(origin, seq))
+            return out
+        except ValueError:
+            return []
+
+    def _cancel_where(self, pred: object, out: list[Effect]) -> None:
+        names = [c for c in self.fifo.consumers if pred(c)]  # type: ignore[operator]
+        for name in names:
+            out.extend(self.fifo.apply_command(0, f.Cancel(name, 0)))
+            out.append(Cancelled(name))
+
+    def consumers_of(self, member: str) -> list[str]:
+        """Consumer ids of ``member`` (any incarnation)."""
+        return [c for c in self.fifo.consumers if origin_member(consumer_origin(c))[0] == member]
+
+    # ------------------------------------------------------------------ queries, snapshots
+    @property
+    def message_count(self) -> int:
+        """Ready messages."""
+        return self.fifo.message_count()
+
+    @property
+    def message_bytes(self) -> int:
+        """Body bytes of ready messages."""
+        return self.fifo.ready_bytes
+
+    @property
+    def consumer_count(self) -> int:
+        """Consumers of every member."""
+        return len(self.fifo.consumers)
+
+    def live_messages(self) -> int:
+        """Ready plus checked-out messages (the size of a snapshot)."""
+        return len(self.fifo.ready) + sum(len(c.out) for c in self.fifo.consumers.values())
+
+    def head_expiry(self) -> int | None:
+        """When (ms, commands' clock) the ready head expires; None without TTL."""
+        return self.fifo.ready[0].expires_at if self.fifo.ready else None
+
+    def snapshot(self) -> bytes:
+        """The whole state (JSON around the fifo's snapshot)."""
+        return json.dumps({"fifo": self.fifo.snapshot().decode(), "next": self.next_seq,
+                           "inc": self.incarnation}, separators=(",", ":")).encode()
+
+    def restore(self, data: bytes) -> None:
+        """Replace the state with a ``snapshot()``'s (b"": the empty state)."""
+        if not data:
+            self.fifo = f.FifoQueue(self.fifo.config)
+            self.next_seq = {}
+            self.incarnation = {}
+            return
+        d = json.loads(data)
+        self.fifo.restore(d["fifo"].encode())
+        self.next_seq = {k: int(v) for k, v in d["next"].items()}
+        self.incarnation = {k: int(v) for k, v in d["inc"].items()}

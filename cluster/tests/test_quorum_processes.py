@@ -1,0 +1,75 @@
+"""Quorum queues with real brokers and pika clients (issue 12): ``x-queue-type: quorum`` on a
+3-broker cluster, declared, published to and consumed from any member; kill -9 of the leader's
+broker under load loses no confirmed message and publishing resumes after the Raft election.
+Source: RabbitMQ "Quorum Queues"; DESIGN.md §4 (replicated queues)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cluster.tests.processes import wait_for
+from cluster.tests.quorum_scenarios import (
+    Consumer,
+    Publisher,
+    declare,
+    drain,
+    message_count,
+    wait_leader,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_declare_publish_on_one_member_consume_on_another(cluster):
+    n2, n3, n4 = cluster.start_three()
+    declare(n3, "orders")
+    declare(n2, "orders")   # equivalent: fine on any member
+    declare(n4, "orders")
+    wait_leader(cluster, "orders")
+    pub = Publisher(n3, "orders", 500)
+    pub.join(120)
+    assert pub.error is None, pub.error
+    assert len(pub.confirmed) == 500
+    wait_for(lambda: message_count(n2, "orders") == 500, 15,
+             f"n2 reports {message_count(n2, 'orders')} messages")
+    consumer = Consumer(n4, "orders", prefetch=50)
+    wait_for(lambda: len(consumer.received) >= 500, 30, f"got {len(consumer.received)}")
+    time.sleep(0.5)
+    consumer.stop()
+    assert consumer.error is None, consumer.error
+    assert sorted(consumer.received) == sorted(pub.confirmed)   # each once
+    wait_for(lambda: message_count(n3, "orders") == 0, 10, "messages left after the acks")
+    assert not consumer.redelivered
+
+
+def test_killing_the_leaders_broker_loses_no_confirmed_message(cluster):
+    n2, n3, n4 = cluster.start_three()
+    declare(n3, "orders")
+    leader = wait_leader(cluster, "orders")
+    others = [m for m in (n2, n3, n4) if m is not leader]
+    pub = Publisher(others[0], "orders", 100_000)
+    consumer = Consumer(others[1], "orders", prefetch=50)
+    wait_for(lambda: len(pub.confirmed) >= 300, 60, f"only {len(pub.confirmed)} confirmed")
+    before = len(pub.confirmed)
+    killed_at = time.monotonic()
+    cluster.kill(leader)
+    wait_for(lambda: len(pub.confirmed) >= before + 300, 60,
+             f"publishing did not resume: {len(pub.confirmed) - before} after the kill")
+    pub.stop()
+    assert pub.error is None, pub.error
+    after = [t for t in pub.times if t > killed_at]
+    gap = after[0] - killed_at
+    print(f"kill -9 of the leader -> next confirm: {gap:.2f} s")
+    assert gap < 5.0
+    octet = int(leader.host.rsplit(".", 1)[1])
+    cluster.start(octet, others[0])
+    wait_for(lambda: set(pub.confirmed) <= set(consumer.received), 60,
+             f"{len(set(pub.confirmed) - set(consumer.received))} confirmed not received yet")
+    consumer.stop()
+    assert consumer.error is None, consumer.error
+    rest = drain(leader, "orders", quiet=2.0)
+    received = set(consumer.received) | set(rest)
+    lost = set(pub.confirmed) - received
+    assert not lost, f"{len(lost)} confirmed messages lost"
