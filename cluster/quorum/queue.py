@@ -256,6 +256,11 @@ class QuorumQueue:
         """Basic.Ack: Settle."""
         self._settled(entry, "settle")
 
+    def ack_many(self, entries: list[QueueEntry]) -> None:
+        """Basic.Ack of several deliveries (multiple): one Settle per consumer."""
+        for entry in entries:
+            self._settled(entry, "settle")
+
     def requeue_many(self, entries: Iterable[QueueEntry]) -> None:
         """Nack/reject with requeue, or a closed channel: Return (delivery count + 1)."""
         for entry in entries:

@@ -1,0 +1,242 @@
+"""Unit tests of quorum queues' pure parts (issue 12) over a fake transport
+(``cluster.tests.quorum_fake``): the machine's exactly-once commands, the outbox, forwarding to the
+leader and re-forwarding after a leader change, confirm tokens, deliveries on the consumer's
+member, settles, requeues with x-delivery-count, Down of a member, delivery-limit and dead
+letters, suspended consumers. No sockets, no real time."""
+
+from __future__ import annotations
+
+from cluster.quorum import config as qconfig
+from cluster.quorum.machine import (
+    Applied,
+    Cancelled,
+    Gap,
+    QuorumMachine,
+    decode_envelope,
+    down_envelope,
+    envelope,
+)
+from cluster.quorum.outbox import Outbox
+from cluster.raft import fifo as f
+from cluster.tests.quorum_fake import FakeConsumer, Net, Waiter
+from queues.errors import InvalidArgument
+
+
+def enq(body: bytes, seq: int = 0) -> bytes:
+    return f.encode(f.Enqueue("p", seq, None, b"\x00\x01q" + b"\x00" * 14, body, 0))
+
+
+# ------------------------------------------------------------------ machine
+def test_machine_applies_each_origin_seq_once_and_reports_gaps():
+    m = QuorumMachine(f.FifoConfig())
+    assert m.apply(1, envelope("a#1", 1, enq(b"x"))) == [Applied("a#1", 1)]
+    assert m.apply(2, envelope("a#1", 1, enq(b"x"))) == []          # duplicate: dropped
+    assert m.apply(3, envelope("a#1", 3, enq(b"z"))) == [Gap("a#1", 2)]
+    assert m.apply(4, envelope("a#1", 2, enq(b"y"))) == [Applied("a#1", 2)]
+    assert m.message_count == 2
+    assert decode_envelope(envelope("a#1", 7, b"cmd")) == ("a#1", 7, 0, b"cmd")
+
+
+def test_a_newer_incarnation_cancels_the_old_ones_consumers_and_mutes_them():
+    m = QuorumMachine(f.FifoConfig())
+    m.apply(1, envelope("a#1", 1, f.encode(f.Checkout("a#1/1", 10, 0))))
+    effects = m.apply(2, envelope("b#1", 1, enq(b"x")))
+    assert any(isinstance(e, f.Deliver) and e.consumer == "a#1/1" for e in effects)
+    effects = m.apply(3, envelope("a#2", 1, f.encode(f.Checkout("a#2/1", 10, 0))))
+    assert Cancelled("a#1/1") in effects
+    assert any(isinstance(e, f.Deliver) and e.consumer == "a#2/1" and e.delivery_count == 1
+               for e in effects)   # returned by the cancel, redelivered to the new consumer
+    assert m.apply(4, envelope("a#1", 2, enq(b"late"))) == []   # the old incarnation is muted
+
+
+def test_down_returns_a_members_messages_redelivered():
+    m = QuorumMachine(f.FifoConfig())
+    m.apply(1, envelope("a#1", 1, f.encode(f.Checkout("a#1/1", 10, 0))))
+    m.apply(2, envelope("b#1", 1, enq(b"x")))
+    assert m.message_count == 0
+    effects = m.apply(3, down_envelope("a"))
+    assert effects == [Cancelled("a#1/1")]
+    assert m.message_count == 1 and m.fifo.ready[0].delivery_count == 1
+    copy = QuorumMachine(f.FifoConfig())
+    copy.restore(m.snapshot())
+    assert copy.snapshot() == m.snapshot()
+
+
+def test_outbox_numbers_keeps_and_forgets():
+    box = Outbox("a#1")
+    assert [box.add(b"1"), box.add(b"2"), box.add(b"3")] == [1, 2, 3]
+    assert len(box.take_unsent(5)) == 3 and box.take_unsent(6) == []
+    assert box.applied_up_to(2) and not box.applied_up_to(1)
+    assert [decode_envelope(e)[1] for e in box.all_pending(7)] == [3]
+    assert box.stale(2007, 2000) and not box.stale(2006, 2000)
+
+
+def test_config_refuses_other_types_arguments_and_chooses_groups_deterministically():
+    for bad in ({"x-max-priority": 5}, {"x-queue-mode": "lazy"},
+                {"x-overflow": "reject-publish-dlx"}, {"x-delivery-limit": -1}):
+        try:
+            qconfig.check_arguments(bad)
+        except InvalidArgument:
+            continue
+        raise AssertionError(f"{bad} accepted")
+    qconfig.check_arguments({"x-delivery-limit": 3, "x-max-length": 10})
+    view = ["n5", "n2", "n4", "n3", "n6"]
+    group = qconfig.choose_members(view, 3, "/", "orders")
+    assert len(group) == 3 and group == qconfig.choose_members(reversed(view), 3, "/", "orders")
+    assert qconfig.choose_members(["n2"], 3, "/", "q") == ("n2",)
+    assert qconfig.group_id("/", "q", group, 1) != qconfig.group_id("/", "q", group, 2)
+
+
+# ------------------------------------------------------------------ groups over the fake network
+def started(seed: int = 1, config: f.FifoConfig | None = None) -> Net:
+    net = Net(seed=seed, config=config)
+    net.run_until(lambda: net.leader() is not None)
+    return net
+
+
+def test_a_publish_on_a_follower_is_forwarded_and_confirmed_once_applied_there():
+    net = started()
+    leader = net.leader()
+    follower = next(m for m in net.members.values() if m is not leader)
+    waiter = Waiter()
+    token = follower.publish("hello")
+    follower.queue.watch(waiter)
+    assert waiter.safe < token
+    net.run_until(lambda: waiter.safe >= token, 1000)
+    for m in net.members.values():
+        net.run_until(lambda m=m: m.queue.message_count == 1, 500)
+
+
+def test_re_forwarding_after_the_leader_dies_loses_nothing_and_duplicates_nothing():
+    net = started(seed=3)
+    leader = net.leader()
+    follower = next(m for m in net.members.values() if m is not leader)
+    waiter = Waiter()
+    tokens = [follower.publish(f"m{i}") for i in range(20)]
+    follower.queue.watch(waiter)
+    follower.queue.dispatch()   # the Forward to the leader is in flight
+    batch, net.inflight = net.inflight, []
+    for frm, _to, (kind, payload) in batch:   # the leader gets it and appends, then dies
+        if kind == "fwd":
+            leader.run(leader.group.forwarded(frm, payload))
+    net.kill(leader.name)       # its unsynced appends and AppendEntries are lost
+    net.run_until(lambda: waiter.safe >= tokens[-1], 5000)
+    new_leader = net.leader()
+    assert new_leader is not None and new_leader is not leader
+    consumer = FakeConsumer()
+    follower.queue.add_consumer(consumer)
+    net.woken.add(follower.name)
+    net.run_until(lambda: len(consumer.got) >= 20, 2000)
+    net.advance(10, 20)
+    bodies = [e.message.body.decode() for e in consumer.got]
+    assert sorted(bodies) == sorted(f"m{i}" for i in range(20))   # each exactly once
+
+
+def test_lossy_links_gaps_are_re_sent_and_every_confirmed_message_is_there():
+    net = started(seed=5)
+    net.loss = 0.2
+    follower = next(m for m in net.members.values() if not m.group.is_leader)
+    waiter = Waiter()
+    tokens = [follower.publish(f"m{i}") for i in range(50)]
+    follower.queue.watch(waiter)
+    net.run_until(lambda: waiter.safe >= tokens[-1], 20000)
+    net.loss = 0.0
+    net.advance(10, 50)
+    leader = net.leader()
+    assert leader is not None
+    bodies = sorted(m.body.decode() for m in leader.group.machine.fifo.ready)
+    assert bodies == sorted(f"m{i}" for i in range(50))
+
+
+def test_consumer_on_another_member_gets_acks_and_requeues_with_delivery_count():
+    net = started(seed=7)
+    names = list(net.members)
+    pub, sub = net.members[names[0]], net.members[names[1]]
+    consumer = FakeConsumer(prefetch=10)
+    sub.queue.add_consumer(consumer)
+    net.woken.add(sub.name)
+    for i in range(3):
+        pub.publish(f"m{i}")
+    net.run_until(lambda: len(consumer.got) == 3, 2000)
+    first = consumer.got[0]
+    assert not first.redelivered
+    sub.queue.requeue_many([first])
+    sub.queue.ack_many(consumer.got[1:3])
+    net.run_until(lambda: len(consumer.got) == 4, 2000)
+    again = consumer.got[3]
+    assert again.redelivered and again.message.headers["x-delivery-count"] == 1
+    sub.queue.ack(again)
+    net.run_until(lambda: all(m.queue.message_count == 0 and not
+                              m.group.machine.fifo.consumers[next(iter(
+                                  m.group.machine.fifo.consumers))].out
+                              for m in net.members.values()), 2000)
+
+
+def test_a_member_leaving_the_view_has_its_messages_redelivered_elsewhere():
+    net = started(seed=9)
+    names = list(net.members)
+    leader = net.leader()
+    assert leader is not None
+    others = [n for n in names if n != leader.name]
+    holder, other = net.members[others[0]], net.members[others[1]]
+    held = FakeConsumer(prefetch=5)
+    holder.queue.add_consumer(held)
+    net.woken.add(holder.name)
+    for i in range(5):
+        leader.publish(f"m{i}")
+    net.run_until(lambda: len(held.got) == 5, 2000)
+    second = FakeConsumer(prefetch=5)
+    other.queue.add_consumer(second)
+    net.woken.add(other.name)
+    net.kill(holder.name)
+    net.run_until(lambda: len(second.got) == 5, 3000)
+    assert all(e.redelivered for e in second.got)
+
+
+def test_delivery_limit_dead_letters_on_the_leader_only():
+    net = started(seed=11, config=f.FifoConfig(delivery_limit=1))
+    leader = net.leader()
+    assert leader is not None
+    consumer = FakeConsumer(prefetch=1)
+    leader.queue.add_consumer(consumer)
+    net.woken.add(leader.name)
+    leader.publish("poison")
+    for n in range(2):
+        net.run_until(lambda n=n: len(consumer.got) == n + 1, 2000)
+        leader.queue.requeue_many([consumer.got[-1]])
+    net.run_until(lambda: len(leader.dead_letters) == 1, 2000)
+    net.advance(10, 20)
+    assert leader.dead_letters[0][1] == "delivery_limit"
+    assert sum(len(m.dead_letters) for m in net.members.values()) == 1
+
+
+def test_cancel_with_unsettled_deliveries_suspends_then_cancels():
+    net = started(seed=13)
+    leader = net.leader()
+    assert leader is not None
+    consumer = FakeConsumer(prefetch=2)
+    leader.queue.add_consumer(consumer)
+    net.woken.add(leader.name)
+    for i in range(4):
+        leader.publish(f"m{i}")
+    net.run_until(lambda: len(consumer.got) == 2, 2000)
+    assert leader.queue.remove_consumer(consumer)
+    net.advance(10, 10)
+    cid = consumer.got[0].cid
+    assert leader.group.machine.fifo.consumers[cid].prefetch == -1   # suspended, still holds 2
+    leader.queue.ack_many(consumer.got)
+    net.run_until(lambda: cid not in leader.group.machine.fifo.consumers, 2000)
+    assert leader.queue.message_count == 2 and len(consumer.got) == 2
+
+
+def test_a_restarted_member_catches_up_from_the_log():
+    net = started(seed=15)
+    leader = net.leader()
+    assert leader is not None
+    follower = next(m for m in net.members.values() if m is not leader)
+    net.kill(follower.name)
+    for i in range(10):
+        leader.publish(f"m{i}")
+    net.run_until(lambda: leader.queue.message_count == 10, 2000)
+    back = net.restart(follower.name, incarnation=2)
+    net.run_until(lambda: back.queue.message_count == 10, 3000)
