@@ -7,7 +7,7 @@ redeclare 406, default-exchange and reserved-name rules 403, direct/fanout/topic
 312 NO_ROUTE, publisher confirms and reject-publish nacks, prefetch (per consumer and global),
 dead-lettering with x-death (queue TTL, per-message TTL, rejection, max-length drop-head),
 priorities, broker-initiated consumer cancel (``add_on_cancel_callback``), heartbeats, Connection.Start capabilities, authentication failure, unknown vhost 530,
-1 MiB bodies and an unserved x-queue-type ("quorum" -> 406, skipped on RabbitMQ).
+1 MiB bodies and a quorum queue on a single broker (406 for its refused arguments).
 
 Sources: AMQP 0-9-1 specification (amqp0-9-1.xml, section 1.x method semantics and reply codes);
 RabbitMQ docs: "dlx", "ttl", "maxlength", "priority", "consumer-cancel", "consumers" (single
@@ -24,8 +24,6 @@ import time
 import pika
 import pika.exceptions as pe
 import pytest
-
-from interop_tests.conftest import skip_if_rabbitmq
 
 TIMEOUT = 5.0
 
@@ -236,11 +234,28 @@ def test_inequivalent_redeclare_is_406(conn, declare, exchange, unique_name):
     assert ok.queue == unique_name and ok.message_count == 1
 
 
-def test_x_queue_type_quorum_not_served_is_406(broker, conn, unique_name):
-    skip_if_rabbitmq(broker, "RabbitMQ serves quorum queues")
-    err = expect_channel_error(406, conn.channel().queue_declare, unique_name, durable=True,
-                               arguments={"x-queue-type": "quorum"})  # fmt: skip
+def test_x_queue_type_quorum_on_a_single_broker(broker, conn, unique_name):
+    # RabbitMQ serves quorum queues on one node; so do we (a Raft group of one, persisted)
+    ch = conn.channel()
+    ch.queue_declare(unique_name, durable=True, arguments={"x-queue-type": "quorum"})
+    ch.confirm_delivery()
+    ch.basic_publish("", unique_name, b"q", pika.BasicProperties(delivery_mode=2))
+    for _ in range(100):
+        if ch.queue_declare(unique_name, passive=True).method.message_count == 1:
+            break
+        time.sleep(0.05)
+    method, _props, body = next(ch.consume(unique_name, inactivity_timeout=5))
+    assert body == b"q" and not method.redelivered
+    ch.basic_ack(method.delivery_tag)
+    ch.cancel()
+    err = expect_channel_error(406, conn.channel().queue_declare, unique_name + ".x",
+                               durable=False, arguments={"x-queue-type": "quorum"})
     assert err.reply_text.startswith("PRECONDITION_FAILED")
+    err = expect_channel_error(406, conn.channel().queue_declare, unique_name + ".p",
+                               durable=True, arguments={"x-queue-type": "quorum",
+                                                        "x-max-priority": 5})
+    assert err.reply_text.startswith("PRECONDITION_FAILED")
+    ch.queue_delete(unique_name)
     assert conn.is_open
 
 

@@ -20,7 +20,7 @@ Must not know: sockets, channels, frames, threads. Sources: rabbit_queue_type.er
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -92,9 +92,10 @@ class Journal(Protocol):
 class SafeWaiter(Protocol):
     """A publisher waiting for confirms (the core's channel)."""
 
-    def advance_safe(self, source: object, up_to: int) -> bool:
-        """``source`` made every token <= ``up_to`` safe; True when nothing waits on it any
-        more (the source may then forget this waiter)."""
+    def advance_safe(self, source: object, up_to: int, failed: Collection[int] = ()) -> bool:
+        """``source`` made every token <= ``up_to`` safe -- except those in ``failed``, which it
+        refused (nacked: a quorum queue's x-overflow reject-publish); True when nothing waits on
+        it any more (the source may then forget this waiter)."""
         ...
 
 

@@ -10,6 +10,7 @@ Errors: a ``ChannelException`` from a handler closes this channel (Channel.Close
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
@@ -196,13 +197,14 @@ class Channel:
         self.flush_confirms()
         return done
 
-    def advance_safe(self, source: object, up_to: int) -> bool:
-        """``source`` (a replicated queue's group) made every token <= ``up_to`` safe: confirms
-        that waited for it go out. True when none waits on it any more (``SafeWaiter``)."""
+    def advance_safe(self, source: object, up_to: int, failed: Collection[int] = ()) -> bool:
+        """``source`` (a replicated queue's group) made every token <= ``up_to`` safe, those in
+        ``failed`` refused (nacked): confirms that waited for it go out. True when none waits on
+        it any more (``SafeWaiter``)."""
         tracker = self.confirms
         if tracker is None or self.closing:
             return True
-        done = tracker.advance(source, up_to)
+        done = tracker.advance(source, up_to, failed)
         self.flush_confirms()
         return done
 

@@ -10,6 +10,7 @@ Confirms" (delivery tags of confirms count from 1 per channel; ``multiple`` cove
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 
 __all__ = ["ConfirmTracker", "STORE"]
 
@@ -63,15 +64,18 @@ class ConfirmTracker:
                 pending = self._waits[source] = deque()
             pending.append((token, seq))
 
-    def advance(self, source: object, up_to: int) -> bool:
-        """``source`` made every token <= ``up_to`` safe: settle what no longer waits. True when
-        nothing waits on ``source`` any more."""
+    def advance(self, source: object, up_to: int, failed: Collection[int] = ()) -> bool:
+        """``source`` made every token <= ``up_to`` safe: settle what no longer waits. Tokens in
+        ``failed`` were refused by the source (a quorum queue's x-overflow reject-publish): their
+        publishes are nacked. True when nothing waits on ``source`` any more."""
         pending = self._waits.get(source)
         if pending is None:
             return True
         remaining = self._remaining
         while pending and pending[0][0] <= up_to:
-            _token, seq = pending.popleft()
+            token, seq = pending.popleft()
+            if failed and token in failed:
+                self._ok[seq] = False
             left = remaining.get(seq)
             if left is not None:
                 if left > 1:

@@ -174,7 +174,7 @@ class QuorumQueue:
     # ------------------------------------------------------------------ publishing, confirms
     def publish(self, message: Message) -> PublishResult:
         """Queue an Enqueue of ``message``; ROUTED (a reject-publish overflow is known only once
-        applied: see ``rejected``)."""
+        applied: its token is then reported ``failed`` to the waiting channel, a Basic.Nack)."""
         key = dedup_key(message) if self.settings.deduplication else None
         seq = self.group.outbox.next_seq
         self._last_token = self.group.submit(f.Enqueue(
@@ -191,7 +191,7 @@ class QuorumQueue:
         if waiter not in self._waiters:
             self._waiters.append(waiter)
         applied = self.group.applied
-        if applied and waiter.advance_safe(self, applied):
+        if applied and waiter.advance_safe(self, applied, self.rejected):
             self._waiters.remove(waiter)
 
     def _progress(self) -> None:
@@ -199,8 +199,12 @@ class QuorumQueue:
         if applied == self._reported:
             return
         self._reported = applied
+        failed = self.rejected
         if self._waiters:
-            self._waiters = [w for w in self._waiters if not w.advance_safe(self, applied)]
+            self._waiters = [w for w in self._waiters
+                             if not w.advance_safe(self, applied, failed)]
+        if failed:
+            self.rejected = {t for t in failed if t > applied}
 
     # ------------------------------------------------------------------ consumers
     def add_consumer(self, consumer: Any) -> None:

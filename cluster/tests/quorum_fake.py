@@ -52,9 +52,11 @@ class Waiter:
 
     def __init__(self) -> None:
         self.safe = 0
+        self.failed: set[int] = set()
 
-    def advance_safe(self, source: object, up_to: int) -> bool:
+    def advance_safe(self, source: object, up_to: int, failed: Any = ()) -> bool:
         self.safe = max(self.safe, up_to)
+        self.failed |= {t for t in failed if t <= up_to}
         return False
 
 

@@ -240,3 +240,14 @@ def test_a_restarted_member_catches_up_from_the_log():
     net.run_until(lambda: leader.queue.message_count == 10, 2000)
     back = net.restart(follower.name, incarnation=2)
     net.run_until(lambda: back.queue.message_count == 10, 3000)
+
+
+def test_reject_publish_overflow_nacks_the_refused_publishes():
+    net = started(seed=17, config=f.FifoConfig(max_length=2, overflow="reject-publish"))
+    follower = next(m for m in net.members.values() if not m.group.is_leader)
+    waiter = Waiter()
+    tokens = [follower.publish(f"m{i}") for i in range(4)]
+    follower.queue.watch(waiter)
+    net.run_until(lambda: waiter.safe >= tokens[-1], 2000)
+    assert waiter.failed == set(tokens[2:])
+    assert follower.queue.message_count == 2
