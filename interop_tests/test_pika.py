@@ -239,11 +239,14 @@ def test_x_queue_type_quorum_on_a_single_broker(broker, conn, unique_name):
     ch = conn.channel()
     ch.queue_declare(unique_name, durable=True, arguments={"x-queue-type": "quorum"})
     ch.confirm_delivery()
+    ch.basic_publish("", unique_name, b"g", pika.BasicProperties(delivery_mode=2))
     ch.basic_publish("", unique_name, b"q", pika.BasicProperties(delivery_mode=2))
     for _ in range(100):
-        if ch.queue_declare(unique_name, passive=True).method.message_count == 1:
+        if ch.queue_declare(unique_name, passive=True).method.message_count == 2:
             break
         time.sleep(0.05)
+    method, _props, body = ch.basic_get(unique_name, auto_ack=True)
+    assert body == b"g"
     method, _props, body = next(ch.consume(unique_name, inactivity_timeout=5))
     assert body == b"q" and not method.redelivered
     ch.basic_ack(method.delivery_tag)

@@ -118,6 +118,7 @@ class QuorumMachine:
         self.fifo = f.FifoQueue(config)
         self.next_seq: dict[str, int] = {}
         self.incarnation: dict[str, int] = {}
+        self._origins: dict[str, tuple[str, int]] = {}   # origin -> (member, incarnation)
 
     def expected(self, origin: str) -> int:
         """The next seq of ``origin`` that will apply."""
@@ -130,7 +131,12 @@ class QuorumMachine:
             origin, seq, kind, body = decode_envelope(data)
             out: list[Effect] = []
             if origin:
-                member, inc = origin_member(origin)
+                parsed = self._origins.get(origin)
+                if parsed is None:
+                    if len(self._origins) > 4096:
+                        self._origins.clear()
+                    parsed = self._origins[origin] = origin_member(origin)
+                member, inc = parsed
                 known = self.incarnation.get(member)
                 if known is not None and inc < known:
                     return []   # a command of a broker that has restarted since

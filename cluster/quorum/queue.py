@@ -13,8 +13,9 @@ classes (consumers are duck-typed: ``channel``, ``prefetch``, ``no_ack``, ``can_
 ``deliver``).
 
 Deviations from RabbitMQ (3.10): a consumer without a prefetch gets ``DEFAULT_CREDIT`` in flight
-(RabbitMQ's quorum queues also bound unlimited consumers by a credit); Basic.Get answers from a
-one-shot checkout and may report empty while a message is being moved (see ``get``); Queue.Purge
+(RabbitMQ's quorum queues also bound unlimited consumers by a credit); Basic.Get answers at once
+from this member's replica and takes the message through the log afterwards (optimistic: a
+message two members hand out at once reaches both clients, see ``get``); Queue.Purge
 is proposed by every member the purge reaches (the cluster propagates it), so a purge racing
 publishes may drop messages published just after it; per-message ``expiration`` is ignored (only
 ``x-message-ttl``). Sources: RabbitMQ "Quorum Queues" (feature matrix, delivery-limit,
@@ -137,6 +138,7 @@ class QuorumQueue:
         self._next_cid = 0
         self._last_token = 0
         self._waiters: list[SafeWaiter] = []
+        self._taking: dict[int, int] = {}   # msg id -> seq of its Take (Basic.Get), until applied
         self._reported = 0
         self.rejected: set[int] = set()
         self.deleted = False
@@ -199,6 +201,8 @@ class QuorumQueue:
         if applied == self._reported:
             return
         self._reported = applied
+        if self._taking:
+            self._taking = {i: s for i, s in self._taking.items() if s > applied}
         failed = self.rejected
         if self._waiters:
             self._waiters = [w for w in self._waiters
@@ -275,9 +279,29 @@ class QuorumQueue:
         self._settled(entry, "discard")
 
     def get(self, no_ack: bool) -> QueueEntry | None:
-        """Basic.Get: not served through the log yet (None: Get-Empty). See the module
-        docstring."""
-        return None
+        """Basic.Get: the first ready message of this member's replica not already taken here,
+        handed out at once and taken through the log (``Take`` to this member's get consumer;
+        settled like a delivery). Optimistic: when another member's consumer or Basic.Get got the
+        same message first, the Take does nothing and the message may reach two clients (at
+        least once, never lost). None (Get-Empty) when the replica knows no ready message."""
+        taking = self._taking
+        for m in self.group.machine.fifo.ready:
+            if m.msg_id not in taking:
+                break
+        else:
+            return None
+        cid = f"{self.group.origin}/get"
+        taking[m.msg_id] = 1 << 62   # its seq once submitted
+        self._ops.append(("take", cid, m.msg_id))
+        msg = split_header(m.header)
+        msg.body = m.body
+        if m.delivery_count:
+            msg = _with_delivery_count(msg, m.delivery_count)
+        entry = QuorumEntry(msg, m.msg_id, cid, m.delivery_count)
+        if no_ack:
+            self._ops.append(("settle", cid, m.msg_id))
+        self._wake(self)
+        return entry
 
     # ------------------------------------------------------------------ the batch
     def dispatch(self) -> int:
@@ -314,6 +338,10 @@ class QuorumQueue:
                 continue
             if kind == "cancel":
                 group.submit(f.Cancel(cid, now))
+                i += 1
+                continue
+            if kind == "take":
+                self._taking[arg] = group.submit(f.Take(cid, arg))
                 i += 1
                 continue
             j = i

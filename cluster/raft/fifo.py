@@ -16,7 +16,9 @@ A message is identified by the Raft index of its Enqueue (``msg_id``). Commands 
         (a Checkout of a known consumer changes its credit; prefetch < 0 suspends it: it keeps
         what it holds and gets nothing new -- a Basic.Cancel whose deliveries are still unacked)
     Settle(consumer, msg_ids) (ack), Return(consumer, msg_ids) (requeue, delivery count + 1),
-    Discard(consumer, msg_ids) (reject without requeue: dead-letter), Expire(now_ms), Purge()
+    Discard(consumer, msg_ids) (reject without requeue: dead-letter), Expire(now_ms), Purge(),
+    Take(consumer, msg_id) (Basic.Get: move that ready message to the consumer, if still ready;
+        the consumer is created suspended, so it never gets deliveries)
 
 Effects: ``Deliver(consumer, msg_id, header, body, delivery_count)`` (``delivery_count`` > 0 is
 a redelivery: the ``x-delivery-count`` header), ``Confirm(publisher, seq)``, ``Rejected(publisher,
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "FifoConfig", "FifoQueue", "Enqueue", "Checkout", "Cancel", "Settle", "Return", "Discard",
-    "Expire", "Purge", "Command", "Deliver", "Confirm", "Rejected", "DeadLetter", "Purged",
+    "Expire", "Purge", "Take", "Command", "Deliver", "Confirm", "Rejected", "DeadLetter", "Purged",
     "Effect", "encode", "decode",
 ]
 
@@ -125,9 +127,15 @@ class Purge:
     """Drop every ready message."""
 
 
-Command = Enqueue | Checkout | Cancel | Settle | Return | Discard | Expire | Purge
-_TYPES: dict[str, type] = {t.__name__: t for t in
-                           (Enqueue, Checkout, Cancel, Settle, Return, Discard, Expire, Purge)}
+@dataclass(frozen=True, slots=True)
+class Take:
+    """Basic.Get: check message ``msg_id`` out to ``consumer`` if it is still ready."""
+
+    consumer: str
+    msg_id: int
+
+
+Command = Enqueue | Checkout | Cancel | Settle | Return | Discard | Expire | Purge | Take
 
 
 _U8 = struct.Struct(">B")
@@ -137,7 +145,7 @@ _Q = struct.Struct(">Q")
 _QQ = struct.Struct(">QQ")
 _IQ = struct.Struct(">iQ")
 _CODES: dict[type, int] = {Enqueue: 1, Checkout: 2, Cancel: 3, Settle: 4, Return: 5, Discard: 6,
-                           Expire: 7, Purge: 8}
+                           Expire: 7, Purge: 8, Take: 9}
 
 
 def _str(text: str) -> bytes:
@@ -154,7 +162,8 @@ def encode(cmd: Command) -> bytes:
     publisher (str), seq u64, now_ms u64, has_key u8 [key (str)], header length u32, header,
     body (the rest); Checkout: consumer (str), prefetch i32, now_ms u64; Cancel: consumer,
     now_ms u64; Settle / Discard: consumer, count u32, msg ids u64 each; Return: consumer,
-    now_ms u64, count u32, ids; Expire: now_ms u64; Purge: nothing. str: u16 length, utf-8."""
+    now_ms u64, count u32, ids; Expire: now_ms u64; Purge: nothing; Take: consumer, msg_id u64.
+    str: u16 length, utf-8."""
     code = _U8.pack(_CODES[type(cmd)])
     if isinstance(cmd, Enqueue):
         key = b"\x00" if cmd.dedup_key is None else b"\x01" + _str(cmd.dedup_key)
@@ -170,6 +179,8 @@ def encode(cmd: Command) -> bytes:
         return code + _str(cmd.consumer) + _Q.pack(cmd.now_ms) + _ids(cmd.msg_ids)
     if isinstance(cmd, Expire):
         return code + _Q.pack(cmd.now_ms)
+    if isinstance(cmd, Take):
+        return code + _str(cmd.consumer) + _Q.pack(cmd.msg_id)
     return code
 
 
@@ -236,6 +247,9 @@ def decode(raw: bytes) -> Command:
             return Expire(r.take(_Q)[0])
         if code == 8:
             return Purge()
+        if code == 9:
+            consumer = r.str()
+            return Take(consumer, r.take(_Q)[0])
     except (struct.error, UnicodeDecodeError) as exc:
         raise ValueError(f"not a fifo command: {exc}") from exc
     raise ValueError(f"not a fifo command: type {raw[:1]!r}")
@@ -349,6 +363,8 @@ class FifoQueue:
                            for m in taken)
         elif isinstance(cmd, Expire):
             self._expire(cmd.now_ms, out)
+        elif isinstance(cmd, Take):
+            self._take(cmd)
         elif isinstance(cmd, Purge):
             out.append(Purged(len(self.ready)))
             self.ready.clear()
@@ -382,6 +398,18 @@ class FifoQueue:
             self._drop_head("maxlen", out)
         out.append(Confirm(cmd.publisher, cmd.seq))
 
+    def _take(self, cmd: Take) -> None:
+        ready = self.ready
+        for i, m in enumerate(ready):
+            if m.msg_id == cmd.msg_id:
+                del ready[i]
+                self.ready_bytes -= len(m.body)
+                c = self.consumers.get(cmd.consumer)
+                if c is None:
+                    c = self.consumers[cmd.consumer] = _Consumer(-1)
+                c.out[m.msg_id] = m
+                return
+
     def _drop_head(self, reason: str, out: list[Effect]) -> None:
         m = self.ready.popleft()
         self.ready_bytes -= len(m.body)
@@ -409,7 +437,7 @@ class FifoQueue:
     def _deliver(self, out: list[Effect]) -> None:
         """Hand ready messages to consumers with credit: round-robin, or only to the first
         consumer under single-active-consumer."""
-        if not self.consumers:
+        if not self.consumers or not self.ready:
             return
         names = list(self.consumers)
         if self.config.single_active_consumer:

@@ -251,3 +251,24 @@ def test_reject_publish_overflow_nacks_the_refused_publishes():
     net.run_until(lambda: waiter.safe >= tokens[-1], 2000)
     assert waiter.failed == set(tokens[2:])
     assert follower.queue.message_count == 2
+
+
+def test_basic_get_takes_through_the_log_and_settles():
+    net = started(seed=19)
+    names = list(net.members)
+    pub, getter = net.members[names[0]], net.members[names[1]]
+    for i in range(3):
+        pub.publish(f"m{i}")
+    net.run_until(lambda: getter.queue.message_count == 3, 2000)
+    first = getter.queue.get(no_ack=False)
+    second = getter.queue.get(no_ack=True)
+    assert first is not None and second is not None
+    assert first.message.body == b"m0" and second.message.body == b"m1"
+    net.run_until(lambda: all(m.queue.message_count == 1 for m in net.members.values()), 2000)
+    getter.queue.requeue_many([first])
+    net.run_until(lambda: pub.queue.message_count == 2, 2000)
+    again = getter.queue.get(no_ack=False)
+    assert again is not None and again.message.body == b"m0" and again.redelivered
+    getter.queue.ack(again)
+    net.run_until(lambda: all(m.queue.message_count == 1 for m in net.members.values()), 2000)
+    assert f.decode(f.encode(f.Take("a#1/get", 7))) == f.Take("a#1/get", 7)
