@@ -254,3 +254,34 @@ def test_delete_ok_comes_before_the_consumers_cancel(broker):
         got = [(ch, type(m).__name__, getattr(m, "consumer_tag", None))
                for ch, m in _replies(conn)]
     assert got == [(1, "DeleteOk", None), (1, "Cancel", "ct")]
+
+
+# ------------------------------------------------------------- sweep: what else clients rely on
+def test_x_death_count_is_a_long_long(broker):
+    """RabbitMQ sends x-death ``count`` as a long-long (field type ``l``); the Java client casts
+    it to Long. Read the raw content header of a dead-lettered message."""
+    queue, dlq = _name("dl-src"), _name("dl-dst")
+    with pika.BlockingConnection(pika.URLParameters(broker.uri)) as connection:
+        ch = connection.channel()
+        ch.queue_declare(dlq, auto_delete=False)
+        ch.queue_declare(queue, arguments={"x-dead-letter-exchange": "",
+                                           "x-dead-letter-routing-key": dlq})
+        ch.basic_publish("", queue, b"x")
+        method = None
+        for _ in range(50):
+            method, _props, _body = ch.basic_get(queue)
+            if method is not None:
+                break
+        assert method is not None
+        ch.basic_reject(method.delivery_tag, requeue=False)
+    with _raw(broker) as conn:
+        for _ in range(50):
+            conn.send_method(commands.Basic.Get(queue=dlq, no_ack=True), 1)
+            channel, got = conn.read_method()
+            if isinstance(got, commands.Basic.GetOk):
+                break
+        assert isinstance(got, commands.Basic.GetOk)
+        content_header = conn.read_frame()
+        conn.send_method(commands.Queue.Delete(queue=dlq), 1)
+        conn.send_method(commands.Queue.Delete(queue=queue), 1)
+    assert b"\x05countl\x00\x00\x00\x00\x00\x00\x00\x01" in content_header.payload

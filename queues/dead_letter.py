@@ -5,7 +5,7 @@ dropped for length) into the *new* message that the core republishes to the queu
 exchange, exactly as RabbitMQ does for AMQP 0-9-1 messages:
 
 * ``x-death`` header: an array of tables, most recent first, one per (queue, reason) pair, each
-  with ``count`` (int), ``reason``, ``queue``, ``time`` (AMQP timestamp, whole seconds, wall
+  with ``count`` (a long-long, ``LongLong``, as RabbitMQ), ``reason``, ``queue``, ``time`` (AMQP timestamp, whole seconds, wall
   clock), ``exchange`` (the exchange the message was published to -- the previous DLX for a
   message dead-lettered before), ``routing-keys`` (the routing key plus CC keys, never BCC) and
   ``original-expiration`` when the message had a per-message TTL. When the pair already exists its
@@ -90,9 +90,37 @@ def dead_letter_routing_keys(message: Message, dead_letter_routing_key: str | No
     return [message.routing_key, *_header_keys(headers, "CC"), *_header_keys(headers, "BCC")]
 
 
+class LongLong(int):
+    """An int that a field table carries as an AMQP long-long (``l``, signed 64 bits) whatever its
+    size: RabbitMQ sends x-death ``count`` so, and clients read it so (the Java client casts it
+    to Long); pamqp otherwise picks the smallest integer type. Source: "RabbitMQ: Dead Letter
+    Exchanges" (x-death count, a long); pamqp ``encode.table_integer``."""
+
+
+def _teach_pamqp_long_long() -> None:
+    """Make pamqp's field-table encoder write a ``LongLong`` as ``l`` (once, at import: pamqp's
+    encoder is module-global, as its method index is; other ints are unchanged)."""
+    from pamqp import encode
+
+    plain = encode.encode_table_value
+    if getattr(plain, "long_long_aware", False):
+        return
+
+    def encode_table_value(value: Any) -> bytes:
+        if type(value) is LongLong:
+            return b"l" + encode.long_long_int(value)
+        return plain(value)
+
+    encode_table_value.long_long_aware = True  # type: ignore[attr-defined]
+    encode.encode_table_value = encode_table_value
+
+
+_teach_pamqp_long_long()
+
+
 def _count(table: dict[str, Any]) -> int:
     count = table.get("count")
-    return count if type(count) is int and count > 0 else 1
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
 
 
 def make_dead_letter(message: Message, *, reason: str, queue: str, dead_letter_exchange: str,
@@ -116,7 +144,7 @@ def make_dead_letter(message: Message, *, reason: str, queue: str, dead_letter_e
     dl_keys = dead_letter_routing_keys(message, dead_letter_routing_key)
 
     death: dict[str, Any] = {
-        "count": 1,
+        "count": LongLong(1),
         "reason": reason,
         "queue": queue,
         "time": datetime.datetime.fromtimestamp(int(now), tz=_UTC),
@@ -142,7 +170,7 @@ def make_dead_letter(message: Message, *, reason: str, queue: str, dead_letter_e
             deaths.append(table)
         if matched is not None:
             updated = dict(matched)
-            updated["count"] = _count(matched) + extra + 1
+            updated["count"] = LongLong(_count(matched) + extra + 1)
             deaths[0] = updated
         headers["x-death"] = deaths
     else:

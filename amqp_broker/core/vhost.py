@@ -12,6 +12,7 @@ spec's reply codes and RabbitMQ's reply texts. Must not know: frames beyond repl
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands as cmd
@@ -47,6 +48,24 @@ log = logging.getLogger(__name__)
 
 SERVED_QUEUE_TYPES = ("classic", "stream")
 ROUTED = PublishResult.ROUTED
+
+
+_AMQP_TYPE_NAMES = {"str": "longstr", "bytes": "longstr", "bool": "bool", "float": "double",
+                    "dict": "table", "list": "array", "NoneType": "void", "void": "void",
+                    "Decimal": "decimal", "datetime": "timestamp"}
+
+
+def _erlang_reason(reason: str) -> str:
+    """A ``queues.arguments`` refusal as RabbitMQ prints its Erlang term in the 406 text
+    (``rabbit_amqqueue:check_arguments``, ``~p``): ``value_negative -1`` -> ``{value_negative,-1}``,
+    a sentence -> the sentence in double quotes with AMQP type names (str -> longstr)."""
+    match = re.fullmatch(r"([a-z_]+) (-?\d+|[A-Za-z_]+)", reason)
+    if match:
+        term = _AMQP_TYPE_NAMES.get(match.group(2), match.group(2))
+        return f"{{{match.group(1)},{term}}}"
+    reason = re.sub(r"got (\w+)", lambda m: f"got {_AMQP_TYPE_NAMES.get(m.group(1), m.group(1))}",
+                    reason)
+    return f'"{reason}"'
 
 
 def _fmt(value: Any) -> str:
@@ -154,10 +173,10 @@ class VirtualHost:
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
         """Exchange.Delete: idempotent for a missing exchange (RabbitMQ); 403 for "" and amq.*;
         406 when ``if_unused`` and it is the source of bindings."""
-        if not name or name.startswith("amq."):
+        if not name or name.startswith("amq."):  # RabbitMQ 3.10's texts
             raise ChannelException(c.ACCESS_REFUSED,
-                                   f"ACCESS_REFUSED - operation not permitted on the exchange "
-                                   f"'{name}'" if name else
+                                   f"ACCESS_REFUSED - deletion of system exchange '{name}' in "
+                                   f"vhost '{self.name}' not allowed" if name else
                                    "ACCESS_REFUSED - operation not permitted on the default exchange")
         ex = self.routing.get_exchange(name)
         if ex is None:
@@ -236,7 +255,9 @@ class VirtualHost:
         try:
             settings = parse_arguments(arguments)
         except QueueInvalidArgument as exc:
-            raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}") from None
+            raise ChannelException(
+                c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid arg '{exc.argument}' for "
+                f"queue '{name}' in vhost '{self.name}': {_erlang_reason(exc.reason)}") from None
         factory = self.broker.queue_types.get(settings.queue_type)
         if settings.queue_type not in SERVED_QUEUE_TYPES and factory is None:
             raise ChannelException(
@@ -250,10 +271,12 @@ class VirtualHost:
             try:
                 factory.check_arguments(arguments or {})
             except QueueInvalidArgument as exc:
-                raise ChannelException(
-                    c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid arg "
-                    f"'{exc.argument}' for queue '{name}' in vhost '{self.name}': "
-                    f"{exc.reason}") from None
+                where = f"for queue '{name}' in vhost '{self.name}'"
+                tail = (f" of queue type rabbit_{settings.queue_type}_queue"
+                        if exc.reason.startswith("not allowed") else
+                        f": {_erlang_reason(exc.reason)}")
+                raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid arg "
+                                       f"'{exc.argument}' {where}{tail}") from None
         q = self.create_queue(name, settings, durable=durable, auto_delete=auto_delete,
                               exclusive_owner=conn if exclusive else None, arguments=arguments)
         if exclusive:

@@ -58,7 +58,8 @@ def parse_x_match(arguments: Mapping[str, Any] | None) -> XMatch:
         )
     if value not in _MODES:
         raise InvalidArgument(
-            f"Invalid x-match field value {value!r}; expected all, any, all-with-x, or any-with-x"
+            f"Invalid x-match field value <<\"{value}\">>; expected all, any, all-with-x, or "
+            "any-with-x"  # RabbitMQ prints the value as an Erlang binary
         )
     return value  # type: ignore[return-value]
 

@@ -150,7 +150,7 @@ def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
         if m.if_empty and q.message_count:
             raise ChannelException(c.PRECONDITION_FAILED,
                                    f"PRECONDITION_FAILED - queue '{name}' in vhost '{vhost.name}' "
-                                   f"is not empty")
+                                   f"not empty")  # RabbitMQ 3.10's text
         count = vhost.delete_queue(q, cancels=cancels)
     m.queue = name
 
