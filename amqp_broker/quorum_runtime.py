@@ -15,7 +15,8 @@ Timers: every ``TICK_MS`` the replicas due are ticked (elections, heartbeats, re
 leaders do their duties (Down for members that left the cluster view, TTL expiry). A broker
 without clustering serves quorum queues too: a group of one, persisted (RabbitMQ accepts
 ``x-queue-type: quorum`` on a single node). A member outside a queue's group (a cluster larger than
-``x-quorum-initial-group-size``) is not served yet: it refuses the declaration with 406.
+``x-quorum-initial-group-size``) holds no replica: it forwards publishes to the group and hears
+from the leader how far they were applied (``cluster.quorum.remote``); its consumers get nothing.
 
 Times: Raft runs on the monotonic clock in ms; commands carry the wall clock in ms (TTL).
 Sources: Raft paper §5-§8; RabbitMQ "Quorum Queues"; DESIGN.md §4, §4a.
@@ -35,17 +36,17 @@ from typing import Any
 
 import anyio
 
-from cluster.codec import QUORUM_FORWARD, QUORUM_RAFT, Quorum
+from cluster.codec import QUORUM_FORWARD, QUORUM_NOTIFY, QUORUM_RAFT, Quorum
 from cluster.quorum import config as qconfig
-from cluster.quorum.group import Action, Forward, QuorumGroup
+from cluster.quorum.group import Action, Forward, Notify, QuorumGroup
 from cluster.quorum.machine import QuorumMachine
 from cluster.quorum.queue import QuorumQueue
+from cluster.quorum.remote import RemoteGroup
 from cluster.raft import actions as ra
 from cluster.raft import codec as raft_codec
 from cluster.raft.disklog import DiskLog
 from cluster.raft.node import RaftNode
 from queues.dead_letter import make_dead_letter
-from queues.errors import InvalidArgument
 from queues.message import Message
 
 from .protocol import constants as c
@@ -62,6 +63,7 @@ TIMING = ra.Timing(election_ms=600, heartbeat_ms=100, max_batch_entries=512,
                    max_batch_bytes=1 << 20, max_inflight=8, snapshot_keep=256)
 TICK_MS = 50
 _U32 = struct.Struct(">I")
+_NOTICE = struct.Struct(">QB")
 _FRAME_MAX = 131072
 _HELD_BYTES = 64 << 20
 
@@ -73,7 +75,8 @@ class _Replica:
                  "backlog", "closed", "prefix", "directory")
 
     def __init__(self, uid: str, vhost: str, name: str, members: tuple[str, ...],
-                 directory: Path, log_: DiskLog, group: QuorumGroup) -> None:
+                 directory: Path, log_: DiskLog | None, group: QuorumGroup | RemoteGroup
+                 ) -> None:
         self.uid = uid
         self.vhost = vhost
         self.name = name
@@ -86,7 +89,7 @@ class _Replica:
         self.backlog: deque[Action] = deque()
         self.closed = False
         self.prefix = {kind: encode_method(1, Quorum(vhost, name, uid, kind))[7:-1]
-                       for kind in (QUORUM_RAFT, QUORUM_FORWARD)}
+                       for kind in (QUORUM_RAFT, QUORUM_FORWARD, QUORUM_NOTIFY)}
 
 
 class QuorumRuntime:
@@ -146,21 +149,28 @@ class QuorumRuntime:
             uid = qconfig.group_id(vhost.name, name, members, self.view_number)
             arguments[qconfig.MEMBERS_ARG] = ",".join(members)
             arguments[qconfig.GROUP_ARG] = uid
-        if self.me not in members:
-            raise InvalidArgument("x-quorum-initial-group-size",
-                                  f"this broker ({self.me}) holds no replica of the queue "
-                                  f"(group {', '.join(members)}): declare it on a group member")
         old = self.replicas.get(uid)
         if old is not None:   # declared again (recovery, a replay): one replica per group
             self._close(old, delete_files=False)
         directory = self.root / uid
+        machine = QuorumMachine(qconfig.fifo_config(settings, arguments))
+        if self.me not in members:   # no replica here: forward to the group (cluster.quorum.remote)
+            remote = RemoteGroup(self.me, self.origin, members, machine)
+            rep = _Replica(uid, vhost.name, name, members, directory, None, remote)
+            rep.queue = QuorumQueue(name, settings, arguments, remote,
+                                    execute=lambda actions: self.execute(rep, actions),
+                                    wake=self._wake, wall_ms=self.wall_ms,
+                                    on_delete=lambda _q: self._close(rep, delete_files=False))
+            self.replicas[uid] = rep
+            log.info("quorum queue %r of vhost %r: no replica here, forwarding to group %s (%s)",
+                     name, vhost.name, uid, ", ".join(members))
+            return rep.queue
         disk = DiskLog(directory, fsync=self.fsync)
         state = disk.load()
         node = RaftNode(self.me, state, self.now_ms(), self.timing,
                         random.Random(self._rng.random()),
                         bootstrap=members if not state.entries and not state.snapshot.index
                         else ())
-        machine = QuorumMachine(qconfig.fifo_config(settings, arguments))
         group = QuorumGroup(self.me, self.origin, node, machine)
         rep = _Replica(uid, vhost.name, name, members, directory, disk, group)
         dlx = settings.dead_letter_exchange
@@ -196,7 +206,8 @@ class QuorumRuntime:
         if self.replicas.get(rep.uid) is rep:
             del self.replicas[rep.uid]
         try:
-            rep.log.close()
+            if rep.log is not None:
+                rep.log.close()
         except OSError as exc:
             log.error("quorum queue %r: closing its log: %s", rep.name, exc)
         if delete_files:
@@ -214,13 +225,20 @@ class QuorumRuntime:
 
     def _drain(self, rep: _Replica, todo: deque[Action]) -> None:
         group = rep.group
+        if isinstance(group, RemoteGroup):   # only forwards
+            for act in todo:
+                if isinstance(act, Forward):
+                    self._forward(rep, act)
+            return
+        disk = rep.log
+        assert disk is not None
         while todo:
             act = todo.popleft()
             kind = type(act)
             if kind is ra.Send:
                 self._send(rep, act.to, QUORUM_RAFT, raft_codec.encode(act.message))  # type: ignore[union-attr]
             elif kind is ra.AppendLog:
-                rep.log.append(act.first_index, act.entries)  # type: ignore[union-attr]
+                disk.append(act.first_index, act.entries)  # type: ignore[union-attr]
                 self._mark_dirty(rep)
             elif kind is ra.Apply:
                 effects, more = group.apply(act.entries, self.now_ms())  # type: ignore[union-attr]
@@ -228,8 +246,12 @@ class QuorumRuntime:
                     rep.queue.on_effects(effects)
                 todo.extend(more)
             elif kind is Forward:
-                payload = b"".join(_U32.pack(len(e)) + e for e in act.envelopes)  # type: ignore[union-attr]
-                self._send(rep, act.to, QUORUM_FORWARD, payload, hold=True)  # type: ignore[union-attr]
+                self._forward(rep, act)  # type: ignore[arg-type]
+            elif kind is Notify:
+                origin = act.origin.encode()  # type: ignore[union-attr]
+                self._send(rep, act.to, QUORUM_NOTIFY, b"".join((  # type: ignore[union-attr]
+                    struct.pack(">H", len(origin)), origin,
+                    _NOTICE.pack(act.applied, act.resend))))  # type: ignore[union-attr]
             elif kind is ra.StateChanged:
                 if act.role is ra.Role.LEADER:  # type: ignore[union-attr]
                     log.info("quorum queue %r: this replica leads (term %d)", rep.name,
@@ -247,7 +269,12 @@ class QuorumRuntime:
                 self._tg.start_soon(self._persist_async, rep, act)
                 return
 
+    def _forward(self, rep: _Replica, act: Forward) -> None:
+        payload = b"".join(_U32.pack(len(e)) + e for e in act.envelopes)
+        self._send(rep, act.to, QUORUM_FORWARD, payload, hold=True)
+
     def _persist(self, rep: _Replica, act: Any) -> None:
+        assert rep.log is not None
         if isinstance(act, ra.PersistState):
             rep.log.save_state(act.term, act.voted_for)
         else:
@@ -268,6 +295,7 @@ class QuorumRuntime:
             self.broker.run_dispatch()
 
     def _mark_dirty(self, rep: _Replica) -> None:
+        assert rep.log is not None
         self._dirty.add(rep)
         if self._sync_wake is not None:
             self._sync_wake.set()
@@ -275,7 +303,7 @@ class QuorumRuntime:
             pending, newest = rep.log.flush()
             pending.run()
             self._dirty.discard(rep)
-            if newest is not None:
+            if newest is not None and isinstance(rep.group, QuorumGroup):
                 self.execute(rep, rep.group.persisted(*newest))
 
     # ------------------------------------------------------------------ the network
@@ -330,13 +358,23 @@ class QuorumRuntime:
         if rep is None or rep.closed:
             return
         frm = channel.connection.peer_node
+        group = rep.group
+        if isinstance(group, RemoteGroup):
+            if method.kind == QUORUM_NOTIFY and len(body) >= 2:
+                n = struct.unpack_from(">H", body)[0]
+                if len(body) >= 2 + n + _NOTICE.size and body[2:2 + n].decode() == group.origin:
+                    applied, resend = _NOTICE.unpack_from(body, 2 + n)
+                    self.execute(rep, group.notified(frm, applied, bool(resend), self.now_ms()))
+                    if rep.queue is not None:
+                        rep.queue.on_effects([])   # confirms that waited for it
+            return
         if method.kind == QUORUM_RAFT:
             try:
                 msg = raft_codec.decode(body)
             except ValueError as exc:
                 log.warning("quorum queue %r: bad Raft message from %s: %s", rep.name, frm, exc)
                 return
-            self.execute(rep, rep.group.receive(frm, msg, self.now_ms()))
+            self.execute(rep, group.receive(frm, msg, self.now_ms()))
         elif method.kind == QUORUM_FORWARD:
             envs = []
             pos = 0
@@ -344,7 +382,7 @@ class QuorumRuntime:
                 (n,) = _U32.unpack_from(body, pos)
                 envs.append(body[pos + 4:pos + 4 + n])
                 pos += 4 + n
-            self.execute(rep, rep.group.forwarded(frm, envs))
+            self.execute(rep, group.forwarded(frm, envs))
 
     # ------------------------------------------------------------------ tasks
     async def run(self) -> None:
@@ -366,6 +404,10 @@ class QuorumRuntime:
                 group = rep.group
                 if rep.closed or rep.blocked:
                     continue
+                if isinstance(group, RemoteGroup):
+                    if group.outbox.pending:
+                        self.execute(rep, group.tick(now))
+                    continue
                 if now >= group.node.next_deadline() or group.outbox.pending:
                     self.execute(rep, group.tick(now))
                 if group.is_leader:
@@ -383,14 +425,14 @@ class QuorumRuntime:
             self._sync_wake = anyio.Event()
             reps = [r for r in self._dirty if not r.blocked and not r.closed]
             self._dirty.difference_update(reps)
-            flushed = [(r, *r.log.flush()) for r in reps]
+            flushed = [(r, *r.log.flush()) for r in reps if r.log is not None]
             try:
                 await anyio.to_thread.run_sync(_run_all, [p for _r, p, _n in flushed])
             except OSError as exc:
                 log.critical("quorum queues: fsync failed: %s; stopping", exc)
                 raise
             for rep, _p, newest in flushed:
-                if newest is not None and not rep.closed:
+                if newest is not None and not rep.closed and isinstance(rep.group, QuorumGroup):
                     self.execute(rep, rep.group.persisted(*newest))
             self.broker.run_dispatch()
 

@@ -40,7 +40,9 @@ back negative and be "unknown". Method ids (fields in wire order, AMQP domains i
                   Basic.Ack / Nack / Reject on that channel (an acknowledged transfer)
 100   Quorum      vhost, queue, group [shortstr: the Raft group's id], kind [octet: 1 a Raft
                   message (``cluster.raft.codec``), 2 entries forwarded to the leader (each u32
-                  length + an envelope of ``cluster.quorum.machine``)]: *our addition* (issue 12),
+                  length + an envelope of ``cluster.quorum.machine``), 3 the leader's notice to a
+                  member outside the group (origin: u16 length + utf-8, applied u64, resend
+                  u8)]: *our addition* (issue 12),
                   followed on the channel by a content header (class 60, no properties) and body
                   frames carrying the payload, so a Raft batch or snapshot may exceed frame_max
 ====  ==========  ==================================================================================
@@ -63,6 +65,7 @@ from pamqp import base, commands
 __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
     "Synch", "Ping", "Vote", "Consumers", "Relay", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
+    "QUORUM_NOTIFY",
     "register",
 ]
 
@@ -384,13 +387,15 @@ class Relay(ClusterMethod):
 #: ``Quorum.kind`` values: a Raft message, entries forwarded to the leader.
 QUORUM_RAFT = 1
 QUORUM_FORWARD = 2
+QUORUM_NOTIFY = 3
 
 
 class Quorum(ClusterMethod):
     """Cluster.Quorum (our addition, issue 12): the content that follows on the channel is a
     message of quorum queue ``queue`` of ``vhost``'s Raft group ``group`` (its id, so a stale
     replica of a deleted and re-declared queue is not mixed in): ``kind`` ``QUORUM_RAFT`` (a
-    ``cluster.raft.codec`` message) or ``QUORUM_FORWARD`` (entries for the leader to propose)."""
+    ``cluster.raft.codec`` message), ``QUORUM_FORWARD`` (entries for the leader to propose) or
+    ``QUORUM_NOTIFY`` (the leader tells a member outside the group how far its commands got)."""
 
     __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "group", "kind"]
     frame_id: typing.ClassVar[int] = 100

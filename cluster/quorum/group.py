@@ -26,10 +26,18 @@ from cluster.raft import fifo as f
 from cluster.raft.messages import Entry, EntryKind, Message
 from cluster.raft.node import RaftNode
 
-from .machine import Applied, Effect, Gap, QuorumMachine, down_envelope, envelope
+from .machine import (
+    Applied,
+    Effect,
+    Gap,
+    QuorumMachine,
+    down_envelope,
+    envelope,
+    origin_member,
+)
 from .outbox import Outbox
 
-__all__ = ["QuorumGroup", "Forward", "Action", "RESEND_MS", "DOWN_RETRY_MS",
+__all__ = ["QuorumGroup", "Forward", "Notify", "Action", "RESEND_MS", "DOWN_RETRY_MS",
            "SNAPSHOT_MIN_ENTRIES"]
 
 #: A command not applied this long after it was (re)sent is sent again (ms).
@@ -49,7 +57,18 @@ class Forward:
     envelopes: tuple[bytes, ...]
 
 
-Action = ra.Action | Forward
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """Tell member ``to`` (outside the group: no replica) that the commands of its ``origin``
+    are applied up to ``applied``; ``resend``: a gap followed, re-send the rest."""
+
+    to: str
+    origin: str
+    applied: int
+    resend: bool
+
+
+Action = ra.Action | Forward | Notify
 
 
 class QuorumGroup:
@@ -78,6 +97,9 @@ class QuorumGroup:
     def is_leader(self) -> bool:
         """Whether this replica leads."""
         return self.node.is_leader
+
+    #: Consumers of this member are delivered from its replica.
+    serves_consumers = True
 
     @property
     def applied(self) -> int:
@@ -180,6 +202,8 @@ class QuorumGroup:
         more: list[Action] = []
         mine = self.origin
         gap_from = 0
+        remote: dict[str, tuple[int, bool]] = {}   # origins outside the group: (applied, gap)
+        members = node.members
         for e in entries:
             self.machine_index = e.index
             if e.kind is not EntryKind.COMMAND:
@@ -188,16 +212,22 @@ class QuorumGroup:
                 if isinstance(eff, Applied):
                     if eff.origin == mine:
                         self.outbox.applied_up_to(eff.seq)
+                    elif acting and origin_member(eff.origin)[0] not in members:
+                        remote[eff.origin] = (eff.seq, False)
                     continue
                 if isinstance(eff, Gap):
                     if eff.origin == mine and not gap_from:
                         gap_from = eff.next
+                    elif acting and origin_member(eff.origin)[0] not in members:
+                        remote[eff.origin] = (eff.next - 1, True)
                     continue
                 if isinstance(eff, f.DeadLetter) and not (acting and e.index >= start):
                     continue
                 effects.append(eff)
         if gap_from:
             more += self.resend(now_ms)   # everything not applied, from the gap on
+        for origin, (applied, gap) in remote.items():
+            more.append(Notify(origin_member(origin)[0], origin, applied, gap))
         live = machine.live_messages()
         if self.machine_index - node.snapshot.index >= max(SNAPSHOT_MIN_ENTRIES, 2 * live):
             more += node.snapshot_taken(self.machine_index, machine.snapshot())

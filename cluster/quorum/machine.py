@@ -12,7 +12,8 @@ Envelope (big-endian): ``origin`` (u16 length, utf-8), ``seq`` u64, ``kind`` u8,
   of that member's broker, its start time in ms), or "" for the leader's own idempotent commands
   (Expire, Down), which are not sequenced.
 * Per origin, commands apply only in ``seq`` order 1, 2, 3, ...: a ``seq`` already applied is a
-  duplicate (dropped; a re-sent publish was committed the first time), a ``seq`` beyond the next
+  duplicate (dropped, a re-sent publish was committed the first time; ``Applied`` is said again,
+  so a broker outside the group whose notice was lost still learns it), a ``seq`` beyond the next
   one is a gap (dropped, and ``Gap(origin, next)`` tells the origin to re-send from ``next``).
   This is what makes re-forwarding after a leader change idempotent (rabbit_fifo's enqueuer
   sequence numbers do the same for Ra's pipelined commands).
@@ -150,7 +151,8 @@ class QuorumMachine:
                                     if o != origin and origin_member(o)[0] == member]:
                             del self.next_seq[old]
                 expected = self.next_seq.get(origin, 1)
-                if seq < expected:
+                if seq < expected:   # a re-sent duplicate: say again how far it got
+                    out.append(Applied(origin, expected - 1))
                     return out
                 if seq > expected:
                     out.append(Gap(origin, expected))

@@ -18,13 +18,15 @@ from this member's replica and takes the message through the log afterwards (opt
 message two members hand out at once reaches both clients, see ``get``); Queue.Purge
 is proposed by every member the purge reaches (the cluster propagates it), so a purge racing
 publishes may drop messages published just after it; per-message ``expiration`` is ignored (only
-``x-message-ttl``). Sources: RabbitMQ "Quorum Queues" (feature matrix, delivery-limit,
-``x-delivery-count``), ``rabbit_quorum_queue.erl``, ``rabbit_fifo_client.erl`` (commands batched
-per channel, enqueuer seqs).
+``x-message-ttl``); a broker outside the group (``remote.RemoteGroup``) forwards publishes but
+serves no consumer and reports 0 messages. Sources: RabbitMQ "Quorum Queues" (feature matrix,
+delivery-limit, ``x-delivery-count``), ``rabbit_quorum_queue.erl``, ``rabbit_fifo_client.erl``
+(commands batched per channel, enqueuer seqs).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -38,9 +40,12 @@ from queues.queue_type import QUORUM, Capabilities, SafeWaiter
 
 from .group import Action, QuorumGroup
 from .machine import Cancelled, Effect, consumer_origin
+from .remote import RemoteGroup
 
 __all__ = ["QuorumQueue", "QuorumEntry", "DEFAULT_CREDIT", "NO_ACK_CREDIT", "split_header",
            "join_header"]
+
+log = logging.getLogger(__name__)
 
 #: Messages in flight to a consumer that set no prefetch (ack mode).
 DEFAULT_CREDIT = 2000
@@ -117,7 +122,8 @@ class QuorumQueue:
     #: Management's single-active-consumer column: not tracked per member.
     active_consumer = None
 
-    def __init__(self, name: str, settings: Any, arguments: dict, group: QuorumGroup, *,
+    def __init__(self, name: str, settings: Any, arguments: dict,
+                 group: QuorumGroup | RemoteGroup, *,
                  execute: Callable[[list[Action]], None], wake: Callable[[QuorumQueue], None],
                  wall_ms: Callable[[], int],
                  dead_letter: Callable[[Message, str], None] | None = None,
@@ -217,6 +223,10 @@ class QuorumQueue:
         deliver from their own replica."""
         channel = getattr(consumer, "channel", None)
         if channel is None:
+            return
+        if not self.group.serves_consumers:   # no replica here to deliver from
+            log.warning("quorum queue %r: consumer %s on a broker outside its group gets "
+                        "nothing; consume on a group member", self.name, consumer.tag)
             return
         self.had_consumers = True
         self._next_cid += 1

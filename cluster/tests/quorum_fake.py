@@ -9,9 +9,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.quorum.group import Forward, QuorumGroup
+from cluster.quorum.group import Forward, Notify, QuorumGroup
 from cluster.quorum.machine import QuorumMachine
 from cluster.quorum.queue import QuorumQueue
+from cluster.quorum.remote import RemoteGroup
 from cluster.raft import actions as ra
 from cluster.raft.fifo import FifoConfig
 from cluster.raft.node import RaftNode
@@ -90,6 +91,8 @@ class Member:
                 self.net.send(self.name, act.to, ("raft", act.message))
             elif isinstance(act, Forward):
                 self.net.send(self.name, act.to, ("fwd", act.envelopes))
+            elif isinstance(act, Notify):
+                self.net.send(self.name, act.to, ("notify", (act.applied, act.resend)))
             elif isinstance(act, ra.AppendLog):
                 self.storage.append(act.first_index, act.entries)
                 self.dirty = True
@@ -113,6 +116,27 @@ class Member:
         return self.queue.publish_wait()[1]
 
 
+class RemoteMember:
+    """A broker outside the group (``RemoteGroup``): forwards, hears notices."""
+
+    def __init__(self, net: Net, name: str, members: tuple[str, ...]) -> None:
+        self.net = net
+        self.name = name
+        self.group = RemoteGroup(name, f"{name}#1", members, QuorumMachine(FifoConfig()))
+        self.queue = QuorumQueue("q", QueueSettings(), {}, self.group, execute=self.run,
+                                 wake=lambda q: net.woken.add(self.name), wall_ms=lambda: net.now)
+        self.dirty = False
+
+    def run(self, actions: list[Any]) -> None:
+        for act in actions:
+            if isinstance(act, Forward):
+                self.net.send(self.name, act.to, ("fwd", act.envelopes))
+
+    def publish(self, body: str) -> int:
+        self.queue.publish(Message.build("", "q", body.encode()))
+        return self.queue.publish_wait()[1]
+
+
 class Net:
     """The members, a message queue between them, a clock (ms)."""
 
@@ -127,7 +151,8 @@ class Net:
         self.down: set[str] = set()
         self.cut: set[frozenset[str]] = set()
         self.loss = 0.0
-        self.members = {n: Member(self, n, names, config=config) for n in names}
+        self.members: dict[str, Any] = {n: Member(self, n, names, config=config)
+                                        for n in names}
         self.view = set(names)
 
     def send(self, frm: str, to: str, item: Any) -> None:
@@ -145,11 +170,18 @@ class Net:
                     continue
                 progressed = True
                 m = self.members[to]
+                if isinstance(m, RemoteMember):
+                    if kind == "notify":
+                        m.run(m.group.notified(frm, payload[0], payload[1], self.now))
+                        m.queue.on_effects([])
+                    continue
                 if kind == "raft":
                     m.run(m.group.receive(frm, payload, self.now))
                 else:
                     m.run(m.group.forwarded(frm, payload))
             for name, m in self.members.items():
+                if isinstance(m, RemoteMember):
+                    continue
                 if m.dirty and name not in self.down:
                     m.dirty = False
                     newest = m.storage.sync()
@@ -170,6 +202,9 @@ class Net:
             for name, m in self.members.items():
                 if name in self.down:
                     continue
+                if isinstance(m, RemoteMember):
+                    m.run(m.group.tick(self.now))
+                    continue
                 m.run(m.group.tick(self.now))
                 m.run(m.group.leader_duties(self.now, self.now, self.view - self.down))
             self.step()
@@ -180,6 +215,11 @@ class Net:
                 return
             self.advance(10)
         raise AssertionError("condition not reached in simulated time")
+
+    def add_remote(self, name: str) -> RemoteMember:
+        """A broker outside the group."""
+        m = self.members[name] = RemoteMember(self, name, self.names)
+        return m
 
     def leader(self) -> Member | None:
         for name, m in self.members.items():

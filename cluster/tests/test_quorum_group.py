@@ -30,7 +30,7 @@ def enq(body: bytes, seq: int = 0) -> bytes:
 def test_machine_applies_each_origin_seq_once_and_reports_gaps():
     m = QuorumMachine(f.FifoConfig())
     assert m.apply(1, envelope("a#1", 1, enq(b"x"))) == [Applied("a#1", 1)]
-    assert m.apply(2, envelope("a#1", 1, enq(b"x"))) == []          # duplicate: dropped
+    assert m.apply(2, envelope("a#1", 1, enq(b"x"))) == [Applied("a#1", 1)]   # dup: dropped
     assert m.apply(3, envelope("a#1", 3, enq(b"z"))) == [Gap("a#1", 2)]
     assert m.apply(4, envelope("a#1", 2, enq(b"y"))) == [Applied("a#1", 2)]
     assert m.message_count == 2
@@ -272,3 +272,25 @@ def test_basic_get_takes_through_the_log_and_settles():
     getter.queue.ack(again)
     net.run_until(lambda: all(m.queue.message_count == 1 for m in net.members.values()), 2000)
     assert f.decode(f.encode(f.Take("a#1/get", 7))) == f.Take("a#1/get", 7)
+
+
+def test_a_broker_outside_the_group_forwards_and_hears_its_confirms():
+    net = started(seed=21)
+    outside = net.add_remote("d")
+    waiter = Waiter()
+    tokens = [outside.publish(f"m{i}") for i in range(10)]
+    outside.queue.watch(waiter)
+    net.run_until(lambda: waiter.safe >= tokens[-1], 3000)
+    leader = net.leader()
+    assert leader is not None
+    net.kill(leader.name)   # the next ones reach the new leader after a re-send
+    more = [outside.publish(f"n{i}") for i in range(10)]
+    net.run_until(lambda: waiter.safe >= more[-1], 10000)
+    survivor = net.leader()
+    assert survivor is not None
+    bodies = sorted(m.body.decode() for m in survivor.group.machine.fifo.ready)
+    assert bodies == sorted([f"m{i}" for i in range(10)] + [f"n{i}" for i in range(10)])
+    consumer = FakeConsumer()
+    outside.queue.add_consumer(consumer)   # not served outside the group: nothing checked out
+    net.advance(10, 20)
+    assert not consumer.got and survivor.group.machine.consumer_count == 0

@@ -73,3 +73,18 @@ def test_killing_the_leaders_broker_loses_no_confirmed_message(cluster):
     received = set(consumer.received) | set(rest)
     lost = set(pub.confirmed) - received
     assert not lost, f"{len(lost)} confirmed messages lost"
+
+
+def test_a_broker_outside_the_group_forwards_publishes_with_confirms(cluster):
+    n2, n3, n4 = cluster.start_three()
+    declare(n2, "small", **{"x-quorum-initial-group-size": 2})
+    wait_leader(cluster, "small")
+    outside = next(m for m in (n2, n3, n4)
+                   if "no replica here, forwarding" in m.log_path.read_text(errors="replace"))
+    member = next(m for m in (n2, n3, n4) if m is not outside)
+    pub = Publisher(outside, "small", 200)
+    pub.join(60)
+    assert pub.error is None, pub.error
+    assert len(pub.confirmed) == 200
+    got = drain(member, "small", quiet=2.0)
+    assert sorted(got) == sorted(pub.confirmed)
