@@ -16,6 +16,7 @@ its waiting requests with 320. Must not know: membership rules, the broker core.
 from __future__ import annotations
 
 import logging
+import struct
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,24 @@ _REPLIES = (cmd.Exchange.DeclareOk, cmd.Exchange.DeleteOk, cmd.Exchange.BindOk,
 
 #: How a member settles messages we relayed to it (``core.relay``).
 _SETTLES = (cmd.Basic.Ack, cmd.Basic.Nack, cmd.Basic.Reject)
+_TAG_BITS = struct.Struct(">QB")
+
+
+def _decode_settle(payload: bytes) -> Any:
+    """Basic.Ack / Nack / Reject (a member settling relayed messages: one per message, so the
+    common case skips pamqp's generic decoder) -> the pamqp object; None for any other method or
+    a malformed one (the generic decoder then reports it)."""
+    if len(payload) != 13 or payload[:2] != b"\x00\x3c":
+        return None
+    method_id = payload[3]
+    tag, bits = _TAG_BITS.unpack_from(payload, 4)
+    if method_id == 80:
+        return cmd.Basic.Ack(tag, bool(bits & 1))
+    if method_id == 120:
+        return cmd.Basic.Nack(tag, bool(bits & 1), bool(bits & 2))
+    if method_id == 90:
+        return cmd.Basic.Reject(tag, bool(bits & 1))
+    return None
 
 
 class LinkError(Exception):
@@ -181,7 +200,9 @@ class PeerLinks:
             data = await stream.receive(65536)
             for ftype, channel, payload in splitter.feed(data):
                 if ftype == c.FRAME_METHOD:
-                    pending.append((channel, decode_method(payload)))
+                    settle = _decode_settle(payload)
+                    pending.append((channel, settle if settle is not None
+                                    else decode_method(payload)))
         return pending.popleft()
 
     async def _handshake(self, stream: Any, splitter: FrameSplitter,

@@ -23,11 +23,11 @@ Source: Qpid ClusteringHA proposal ("Basic.Consume", "Basic.Publish"); issue 10.
 from __future__ import annotations
 
 import logging
+import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from pamqp import commands as cmd
-
+from ..protocol import constants as c
 from .proxies import route_private
 from .relay import RelayConsumer
 from .settings import RelayPolicy
@@ -43,6 +43,13 @@ if TYPE_CHECKING:
 __all__ = ["RelayOrigin", "RelayInbox", "receive_relayed"]
 
 log = logging.getLogger(__name__)
+
+
+#: Basic.Ack / Nack / Reject frame: type, channel, size 13, class 60 + method, tag, bits.
+_SETTLE_FRAME = struct.Struct(">BHIIQB")
+#: outcome -> ((class << 16) | method, bits): Ack (multiple=0), Nack (requeue), Reject (no requeue)
+_SETTLE_METHODS = {"ack": ((60 << 16) | 80, 0), "requeue": ((60 << 16) | 120, 2),
+                   "reject": ((60 << 16) | 90, 0)}
 
 
 class RelayOrigin:
@@ -62,17 +69,15 @@ class RelayOrigin:
         return not ch.closing and ch.connection.channels.get(ch.id) is ch
 
     def settle(self, outcome: str) -> None:
-        """Tell the sender: "ack", "requeue" or "reject" (nothing when the link is gone)."""
+        """Tell the sender: "ack", "requeue" or "reject" (nothing when the link is gone): a
+        Basic.Ack, Basic.Nack(requeue) or Basic.Reject frame, encoded here (one per relayed
+        message, so not through pamqp)."""
         if not self.alive:
             return
-        tag = self.delivery_tag
-        if outcome == "ack":
-            method: Any = cmd.Basic.Ack(tag, False)
-        elif outcome == "requeue":
-            method = cmd.Basic.Nack(tag, False, True)
-        else:
-            method = cmd.Basic.Reject(tag, False)
-        self.channel.connection.send_method(self.channel.id, method)
+        method, bits = _SETTLE_METHODS[outcome]
+        ch = self.channel
+        ch.connection.write(_SETTLE_FRAME.pack(c.FRAME_METHOD, ch.id, 13, method,
+                                               self.delivery_tag, bits) + c.FRAME_END_BYTE)
 
 
 class _Waiting:
