@@ -1,0 +1,122 @@
+"""The broker's hot path in one process, for ``valgrind --tool=callgrind`` (instructions per message
+repeat across runs and machines, unlike time): ``python -m benchmarks.hotpath [--messages N]
+[--case noack|ack|persistent] [--callgrind]``.
+
+A core ``Broker`` (no sockets: ``amqp_broker.core``) with one publishing and one consuming
+connection; the publisher's frames (Basic.Publish + header + 1 KiB body, as amqbench sends them)
+are fed to ``Connection.receive_data`` in chunks of 100 messages, the consumer's output is taken
+after each chunk (the bytes a socket write would carry) and, for ``ack``, a Basic.Ack multiple
+every 100 deliveries is fed back. ``persistent`` adds delivery-mode 2, a durable queue over a
+message store in a temporary directory, publisher confirms and the store's sync.
+
+``--callgrind`` runs itself twice under callgrind (N and 2N messages) and prints the difference
+divided by N: instructions per message, free of start-up costs. Without it, prints msg/s of one
+in-process run (a rough figure: it varies with the machine's load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pamqp import body as pbody
+from pamqp import commands, frame, header
+
+CHUNK = 100
+
+
+def _frames(routing_key: str, body: bytes, persistent: bool) -> bytes:
+    props = commands.Basic.Properties(delivery_mode=2 if persistent else None)
+    return (frame.marshal(commands.Basic.Publish(exchange="", routing_key=routing_key), 1)
+            + frame.marshal(header.ContentHeader(0, len(body), props), 1)
+            + frame.marshal(pbody.ContentBody(body), 1))
+
+
+def run(messages: int, case: str) -> float:
+    """Publish ``messages`` 1 KiB messages through the core and consume them; returns seconds."""
+    from amqp_broker.core.broker import Broker
+    from amqp_broker.core.durability import Durability
+    from amqp_broker.core.tests.client import Client
+
+    durability = None
+    tmp = None
+    if case == "persistent":
+        from queues.store.store import MessageStore
+
+        tmp = tempfile.TemporaryDirectory(prefix="hotpath-")
+        durability = Durability(MessageStore(Path(tmp.name) / "messages"))
+    broker = Broker(durability=durability)
+    pub = Client(broker, "127.0.0.1", 40001)
+    pub.handshake()
+    pub.open_channel(1)
+    con = Client(broker, "127.0.0.1", 40002)
+    con.handshake()
+    con.open_channel(1)
+    persistent = case == "persistent"
+    pub.call(1, commands.Queue.Declare(queue="hot", durable=persistent))
+    if persistent:
+        pub.call(1, commands.Confirm.Select())
+    con.call(1, commands.Basic.Qos(prefetch_count=1000))
+    con.consume(1, "hot", "c", no_ack=(case == "noack"))
+    chunk = _frames("hot", b"x" * 1024, persistent) * CHUNK
+    store = durability.store if durability is not None else None
+    delivered = 0
+    started = time.perf_counter()
+    for _ in range(messages // CHUNK):
+        pub.conn.receive_data(chunk)
+        if store is not None:  # the group commit (in the I/O layer's worker thread normally)
+            durability.begin_sync()  # type: ignore[union-attr]
+            sync = store.flush()
+            sync.run()
+            durability.synced(store.synced(sync))  # type: ignore[union-attr]
+            pub.conn.take_output()
+        out = con.conn.take_output()
+        delivered += out.count(b"\x00\x3c\x00\x3c")  # Basic.Deliver method frames
+        if case != "noack":
+            con.conn.receive_data(frame.marshal(commands.Basic.Ack(delivered, True), 1))
+    elapsed = time.perf_counter() - started
+    if delivered < messages:
+        raise SystemExit(f"only {delivered} of {messages} delivered")
+    if tmp is not None:
+        tmp.cleanup()
+    return elapsed
+
+
+def callgrind(messages: int, case: str) -> float:
+    """Instructions per message: callgrind totals at 2N and N messages, difference over N."""
+    totals = []
+    for n in (messages, 2 * messages):
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d) / "cg.out"
+            proc = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                 sys.executable, "-m", "benchmarks.hotpath", "--messages", str(n), "--case", case],
+                capture_output=True, text=True, timeout=3600)
+            match = re.search(r"Collected : (\d+)", proc.stderr)
+            if proc.returncode or not match:
+                raise SystemExit(f"callgrind failed: {proc.stderr[-2000:]}")
+            totals.append(int(match.group(1)))
+    return (totals[1] - totals[0]) / messages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--case", choices=["noack", "ack", "persistent"], default="noack")
+    parser.add_argument("--callgrind", action="store_true")
+    args = parser.parse_args()
+    if args.callgrind:
+        per = callgrind(args.messages, args.case)
+        print(f"{args.case}: {per:,.0f} instructions per 1 KiB message")
+    else:
+        seconds = run(args.messages, args.case)
+        print(f"{args.case}: {args.messages / seconds:,.0f} msg/s in-process ({seconds:.2f} s)")
+
+
+if __name__ == "__main__":
+    main()
