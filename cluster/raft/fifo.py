@@ -219,7 +219,24 @@ class _Reader:
 def decode(raw: bytes) -> Command:
     """The command in ``raw`` (``encode``'s layout). Raises ``ValueError`` when malformed."""
     try:
-        r = _Reader(bytes(raw))
+        raw = bytes(raw)
+        if raw[:1] == b"\x01":   # Enqueue, the hot path: no reader object
+            (n,) = _U16.unpack_from(raw, 1)
+            pos = 3 + n
+            publisher = raw[3:pos].decode()
+            seq, now = _QQ.unpack_from(raw, pos)
+            pos += 16
+            key = None
+            if raw[pos]:
+                (k,) = _U16.unpack_from(raw, pos + 1)
+                key = raw[pos + 3:pos + 3 + k].decode()
+                pos += 2 + k
+            (hlen,) = _U32.unpack_from(raw, pos + 1)
+            pos += 5
+            if pos + hlen > len(raw):
+                raise ValueError("fifo command truncated")
+            return Enqueue(publisher, seq, key, raw[pos:pos + hlen], raw[pos + hlen:], now)
+        r = _Reader(raw)
         (code,) = r.take(_U8)
         if code == 1:
             publisher = r.str()
@@ -250,7 +267,7 @@ def decode(raw: bytes) -> Command:
         if code == 9:
             consumer = r.str()
             return Take(consumer, r.take(_Q)[0])
-    except (struct.error, UnicodeDecodeError) as exc:
+    except (struct.error, UnicodeDecodeError, IndexError) as exc:
         raise ValueError(f"not a fifo command: {exc}") from exc
     raise ValueError(f"not a fifo command: type {raw[:1]!r}")
 
