@@ -29,7 +29,7 @@ from .config import Config
 from .core import proxies, relay
 from .core.broker import Broker
 
-__all__ = ["SecretAuth", "start_cluster", "parse_seeds"]
+__all__ = ["SecretAuth", "RelayGate", "start_cluster", "parse_seeds"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,30 @@ class SecretAuth:
     def new_server(self) -> peer_secret.SecretServer:
         """Per-connection challenge/verify state."""
         return peer_secret.SecretServer(self.secret)
+
+
+class RelayGate:
+    """``broker.relay_sink``: the driver's, remembering the members whose link refused a relay
+    (full or down: ``refused``), so the cluster ticker gives the queues with that member's relay
+    consumers another chance once the link takes more -- instead of every queue on every tick."""
+
+    __slots__ = ("_driver", "refused")
+
+    def __init__(self, driver: Any) -> None:
+        self._driver = driver
+        self.refused: set[str] = set()
+
+    def can_relay(self, node: str) -> bool:
+        """The driver's answer (a link that is down is reopened); a refusal is remembered."""
+        if self._driver.can_relay(node):
+            return True
+        self.refused.add(node)
+        return False
+
+    def relay(self, node: str, vhost: str, queue: str, message: Any, delivery_tag: int = 0,
+              redelivered: bool = False) -> None:
+        """The driver's ``relay``."""
+        self._driver.relay(node, vhost, queue, message, delivery_tag, redelivered)
 
 
 def parse_seeds(text: str) -> list[tuple[str, str]]:
@@ -94,12 +118,22 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     links = PeerLinks(config.node_name, secret, on_failure=failed, on_settle=settled,
                       on_down=link_down)
     links.start(tg)
+    #: Per member, the (vhost, queue) names it has relay consumers on.
+    relaying: dict[str, set[tuple[str, str]]] = {}
+
     def on_consumers(vhost: str, queue: str, peer: str, count: int) -> None:
         if vhost in broker.vhosts:
             relay.set_remote_consumers(broker.vhosts[vhost], queue, peer, count)
+            names = relaying.setdefault(peer, set())
+            if count:
+                names.add((vhost, queue))
+            else:
+                names.discard((vhost, queue))
             broker.run_dispatch()
 
     def on_node_removed(peer: str) -> None:
+        relaying.pop(peer, None)
+        gate.refused.discard(peer)
         for vhost in broker.vhosts.values():
             relay.remove_node(vhost, peer)
             proxies.remove_home(vhost, peer)
@@ -109,7 +143,8 @@ async def start_cluster(broker: Broker, config: Config, port: int,
                            lambda shared: replay_methods(broker, shared, config.node_name),
                            time.monotonic, config.sync_replies, lambda: load_figures(broker),
                            on_consumers, on_node_removed)
-    broker.relay_sink = driver
+    gate = RelayGate(driver)
+    broker.relay_sink = gate
     broker.peer_auth = SecretAuth(secret)
     broker.peer_handler = driver.on_peer_method
     quorum = getattr(broker, "quorum", None)
@@ -130,10 +165,16 @@ async def start_cluster(broker: Broker, config: Config, port: int,
         while True:
             await anyio.sleep(TICK_SECONDS)
             driver.tick()
-            # Links drain between ticks: queues dealing to peers get another chance.
-            for vhost in broker.vhosts.values():
-                for q in vhost.queues.values():
-                    if q.message_count and q.consumer_count:
+            # Links drain between ticks: a link that refused a relay and takes more now gives
+            # the queues with that member's relay consumers another chance (O(those queues)).
+            for node in list(gate.refused):
+                if not driver.can_relay(node):  # still full or down (reopened meanwhile)
+                    continue
+                gate.refused.discard(node)
+                for vhost_name, queue_name in relaying.get(node, ()):
+                    vhost = broker.vhosts.get(vhost_name)
+                    q = vhost.queues.get(queue_name) if vhost is not None else None
+                    if q is not None and q.message_count:
                         broker.needs_dispatch.add(q)
             broker.run_dispatch()
 

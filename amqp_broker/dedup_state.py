@@ -30,7 +30,7 @@ FILE_NAME = "dedup.json"
 
 def _windows(broker: Broker):
     for vhost in broker.vhosts.values():
-        for q in vhost.queues.values():
+        for q in vhost.dedup_queues:  # not every queue: polled every second (issue 14)
             if q.durable and q.dedup is not None:
                 yield vhost.name, q
 

@@ -92,6 +92,7 @@ class Queue:
         "_clock", "_wall_clock", "_dead_letter", "_on_discard",
         "_ready", "_bytes", "_unacked", "_consumers", "_next_seq", "_dispatching", "_deleted",
         "_ttl", "_max_length", "_max_bytes", "_limited", "_drop_head", "_max_priority",
+        "changes",
         "_dlx", "_dlrk", "had_consumers", "dedup", "_journal",
     )
 
@@ -130,6 +131,11 @@ class Queue:
         self._next_seq = 0
         self._dispatching = False
         self._deleted = False
+        #: The set this queue adds itself to whenever its ready messages change (enqueue,
+        #: dispatch, get, requeue, expiry, purge, delete, restore) or a consumer comes: the
+        #: broker's ``queue_changes``, which keeps its memory total, TTL timers and busy queues
+        #: without scanning every queue. None: nobody watches.
+        self.changes: set[Queue] | None = None
         self._ttl = settings.message_ttl
         self._max_length = settings.max_length
         self._max_bytes = settings.max_length_bytes
@@ -171,6 +177,12 @@ class Queue:
         if isinstance(ready, PagedReadyList):
             return ready.in_memory()
         return len(ready), self._bytes
+
+    def _changed(self) -> None:
+        """Report a change of the ready messages to ``changes`` (see ``__init__``)."""
+        changes = self.changes
+        if changes is not None:
+            changes.add(self)
 
     def _lost(self, size: int) -> None:
         """A paged message could not be read back (``page_in`` gave None): it left the queue."""
@@ -311,6 +323,9 @@ class Queue:
 
     def _after_enqueue(self, check_expiry: bool) -> None:
         """Apply drop-head limits, then expire heads when something may have expired."""
+        changes = self.changes
+        if changes is not None:
+            changes.add(self)
         if self._drop_head:
             ready = self._ready
             max_length = self._max_length
@@ -352,6 +367,9 @@ class Queue:
         consumers = self._consumers
         if not ready or not consumers:
             return 0
+        changes = self.changes
+        if changes is not None:
+            changes.add(self)
         self._dispatching = True
         delivered = 0
         try:
@@ -387,6 +405,8 @@ class Queue:
         if self._deleted:
             raise QueueDeleted(self.name)
         ready = self._ready
+        if ready:
+            self._changed()
         while ready:
             entry = ready.popleft()
             self._bytes -= len(entry.message.body)
@@ -467,6 +487,7 @@ class Queue:
             raise QueueDeleted(self.name)
         entry = self._new_entry(message)
         entry.redelivered = redelivered
+        self._changed()
         ready = self._ready
         if body_loaded:
             ready.append(entry)
@@ -526,6 +547,7 @@ class Queue:
 
         Purged messages are not dead-lettered (RabbitMQ); ``on_discard`` sees reason "purged".
         """
+        self._changed()
         entries = self._ready.clear()
         self._bytes = 0
         if self._journal is not None:
@@ -543,6 +565,7 @@ class Queue:
         ready = self._ready
         if not ready:
             return 0
+        self._changed()
         removed = 0
         while True:
             expired = ready.pop_expired(self._clock())
@@ -573,6 +596,7 @@ class Queue:
         if self._deleted:
             return []
         self._deleted = True
+        self._changed()
         entries = self._ready.clear()
         self._bytes = 0
         self._unacked.clear()
@@ -593,6 +617,7 @@ class Queue:
             raise QueueDeleted(self.name)
         self._consumers.add(consumer)
         self.had_consumers = True
+        self._changed()  # the broker's busy queues (``Broker.busy_queues``) include it now
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> bool:

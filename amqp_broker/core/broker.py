@@ -1,7 +1,10 @@
 """The broker: settings, vhosts, live connections, and the deferred-dispatch set.
 
 Owns what is shared by all connections of one node and the periodic ``tick`` (heartbeats, TTL,
-x-expires). ``needs_dispatch`` collects queues whose consumers may have gained credit (acks, drained
+x-expires), which works from heaps of next deadlines (``core.timers``), and the message-memory
+total the memory alarm reads, kept up to date from the queues that changed (``queue_changes``):
+neither scans every queue or connection, so idle ones cost nothing (DESIGN.md §5).
+``needs_dispatch`` collects queues whose consumers may have gained credit (acks, drained
 output, flow on); ``run_dispatch`` delivers from them once per batch of input, so an ack burst costs
 one dispatch per queue instead of one per ack. Must not know: sockets; ``clock`` is injected (seconds,
 monotonic). Source: DESIGN.md §2, §5.
@@ -23,6 +26,7 @@ from .relay import RelayOutbox
 from .relay_inbox import RelayInbox
 from .settings import BrokerSettings
 from .stats import MessageTotals
+from .timers import TIMER_SLACK, TimerHeap
 from .vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -126,6 +130,20 @@ class Broker:
         self.settings = settings or BrokerSettings()
         self.clock = clock
         self.durability = durability or Durability()
+        #: Classic queues whose ready messages changed since the broker last looked (each adds
+        #: itself: ``Queue.changes``); ``settle_queue_changes`` folds them into the memory total
+        #: and the TTL timers.
+        self.queue_changes: set[Queue] = set()
+        #: Queues that report no changes (streams, factory-made types): looked at on every
+        #: tick and memory check (``VirtualHost.create_queue`` adds them).
+        self.polled_queues: set[Any] = set()
+        self._memory_total = 0  # message_memory() of the classic queues, as last settled
+        self._memory_of: dict[Queue, int] = {}  # each classic queue's share, when not 0
+        self._busy: set[Queue] = set()  # classic queues changed since last found idle
+        #: Next message-TTL check per classic queue with a TTL head (``Queue.next_expiry``).
+        self.ttl_timers: TimerHeap[Queue] = TimerHeap(self._ttl_due)
+        #: Next ``Connection.tick`` per connection id: heartbeats, handshake and close timeouts.
+        self.connection_timers: TimerHeap[int] = TimerHeap(self._connection_due)
         self.vhosts: dict[str, VirtualHost] = {n: VirtualHost(self, n) for n in self.settings.vhosts}
         #: Users and permissions (``core.access``); the management API and definitions change it.
         self.access = AccessControl.from_settings(self.settings.users, self.settings.vhosts)
@@ -182,6 +200,7 @@ class Broker:
     def connection_gone(self, conn: Connection) -> None:
         """Forget a connection whose socket closed."""
         self.connections.pop(conn.id, None)
+        self.connection_timers.cancel(conn.id)
 
     def run_dispatch(self) -> None:
         """Dispatch every queue marked in ``needs_dispatch`` (possibly marking more); relayed
@@ -195,15 +214,80 @@ class Broker:
             q.dispatch()
 
     def tick(self) -> None:
-        """Periodic work (call every ~100 ms): heartbeats, handshake timeouts, TTL, x-expires."""
+        """Periodic work (call every ~100 ms): heartbeats, handshake and close timeouts, TTL,
+        x-expires. O(what is due): deadlines come from heaps, not from scanning."""
         now = self.clock()
-        for conn in list(self.connections.values()):
-            conn.tick(now)
+        self.connection_timers.run_due(now)
+        self.settle_queue_changes()
+        self.ttl_timers.run_due(now)
+        for q in list(self.polled_queues):
+            if q.next_expiry() is not None:
+                q.expire()
         for vhost in self.vhosts.values():
             vhost.tick(now)
         if self.relay_inbox.waiting:
             self.relay_inbox.tick(self)
         self.run_dispatch()
+
+    def _connection_due(self, conn_id: int, now: float) -> None:
+        """A connection's timer fired: its ``tick``, then its next deadline."""
+        conn = self.connections.get(conn_id)
+        if conn is None:
+            return
+        conn.tick(now)
+        conn.schedule_timer()
+
+    def _ttl_due(self, q: Queue, now: float) -> None:
+        """A queue's TTL head is due: expire what expired, then wait for the next head."""
+        if q.deleted:
+            return
+        q.expire()
+        nxt = q.next_expiry()
+        if nxt is not None:
+            self.ttl_timers.schedule(q, nxt / 1000 - TIMER_SLACK)
+
+    def settle_queue_changes(self) -> None:
+        """Fold the queues that changed (``queue_changes``) into the memory total and the TTL
+        timers; O(changed queues). Called by ``tick`` and ``message_memory``."""
+        changes = self.queue_changes
+        if not changes:
+            return
+        memory_of = self._memory_of
+        total = self._memory_total
+        ttl = self.ttl_timers
+        busy = self._busy
+        for q in changes:
+            new = self.queue_memory(q)
+            old = memory_of.pop(q, 0)
+            if new:
+                memory_of[q] = new
+            total += new - old
+            if q.deleted:
+                ttl.cancel(q)
+                busy.discard(q)
+                continue
+            busy.add(q)
+            nxt = q.next_expiry()
+            if nxt is not None:
+                ttl.schedule(q, nxt / 1000 - TIMER_SLACK)
+        changes.clear()
+        self._memory_total = total
+
+    def busy_queues(self) -> list[Any]:
+        """The queues that hold ready or unacked messages or have consumers, plus the polled
+        ones (streams, factory-made types); O(those), not O(queues): any other queue has none of
+        them (a classic queue reports its first message, Basic.Get and consumer through
+        ``Queue.changes``). Queues found idle are forgotten until they change again."""
+        self.settle_queue_changes()
+        busy = self._busy
+        out: list[Any] = []
+        for q in list(busy):
+            if not q.deleted and (q.message_count or q.unacked_count or q.consumer_count):
+                out.append(q)
+            else:
+                busy.discard(q)
+        out.extend(self.polled_queues)
+        return out
 
     # -------------------------------------------------------------------- resource alarms
     #: Bytes counted per ready message held in RAM on top of its body: header, entry, objects.
@@ -219,18 +303,29 @@ class Broker:
 
         This, not the process RSS, drives the memory alarm: CPython does not hand freed memory
         back to the OS promptly, so an RSS-driven alarm could stay raised after queues drained.
-        (RabbitMQ measures total process memory; documented deviation.)"""
-        total = 0
-        for vhost in self.vhosts.values():
-            for q in vhost.queues.values():
-                in_memory = getattr(q, "in_memory", None)
-                if in_memory is None:  # a stream queue: its log is on disk
-                    total += q.message_bytes + q.message_count * self.MESSAGE_OVERHEAD
-                    continue
-                count, nbytes = in_memory()
-                total += (nbytes + count * self.MESSAGE_OVERHEAD
-                          + (q.message_count - count) * self.PAGED_OVERHEAD)
+        (RabbitMQ measures total process memory; documented deviation.) A running total: costs
+        O(queues changed since the last call + polled queues), not O(queues); equal to
+        ``message_memory_recount()``."""
+        self.settle_queue_changes()
+        total = self._memory_total
+        for q in self.polled_queues:
+            total += self.queue_memory(q)
         return total
+
+    def message_memory_recount(self) -> int:
+        """``message_memory`` counted from scratch over every queue, O(queues): for checks."""
+        return sum(self.queue_memory(q) for vhost in self.vhosts.values()
+                   for q in vhost.queues.values())
+
+    @classmethod
+    def queue_memory(cls, q: Any) -> int:
+        """One queue's share of ``message_memory``, bytes (0 for an empty or deleted queue)."""
+        in_memory = getattr(q, "in_memory", None)
+        if in_memory is None:  # a stream queue: its log is on disk
+            return int(q.message_bytes + q.message_count * cls.MESSAGE_OVERHEAD)
+        count, nbytes = in_memory()
+        return int(nbytes + count * cls.MESSAGE_OVERHEAD
+                   + (q.message_count - count) * cls.PAGED_OVERHEAD)
 
     @property
     def memory_alarm(self) -> bool:

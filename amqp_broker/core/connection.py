@@ -24,7 +24,7 @@ from ..protocol.methods import decode_method, encode_method, method_ids
 from .access import Account
 from .auth import MECHANISMS, parse_response
 from .channel import Channel
-from .external import EXTERNAL, TlsPeer, external_login, offered_mechanisms, peer_link_refusal
+from .timers import TIMER_SLACK
 
 if TYPE_CHECKING:
     from pamqp.base import Frame
@@ -124,9 +124,6 @@ class Connection:
         #: Set when a cluster peer authenticated: its node name (see ``_start_ok``).
         self.peer_node: str | None = None
         self._peer_auth: PeerAuthServer | None = None
-        #: The TLS session (set by the server layer before any input), None on a plain socket.
-        self.tls: TlsPeer | None = None
-        self.auth_mechanism = ""  # the SASL mechanism the client logged in with
         self.has_published = False
         self._out: list[bytes] = []
         self.output_size = 0
@@ -136,6 +133,7 @@ class Connection:
         self.created_at = now
         self.last_received = now
         self.last_sent = now
+        self.schedule_timer()  # the handshake timeout
 
     @property
     def is_peer(self) -> bool:
@@ -264,7 +262,7 @@ class Connection:
             return b""
         self.state = State.AWAIT_START_OK
         s = self.broker.settings
-        mechanisms = offered_mechanisms(self.tls)
+        mechanisms: tuple[str, ...] = MECHANISMS
         if self.broker.peer_auth is not None:
             mechanisms = (*MECHANISMS, self.broker.peer_auth.mechanism)
         self.send_method(0, cmd.Connection.Start(
@@ -333,10 +331,6 @@ class Connection:
                 raise ConnectionException(
                     c.ACCESS_REFUSED, "ACCESS_REFUSED - cluster-peer connections must "
                     "authenticate with the cluster secret", 10, 11)
-            refusal = peer_link_refusal(self.tls, self.broker.settings.peer_tls_required)
-            if refusal:
-                log.warning("refused cluster-peer connection from %s: %s", self.name, refusal)
-                raise ConnectionException(c.ACCESS_REFUSED, refusal, 10, 11)
             self._peer_auth = peer_auth.new_server()
             try:
                 challenge = self._peer_auth.challenge(method.response)
@@ -346,22 +340,18 @@ class Connection:
             self.state = State.AWAIT_SECURE_OK
             self.send_method(0, cmd.Connection.Secure(challenge))
             return
-        if method.mechanism == EXTERNAL:
-            login, user, why = external_login(self.broker.access, self.tls, self.peer[0])
-        elif method.mechanism not in MECHANISMS:
+        if method.mechanism not in MECHANISMS:
             raise ConnectionException(
                 c.ACCESS_REFUSED, f"ACCESS_REFUSED - unsupported mechanism {method.mechanism}",
                 10, 11)
-        else:
-            creds = parse_response(method.mechanism, method.response)
-            login = creds[0] if creds else None
-            user, why = (None, "ACCESS_REFUSED - malformed credentials") if creds is None else \
-                self.broker.access.authenticate(creds[0], creds[1], self.peer[0], method.mechanism)
+        creds = parse_response(method.mechanism, method.response)
+        user, why = (None, "ACCESS_REFUSED - malformed credentials") if creds is None else \
+            self.broker.access.authenticate(creds[0], creds[1], self.peer[0], method.mechanism)
         if user is None:
-            log.warning("authentication failed for %s from %s: %s", login or "?", self.name, why)
+            log.warning("authentication failed for %s from %s: %s",
+                        creds[0] if creds else "?", self.name, why)
             raise ConnectionException(c.ACCESS_REFUSED, why, 10, 11)
         self.user = user
-        self.auth_mechanism = method.mechanism
         s = self.broker.settings
         self.state = State.AWAIT_TUNE_OK
         self.send_method(0, cmd.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
@@ -378,10 +368,6 @@ class Connection:
             log.warning("cluster peer from %s failed authentication: %s", self.name, exc)
             raise ConnectionException(c.ACCESS_REFUSED, "ACCESS_REFUSED - cluster peer "
                                       "authentication failed", 10, 21) from None
-        refusal = peer_link_refusal(self.tls, self.broker.settings.peer_tls_required, node)
-        if refusal:
-            log.warning("cluster peer from %s refused: %s", self.name, refusal)
-            raise ConnectionException(c.ACCESS_REFUSED, refusal, 10, 21)
         self._peer_auth = None
         self.peer_node = node
         self.name = f"{self.name} (peer {node})"
@@ -416,6 +402,7 @@ class Connection:
                 f"'{self.user.name if self.user else ''}'", 10, 40)
         self.vhost = vhost
         self.state = State.OPEN
+        self.schedule_timer()  # heartbeats from now on
         self.send_method(0, cmd.Connection.OpenOk())
         if self.broker.alarms:
             self.broker.block(self)
@@ -460,6 +447,7 @@ class Connection:
         self._release()
         self.state = State.CLOSING
         self.closing_since = self.broker.clock()
+        self.schedule_timer()  # the close timeout
         if handshaking:
             self._mark_closed()
 
@@ -494,6 +482,33 @@ class Connection:
         self.broker.connection_gone(self)
 
     # ---------------------------------------------------------------------------- timers
+    def next_deadline(self) -> float | None:
+        """When ``tick`` may next have work (seconds, ``broker.clock``): the close timeout while
+        closing, the handshake timeout before Open-Ok, the next heartbeat due or the peer's
+        silence limit when open with heartbeats; None when closed or open without heartbeats.
+        Never later than the real deadline (``last_sent``/``last_received`` only move on)."""
+        if self.closed:
+            return None
+        state = self.state
+        if state is State.CLOSING:
+            return self.closing_since + CLOSE_TIMEOUT
+        if state is not State.OPEN:
+            return self.created_at + self.broker.settings.handshake_timeout
+        hb = self.heartbeat
+        if not hb:
+            return None
+        return min(self.last_received + 2 * hb, self.last_sent + hb / 2)
+
+    def schedule_timer(self) -> None:
+        """Put this connection's ``next_deadline`` on the broker's connection timers (a
+        deadline that moved later is found when it fires: ``Broker.tick`` calls ``tick`` and
+        this again); none when it has no deadline (open without heartbeats)."""
+        when = self.next_deadline()
+        if when is None:
+            self.broker.connection_timers.cancel(self.id)
+        else:
+            self.broker.connection_timers.schedule(self.id, when - TIMER_SLACK)
+
     def tick(self, now: float) -> None:
         """Heartbeats and handshake / close timeouts; ``now`` in seconds from ``broker.clock``."""
         if self.closed:

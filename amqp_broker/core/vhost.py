@@ -35,6 +35,7 @@ from ..protocol.errors import ChannelException, ConnectionException
 from .durability import store_key
 from .proxies import relay_to_homes
 from .relay import local_consumer_count
+from .timers import TIMER_SLACK, TimerHeap
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -86,6 +87,10 @@ class VirtualHost:
         self.proxies: dict[str, str] = {}
         self.queue_last_used: dict[str, float] = {}  # x-expires bookkeeping, seconds
         self.stream_names: set[str] = set()  # names of the stream queues among ``queues``
+        #: Next x-expires check per queue with x-expires (scheduled by ``touch``).
+        self.expiry_timers: TimerHeap[Queue] = TimerHeap(self._expiry_due)
+        #: Queues with a publish dedup window (``dedup_state`` saves the durable ones).
+        self.dedup_queues: set[Any] = set()
 
     # ------------------------------------------------------------------------ helpers
     def not_found(self, kind: str, name: str) -> ChannelException:
@@ -295,6 +300,9 @@ class VirtualHost:
         if factory is not None:
             made = factory.create(self, name, settings, arguments=dict(arguments or {}))
             self.queues[name] = made
+            self.broker.polled_queues.add(made)
+            if getattr(made, "dedup", None) is not None:
+                self.dedup_queues.add(made)
             self.routing.add_queue(name)
             return made
         page_in = journal = None
@@ -311,6 +319,9 @@ class VirtualHost:
                   auto_delete=auto_delete, arguments=dict(arguments or {}),
                   clock=self.broker.clock_ms, dead_letter=self._dead_letter, page_in=page_in,
                   memory_budget=budget, journal=journal)
+        q.changes = self.broker.queue_changes  # the memory total and TTL timers follow it
+        if q.dedup is not None:
+            self.dedup_queues.add(q)
         self.queues[name] = q
         self.routing.add_queue(name)
         return q
@@ -368,6 +379,7 @@ class VirtualHost:
         q.safe_source = self.stream_manager()  # its publishes are safe after the group commit
         self.queues[name] = q  # type: ignore[assignment]
         self.stream_names.add(name)
+        self.broker.polled_queues.add(q)
         self.routing.add_queue(name)
         return q
 
@@ -381,8 +393,14 @@ class VirtualHost:
                 raise self._inequivalent("queue", name, key, g, h)
 
     def touch(self, name: str) -> None:
-        """Mark queue ``name`` as used now (x-expires counts from the last use)."""
-        self.queue_last_used[name] = self.broker.clock()
+        """Mark queue ``name`` as used now (x-expires counts from the last use); a queue with
+        x-expires gets its expiry check scheduled (once: a later use is found when it fires)."""
+        now = self.queue_last_used[name] = self.broker.clock()
+        q = self.queues.get(name)
+        if q is not None:
+            expires = q.settings.expires
+            if expires is not None and q not in self.expiry_timers:
+                self.expiry_timers.schedule(q, now + expires / 1000 - TIMER_SLACK)
 
     def delete_queue(self, q: Queue, *, notify: bool = True,
                      cancels: list[tuple[Any, str]] | None = None) -> int:
@@ -422,6 +440,9 @@ class VirtualHost:
         if q.durable:
             self.broker.durability.queue_deleted(self.name, q.name)
         self.broker.needs_dispatch.discard(q)
+        self.broker.polled_queues.discard(q)
+        self.expiry_timers.cancel(q)
+        self.dedup_queues.discard(q)
         if self.broker.relay_inbox.waiting:
             self.broker.relay_inbox.forget_queue(q)
         return count
@@ -529,16 +550,27 @@ class VirtualHost:
 
     # -------------------------------------------------------------------------- timers
     def tick(self, now: float) -> None:
-        """Expire messages (TTL) and idle queues (x-expires). ``now`` in seconds."""
-        for q in list(self.queues.values()):
-            if q.next_expiry() is not None:
-                q.expire()
-            expires = q.settings.expires
-            if expires is not None and q.consumer_count == 0:
-                last = self.queue_last_used.get(q.name, now)
-                if (now - last) * 1000 >= expires:
-                    log.info("queue %r expired after %s ms unused", q.name, expires)
-                    self.delete_queue(q)
+        """Delete the queues whose x-expires ran out by ``now`` (seconds): O(due checks), never
+        a scan of every queue (message TTL: ``Broker.tick``)."""
+        self.expiry_timers.run_due(now)
+
+    def _expiry_due(self, q: Queue, now: float) -> None:
+        """The x-expires check of ``q`` is due: delete it when unused (no consumers) for its
+        x-expires, else check again when that can next be true."""
+        if self.queues.get(q.name) is not q:
+            return
+        expires = q.settings.expires
+        if expires is None:
+            return
+        if q.consumer_count:  # never while it has consumers: look again one period later
+            self.expiry_timers.schedule(q, now + expires / 1000)
+            return
+        last = self.queue_last_used.get(q.name, now)
+        if (now - last) * 1000 >= expires:
+            log.info("queue %r expired after %s ms unused", q.name, expires)
+            self.delete_queue(q)
+        else:
+            self.expiry_timers.schedule(q, last + expires / 1000 - TIMER_SLACK)
 
 
 def send_cancel(ch: Any, tag: str) -> None:

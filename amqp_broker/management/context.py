@@ -43,12 +43,12 @@ class Sample:
 
 
 def queue_totals(broker: Broker) -> tuple[int, int]:
-    """(ready, unacknowledged) messages summed over every queue of every vhost."""
+    """(ready, unacknowledged) messages summed over every queue of every vhost; O(busy
+    queues), since idle ones hold none (``Broker.busy_queues``; sampled every 5 s)."""
     ready = unacked = 0
-    for vhost in broker.vhosts.values():
-        for q in vhost.queues.values():
-            ready += q.message_count
-            unacked += q.unacked_count
+    for q in broker.busy_queues():
+        ready += q.message_count
+        unacked += q.unacked_count
     return ready, unacked
 
 
