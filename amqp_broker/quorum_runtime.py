@@ -400,6 +400,8 @@ class QuorumRuntime:
             await anyio.sleep(TICK_MS / 1000)
             now = self.now_ms()
             wall = self.wall_ms()
+            # a clustered broker knows who left only once it is in a view
+            view = self.view if self.links is None or self.view_number else None
             for rep in list(self.replicas.values()):
                 group = rep.group
                 if rep.closed or rep.blocked:
@@ -411,7 +413,7 @@ class QuorumRuntime:
                 if now >= group.node.next_deadline() or group.outbox.pending:
                     self.execute(rep, group.tick(now))
                 if group.is_leader:
-                    self.execute(rep, group.leader_duties(now, wall, self.view))
+                    self.execute(rep, group.leader_duties(now, wall, view))
             for to in [t for t, held in self._held.items() if held]:
                 if self.links is not None and self.links.can_send(to, 1 << 30):
                     for item in self._held.pop(to):

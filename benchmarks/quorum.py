@@ -6,12 +6,16 @@ publishes with confirms one at a time; the time from the kill to the next confir
 rounds, the killed broker restarted between them). Then memory: RSS growth of each broker per
 ready message after a backlog is published with no consumer.
 
-    python -m benchmarks.quorum [--seconds 15] [--failovers 3] [--backlog 20000] [--append]
+    python -m benchmarks.quorum [--seconds 15] [--failovers 3] [--backlog 20000] [--rabbitmq]
+                                [--append]
 
 ``--append`` adds the figures to ``benchmarks/RESULTS.md``. The clients are our own asyncio client
 (``clients.aio``), each in a process of its own. Figures depend on this 2-core machine being
-shared by 3 brokers and the clients: compare ratios from one run. RabbitMQ side by side: not yet
-(``benchmarks/processes.py`` starts a single node only).
+shared by 3 brokers and the clients: compare ratios from one run. ``--rabbitmq``: the same
+throughput run against a 3-node RabbitMQ cluster on this machine (three private nodes of
+``benchmarks.processes.RabbitMQ``, distinct node names and ports, joined with
+``rabbitmqctl join_cluster``; a quorum queue with ``x-quorum-initial-group-size: 3`` declared on
+the first node), the same clients, the publisher on the second node and the consumer on the third.
 """
 
 from __future__ import annotations
@@ -146,12 +150,53 @@ def memory(cluster: Cluster, backlog: int) -> float:
     return sum(grown) / len(grown) / max(count, 1)
 
 
+def rabbitmq_throughput(seconds: float) -> dict | None:
+    """The throughput run against a 3-node RabbitMQ cluster (None when RabbitMQ is missing)."""
+    import os
+
+    import pika
+
+    from benchmarks.processes import RabbitMQ
+
+    nodes = []
+    try:
+        for i in range(3):
+            node = RabbitMQ()
+            if not node.installed():
+                return None
+            node.node = f"qbench{os.getpid()}n{i}@localhost"
+            node.start()
+            nodes.append(node)
+        for node in nodes[1:]:
+            for args in (("stop_app",), ("join_cluster", nodes[0].node), ("start_app",)):
+                done = node.rabbitmqctl(*args, timeout=120)
+                if done.returncode:
+                    raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()}")
+        url = f"amqp://guest:guest@127.0.0.1:{nodes[0].port}/%2F"
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        conn.channel().queue_declare(QUEUE, durable=True, arguments={
+            "x-queue-type": "quorum", "x-quorum-initial-group-size": 3})
+        conn.close()
+        urls = [f"amqp://guest:guest@127.0.0.1:{n.port}/%2F" for n in nodes]
+        consumer = _spawn("consume", urls[2], seconds)
+        time.sleep(1.0)
+        publisher = _spawn("publish", urls[1], seconds)
+        pub = json.loads(publisher.communicate(timeout=seconds + 120)[0])
+        con = json.loads(consumer.communicate(timeout=seconds + 180)[0])
+        return {"confirmed_per_s": pub["confirmed"] / pub["seconds"],
+                "consumed_per_s": con["consumed"] / con["seconds"], "version": nodes[0].version}
+    finally:
+        for node in reversed(nodes):
+            node.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=15)
     p.add_argument("--failovers", type=int, default=3)
     p.add_argument("--backlog", type=int, default=20000)
     p.add_argument("--append", action="store_true")
+    p.add_argument("--rabbitmq", action="store_true", help="also a 3-node RabbitMQ cluster")
     p.add_argument("--role", choices=["publish", "consume"], help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -173,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
         finally:
             cluster.stop_all()
+    rabbit = rabbitmq_throughput(args.seconds) if args.rabbitmq else None
+    if rabbit is not None:
+        print(f"RabbitMQ {rabbit['version']} (3 nodes): {rabbit['confirmed_per_s']:,.0f} msg/s "
+              f"confirmed, {rabbit['consumed_per_s']:,.0f} msg/s consumed", flush=True)
     if args.append:
         with RESULTS.open("a") as f:
             f.write(f"\n## Quorum queues (issue 12), {time.strftime('%Y-%m-%d')}\n\n"
@@ -186,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"| kill -9 of the leader's broker -> next confirm | "
                     f"{', '.join(f'{g:.2f} s' for g in gaps)} |\n"
                     f"| memory per ready message (RSS growth per broker) | {per_msg:,.0f} B |\n")
+            if rabbit is not None:
+                f.write(f"| RabbitMQ {rabbit['version']}, 3 nodes, same clients: confirmed | "
+                        f"{rabbit['confirmed_per_s']:,.0f} msg/s |\n"
+                        f"| RabbitMQ: consumed | {rabbit['consumed_per_s']:,.0f} msg/s |\n")
     return 0
 
 

@@ -160,16 +160,18 @@ class QuorumGroup:
             out += self.resend(now_ms)
         return out
 
-    def leader_duties(self, now_ms: int, wall_ms: int, view: set[str]) -> list[Action]:
-        """On the leader: Down for members out of ``view`` that still have consumers; Expire
-        once the head's TTL passed (``wall_ms``: the clock commands carry)."""
+    def leader_duties(self, now_ms: int, wall_ms: int, view: set[str] | None) -> list[Action]:
+        """On the leader: Down for members out of ``view`` that still have consumers (None: the
+        view is not known yet, as on a broker that restarted and has not rejoined: no Down);
+        Expire once the head's TTL passed (``wall_ms``: the clock commands carry)."""
         node = self.node
         if not node.is_leader or node.commit_index < node.term_start_index:
             return []
         proposals = []
         members = {c.rpartition("/")[0].rpartition("#")[0] for c in self.machine.fifo.consumers}
+        known = view if view is not None else members   # unknown view: nobody is Down
         for m in members:
-            if m not in view and m != self.me and \
+            if m not in known and m != self.me and \
                     now_ms - self._down_sent.get(m, -DOWN_RETRY_MS) >= DOWN_RETRY_MS:
                 self._down_sent[m] = now_ms
                 proposals.append(down_envelope(m))

@@ -294,3 +294,15 @@ def test_a_broker_outside_the_group_forwards_and_hears_its_confirms():
     outside.queue.add_consumer(consumer)   # not served outside the group: nothing checked out
     net.advance(10, 20)
     assert not consumer.got and survivor.group.machine.consumer_count == 0
+
+
+def test_no_down_before_the_cluster_view_is_known():
+    net = started(seed=23)
+    leader = net.leader()
+    assert leader is not None
+    other = next(m for m in net.members.values() if m is not leader)
+    other.queue.add_consumer(FakeConsumer())
+    net.woken.add(other.name)
+    net.advance(10, 10)
+    assert leader.group.leader_duties(net.now, net.now, None) == []   # view unknown: no Down
+    assert leader.group.leader_duties(net.now, net.now, {leader.name}) != []
