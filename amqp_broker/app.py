@@ -23,7 +23,9 @@ from .core.recovery import recover
 from .definitions.store import DefinitionsStore
 from .management import persist
 from .management import server as management_server
+from .server.amqps import TlsServer
 from .server.listener import run_broker
+from .server.tls import TlsOptions, server_context
 
 __all__ = ["run", "serve", "shutdown"]
 
@@ -128,7 +130,32 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
         quorum = getattr(broker, "quorum", None)
         if quorum is not None:
             tg.start_soon(quorum.run)
-        await run_broker(broker, config.host, config.port, listening, data_dir=config.data_dir)
+        tls = tls_server(broker, config)
+        tls_port: list[int] = []
+
+        def tls_listening(port: int) -> None:
+            tls_port.append(port)
+            management_server.amqps_ready(mgmt, config.host, port)
+
+        await run_broker(broker, config.host, config.port, listening, data_dir=config.data_dir,
+                         tls=tls, tls_port=config.tls_port, tls_ready=tls_listening)
+
+
+def tls_options(config: Config) -> TlsOptions:
+    """The AMQPS listener's options from ``config`` (``--tls-*``, ``--cluster-tls-dir``)."""
+    return TlsOptions(config.tls_cert, config.tls_key, config.tls_ca, config.tls_verify,
+                      config.tls_fail_if_no_peer_cert, config.tls_login_from,
+                      config.cluster_tls_dir, config.node_name)
+
+
+def tls_server(broker: Broker, config: Config) -> TlsServer | None:
+    """The AMQPS server when TLS is configured, else None. Raises ``OSError`` /
+    ``ssl.SSLError`` / ``ValueError`` for unreadable or mismatched certificate files."""
+    if not config.tls_enabled:
+        return None
+    options = tls_options(config)
+    context, cluster = server_context(options)
+    return TlsServer(broker, options, context, cluster)
 
 
 async def _stream_syncer(broker: Broker) -> None:

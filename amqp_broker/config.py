@@ -11,7 +11,11 @@ stay on disk only and are read back as consumers reach them; 0 = keep everything
 disk_free_limit (bytes, default 50000000 as RabbitMQ's disk_free_limit: below this much free space
 on the data directory's file system the disk alarm blocks publishers; 0 = off), management_port
 (int, 15672: the management HTTP API and web page; 0 = off), prometheus_port (int, 15692:
-Prometheus /metrics; 0 = off), relay_policy (pass-on | hold:SECONDS | drop, default pass-on:
+Prometheus /metrics; 0 = off), tls_port (int, 5671: the AMQPS listener, on when tls_cert and tls_key
+are given or cluster_tls_dir is), tls_cert / tls_key / tls_ca (PEM paths), tls_verify (verify_none |
+verify_peer), tls_fail_if_no_peer_cert (bool), tls_login_from (common_name | distinguished_name:
+SASL EXTERNAL's user name), management_tls (bool: the management API over HTTPS with tls_cert),
+cluster_tls_dir (a ``cluster-ca`` directory: peer links over mutual TLS), relay_policy (pass-on | hold:SECONDS | drop, default pass-on:
 what a cluster member does with a relayed message whose queue has no local consumer any more). Users in TOML as ``[[users]]`` tables with name, password,
 vhosts, loopback_only; default guest/guest from loopback only (RabbitMQ "Access Control").
 Raises ``ConfigError`` for an unreadable file, an unknown key or a value of the wrong type.
@@ -62,6 +66,15 @@ class Config:
     relay_policy: str = "pass-on"
     management_port: int = 15672
     prometheus_port: int = 15692
+    tls_port: int = 5671
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    tls_verify: str = "verify_none"
+    tls_fail_if_no_peer_cert: bool = False
+    tls_login_from: str = "common_name"
+    management_tls: bool = False
+    cluster_tls_dir: str = ""
     users: tuple[User, ...] = (User("guest", "guest", ("*",), loopback_only=True),)
 
     def broker_settings(self) -> BrokerSettings:
@@ -74,7 +87,13 @@ class Config:
                               users=self.users, memory_high_watermark_bytes=int(wm),
                               queue_memory_budget=self.queue_memory_budget,
                               disk_free_limit_bytes=self.disk_free_limit,
-                              relay_policy=parse_relay_policy(self.relay_policy))
+                              relay_policy=parse_relay_policy(self.relay_policy),
+                              peer_tls_required=bool(self.cluster_tls_dir))
+
+    @property
+    def tls_enabled(self) -> bool:
+        """True when the AMQPS listener runs (a certificate and key, or a cluster CA dir)."""
+        return bool(self.tls_cert and self.tls_key) or bool(self.cluster_tls_dir)
 
 
 def _total_memory() -> int:
@@ -86,11 +105,18 @@ def _total_memory() -> int:
 
 # with ``from __future__ import annotations`` a field's type is its annotation text ("str", "int")
 _SCALARS = {f.name: cast(str, f.type) for f in fields(Config) if f.name != "users"}
-_TYPES = {"str": str, "int": int, "float": float}
+_TYPES = {"str": str, "int": int, "float": float, "bool": bool}
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 def _coerce(key: str, value: Any) -> Any:
     want = _TYPES[_SCALARS[key]]
+    if want is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _BOOLS:
+            return _BOOLS[value.lower()]
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if isinstance(value, want) and not isinstance(value, bool):
         return value
     if want is float and isinstance(value, int) and not isinstance(value, bool):
@@ -161,6 +187,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="management HTTP API and web page (default 15672, on --host; 0 = off)")
     p.add_argument("--prometheus-port", type=int, metavar="PORT",
                    help="Prometheus /metrics (default 15692, on --host; 0 = off)")
+    tls = p.add_argument_group("TLS (RabbitMQ's ssl_options)")
+    tls.add_argument("--tls-port", type=int, metavar="PORT",
+                     help="AMQPS listener (default 5671, on --host; on when --tls-cert and "
+                     "--tls-key are given)")
+    tls.add_argument("--tls-cert", metavar="FILE", help="server certificate (PEM, chain first)")
+    tls.add_argument("--tls-key", metavar="FILE", help="server private key (PEM)")
+    tls.add_argument("--tls-ca", metavar="FILE", help="CA certificates client certificates must "
+                     "chain to (PEM)")
+    tls.add_argument("--tls-verify", choices=["verify_none", "verify_peer"],
+                     help="ask clients for a certificate (verify_peer, needs --tls-ca) or not "
+                     "(verify_none, default)")
+    tls.add_argument("--tls-fail-if-no-peer-cert", action="store_true", default=None,
+                     help="with verify_peer: refuse clients without a certificate")
+    tls.add_argument("--tls-login-from", choices=["common_name", "distinguished_name"],
+                     help="SASL EXTERNAL's user name: the client certificate's subject CN "
+                     "(default) or its DN (RabbitMQ's ssl_cert_login_from)")
+    tls.add_argument("--management-tls", action="store_true", default=None,
+                     help="serve the management API over HTTPS with --tls-cert/--tls-key")
+    tls.add_argument("--cluster-tls-dir", metavar="DIR",
+                     help="cluster CA directory (amqp-broker cluster-ca): peer links over mutual "
+                     "TLS to the members' TLS ports; cluster-peer connections need its "
+                     "certificate")
     p.add_argument("--sync-policy", choices=["batch", "always", "none"],
                    help="message store fsync: batch (group commit, default, safe), always, "
                    "none (no fsync: survives kill -9, not power loss)")
@@ -209,6 +257,26 @@ def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = 
         parse_relay_policy(config.relay_policy)
     except ValueError as exc:
         raise ConfigError(f"relay_policy: {exc}") from None
+    _check_tls(config)
     if config.sync_policy not in ("batch", "always", "none"):
         raise ConfigError(f"sync_policy: expected batch, always or none, got {config.sync_policy!r}")
     return config
+
+
+def _check_tls(config: Config) -> None:
+    """Raise ``ConfigError`` for an inconsistent TLS configuration (files are read at start)."""
+    if bool(config.tls_cert) != bool(config.tls_key):
+        raise ConfigError("tls_cert and tls_key go together")
+    if config.tls_verify not in ("verify_none", "verify_peer"):
+        raise ConfigError(f"tls_verify: expected verify_none or verify_peer, got "
+                          f"{config.tls_verify!r}")
+    if config.tls_verify == "verify_peer" and not config.tls_ca:
+        raise ConfigError("tls_verify verify_peer needs tls_ca (the CA client certificates "
+                          "chain to)")
+    if config.tls_fail_if_no_peer_cert and config.tls_verify != "verify_peer":
+        raise ConfigError("tls_fail_if_no_peer_cert needs tls_verify verify_peer")
+    if config.tls_login_from not in ("common_name", "distinguished_name"):
+        raise ConfigError(f"tls_login_from: expected common_name or distinguished_name, got "
+                          f"{config.tls_login_from!r}")
+    if config.management_tls and not config.tls_cert:
+        raise ConfigError("management_tls needs tls_cert and tls_key")

@@ -25,6 +25,7 @@ from .access import Account
 from .auth import MECHANISMS, parse_response
 from .channel import Channel
 from .timers import TIMER_SLACK
+from .external import EXTERNAL, TlsPeer, external_login, offered_mechanisms, peer_link_refusal
 
 if TYPE_CHECKING:
     from pamqp.base import Frame
@@ -124,6 +125,9 @@ class Connection:
         #: Set when a cluster peer authenticated: its node name (see ``_start_ok``).
         self.peer_node: str | None = None
         self._peer_auth: PeerAuthServer | None = None
+        #: The TLS session (set by the server layer before any input), None on a plain socket.
+        self.tls: TlsPeer | None = None
+        self.auth_mechanism = ""  # the SASL mechanism the client logged in with
         self.has_published = False
         self._out: list[bytes] = []
         self.output_size = 0
@@ -262,7 +266,7 @@ class Connection:
             return b""
         self.state = State.AWAIT_START_OK
         s = self.broker.settings
-        mechanisms: tuple[str, ...] = MECHANISMS
+        mechanisms = offered_mechanisms(self.tls)
         if self.broker.peer_auth is not None:
             mechanisms = (*MECHANISMS, self.broker.peer_auth.mechanism)
         self.send_method(0, cmd.Connection.Start(
@@ -331,6 +335,10 @@ class Connection:
                 raise ConnectionException(
                     c.ACCESS_REFUSED, "ACCESS_REFUSED - cluster-peer connections must "
                     "authenticate with the cluster secret", 10, 11)
+            refusal = peer_link_refusal(self.tls, self.broker.settings.peer_tls_required)
+            if refusal:
+                log.warning("refused cluster-peer connection from %s: %s", self.name, refusal)
+                raise ConnectionException(c.ACCESS_REFUSED, refusal, 10, 11)
             self._peer_auth = peer_auth.new_server()
             try:
                 challenge = self._peer_auth.challenge(method.response)
@@ -340,18 +348,22 @@ class Connection:
             self.state = State.AWAIT_SECURE_OK
             self.send_method(0, cmd.Connection.Secure(challenge))
             return
-        if method.mechanism not in MECHANISMS:
+        if method.mechanism == EXTERNAL:
+            login, user, why = external_login(self.broker.access, self.tls, self.peer[0])
+        elif method.mechanism not in MECHANISMS:
             raise ConnectionException(
                 c.ACCESS_REFUSED, f"ACCESS_REFUSED - unsupported mechanism {method.mechanism}",
                 10, 11)
-        creds = parse_response(method.mechanism, method.response)
-        user, why = (None, "ACCESS_REFUSED - malformed credentials") if creds is None else \
-            self.broker.access.authenticate(creds[0], creds[1], self.peer[0], method.mechanism)
+        else:
+            creds = parse_response(method.mechanism, method.response)
+            login = creds[0] if creds else None
+            user, why = (None, "ACCESS_REFUSED - malformed credentials") if creds is None else \
+                self.broker.access.authenticate(creds[0], creds[1], self.peer[0], method.mechanism)
         if user is None:
-            log.warning("authentication failed for %s from %s: %s",
-                        creds[0] if creds else "?", self.name, why)
+            log.warning("authentication failed for %s from %s: %s", login or "?", self.name, why)
             raise ConnectionException(c.ACCESS_REFUSED, why, 10, 11)
         self.user = user
+        self.auth_mechanism = method.mechanism
         s = self.broker.settings
         self.state = State.AWAIT_TUNE_OK
         self.send_method(0, cmd.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
@@ -368,6 +380,10 @@ class Connection:
             log.warning("cluster peer from %s failed authentication: %s", self.name, exc)
             raise ConnectionException(c.ACCESS_REFUSED, "ACCESS_REFUSED - cluster peer "
                                       "authentication failed", 10, 21) from None
+        refusal = peer_link_refusal(self.tls, self.broker.settings.peer_tls_required, node)
+        if refusal:
+            log.warning("cluster peer from %s refused: %s", self.name, refusal)
+            raise ConnectionException(c.ACCESS_REFUSED, refusal, 10, 21)
         self._peer_auth = None
         self.peer_node = node
         self.name = f"{self.name} (peer {node})"

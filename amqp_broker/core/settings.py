@@ -70,3 +70,6 @@ class BrokerSettings:
     disk_free_limit_bytes: int = 0  # free bytes under which the disk alarm is raised; 0: off
     #: What a relayed message whose queue has no local consumer meets (``core.relay_inbox``).
     relay_policy: RelayPolicy = field(default_factory=RelayPolicy)
+    #: A connection claiming ``cluster-peer`` must present a certificate from the cluster CA
+    #: (``--cluster-tls-dir``; ``core.external.peer_link_refusal``), else 403.
+    peer_tls_required: bool = False

@@ -140,5 +140,5 @@ def overview_json(mgmt: Management) -> dict[str, Any]:
         "listeners": [{"node": s.node_name, "protocol": x.protocol, "ip_address": x.host,
                        "port": x.port, "socket_opts": {}} for x in mgmt.listeners],
         "contexts": [{"node": s.node_name, "description": "RabbitMQ Management", "path": "/",
-                      "port": str(x.port)} for x in mgmt.listeners if x.protocol == "http"],
+                      "port": str(x.port)} for x in mgmt.listeners if x.protocol in ("http", "https")],
     }

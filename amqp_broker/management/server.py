@@ -5,7 +5,10 @@ at start with an ``OSError``, as RabbitMQ does), then serves them with Hypercorn
 no extra process or thread, no signal handlers of its own (we pass a shutdown trigger that
 fires when the broker's task group cancels us). It also starts the rate sampler. A port of 0 in the
 configuration disables that listener. The AMQP port is added to the listeners when known
-(``amqp_ready``). Source: Hypercorn "API usage" (serve with a shutdown_trigger).
+(``amqp_ready``), the AMQPS port too (``amqps_ready``, protocol "amqp/ssl"). With
+``management_tls`` the management API is served over HTTPS with ``tls_cert``/``tls_key``
+(listener protocol "https", as RabbitMQ's management.ssl listener); Prometheus stays plain HTTP.
+Source: Hypercorn "API usage" (serve with a shutdown_trigger), its certfile/keyfile settings.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..core.broker import Broker
 
-__all__ = ["start", "amqp_ready", "bind", "serve_http"]
+__all__ = ["start", "amqp_ready", "amqps_ready", "bind", "serve_http"]
 
 log = logging.getLogger("amqp_broker.management")
 
@@ -53,11 +56,15 @@ def _backend() -> str:
         return "asyncio"
 
 
-async def serve_http(app: ASGIApp, sock: socket.socket) -> None:
+async def serve_http(app: ASGIApp, sock: socket.socket,
+                     tls: tuple[str, str] | None = None) -> None:
     """Serve ``app`` on the listening ``sock`` (taken over) until cancelled; then Hypercorn
     shuts down gracefully (open requests get ``graceful_timeout``), shielded from the
-    cancellation so it never sees a CancelledError in its own task group."""
+    cancellation so it never sees a CancelledError in its own task group. ``tls``: (certificate
+    file, key file) to serve HTTPS (TLS 1.2+, Hypercorn's defaults)."""
     config = HyperConfig()
+    if tls is not None:
+        config.certfile, config.keyfile = tls
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("amqp_broker.management.http")
@@ -111,10 +118,13 @@ async def start(broker: Broker, config: Config, tg: TaskGroup) -> Management:
         raise
     for (protocol, _, build), sock in zip(apps, bound, strict=True):
         port = sock.getsockname()[1]
+        tls = None
+        if protocol == "http" and config.management_tls:
+            protocol, tls = "https", (config.tls_cert, config.tls_key)
         mgmt.listeners.append(Listener(protocol, config.host, port))
-        log.info("%s listening on http://%s:%s/", "management API" if protocol == "http"
-                 else "prometheus metrics", config.host, port)
-        tg.start_soon(serve_http, build(mgmt), sock)
+        log.info("%s listening on %s://%s:%s/", "prometheus metrics" if "prom" in protocol
+                 else "management API", "https" if tls else "http", config.host, port)
+        tg.start_soon(serve_http, build(mgmt), sock, tls)
     tg.start_soon(_sampler, mgmt)
     return mgmt
 
@@ -122,3 +132,8 @@ async def start(broker: Broker, config: Config, tg: TaskGroup) -> Management:
 def amqp_ready(mgmt: Management, host: str, port: int) -> None:
     """The AMQP listener is up on ``port``: list it first."""
     mgmt.listeners.insert(0, Listener("amqp", host, port))
+
+
+def amqps_ready(mgmt: Management, host: str, port: int) -> None:
+    """The AMQPS listener is up on ``port``: listed as "amqp/ssl" (RabbitMQ's name)."""
+    mgmt.listeners.append(Listener("amqp/ssl", host, port))

@@ -138,12 +138,23 @@ def connection_json(broker: Broker, conn: Connection, now_ms: int,
         "peer_port": port, "host": listen[0], "port": listen[1], "channels": len(conn.channels),
         "channel_max": conn.channel_max, "frame_max": conn.frame_max, "timeout": conn.heartbeat,
         "client_properties": jsonable(conn.client_properties), "protocol": "AMQP 0-9-1",
-        "type": "network", "auth_mechanism": "PLAIN", "ssl": False,
+        "type": "network", "auth_mechanism": conn.auth_mechanism or "PLAIN",
+        **tls_json(conn),
         "state": "blocked" if conn.blocked else ("running" if conn.is_open else "closing"),
         "connected_at": started, "send_pend": conn.output_size, "user_who_performed_action":
         conn.user.name if conn.user else None,
         "cluster_peer": conn.peer_node,
     }
+
+
+def tls_json(conn: Connection) -> dict[str, Any]:
+    """A connection's TLS fields as RabbitMQ shows them: ``ssl`` (bool), ``ssl_protocol``
+    ("tlsv1.3"), ``ssl_cipher``, ``peer_cert_subject`` (RFC 4514 DN or None)."""
+    tls = conn.tls
+    if tls is None:
+        return {"ssl": False, "ssl_protocol": None, "ssl_cipher": None, "peer_cert_subject": None}
+    return {"ssl": True, "ssl_protocol": tls.protocol.lower() or None,
+            "ssl_cipher": tls.cipher or None, "peer_cert_subject": tls.subject or None}
 
 
 def channel_json(broker: Broker, conn: Connection, ch: Channel,

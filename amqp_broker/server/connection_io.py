@@ -15,10 +15,11 @@ import logging
 from typing import TYPE_CHECKING, cast
 
 import anyio
-from anyio.abc import SocketStream
+from anyio.abc import ByteStream
 
 from ..core.broker import Broker
 from ..core.connection import LINGER_TIMEOUT, Connection
+from ..core.external import TlsPeer
 
 if TYPE_CHECKING:
     from anyio.abc import IPSockAddrType
@@ -44,7 +45,7 @@ class _Link:
         self.wake.set()
 
 
-async def _writer(conn: Connection, stream: SocketStream, link: _Link) -> None:
+async def _writer(conn: Connection, stream: ByteStream, link: _Link) -> None:
     while True:
         await link.wake.wait()
         link.wake = anyio.Event()
@@ -63,7 +64,7 @@ async def _writer(conn: Connection, stream: SocketStream, link: _Link) -> None:
             break
 
 
-async def _reader(conn: Connection, stream: SocketStream, link: _Link) -> None:
+async def _reader(conn: Connection, stream: ByteStream, link: _Link) -> None:
     high = conn.high_water
     while not conn.closed:
         while conn.output_size > high and not conn.closed:
@@ -79,7 +80,7 @@ async def _reader(conn: Connection, stream: SocketStream, link: _Link) -> None:
         await _discard_until_peer_closes(stream)
 
 
-async def _discard_until_peer_closes(stream: SocketStream) -> None:
+async def _discard_until_peer_closes(stream: ByteStream) -> None:
     """After the Close-Ok for the peer's Connection.Close: read and drop what still arrives until
     the peer closes its socket, at most ``LINGER_TIMEOUT`` s. Closing at once would make the
     kernel answer frames still in flight (a client flushing publishes behind its Close, as Node's
@@ -92,8 +93,9 @@ async def _discard_until_peer_closes(stream: SocketStream) -> None:
                 return
 
 
-async def serve_connection(broker: Broker, stream: SocketStream) -> None:
-    """Run one client connection until either side closes it."""
+async def serve_connection(broker: Broker, stream: ByteStream, tls: TlsPeer | None = None) -> None:
+    """Run one client connection until either side closes it; ``tls``: the TLS session of an
+    AMQPS connection (``server.amqps``), None on the plain listener."""
     try:
         # anyio types the address as ``str`` too (UNIX sockets); ours are TCP: (host, port, ...)
         addr = cast("IPSockAddrType", stream.extra(anyio.abc.SocketAttribute.remote_address))
@@ -101,6 +103,7 @@ async def serve_connection(broker: Broker, stream: SocketStream) -> None:
     except Exception:
         host, port = "?", 0
     conn = broker.open_connection((str(host), int(port)))
+    conn.tls = tls
     link = _Link()
     conn.on_writable = link.on_writable
     try:

@@ -21,6 +21,7 @@ import anyio
 from anyio.abc import SocketStream
 
 from ..core.broker import Broker
+from .amqps import TlsServer, listen_tls
 from .connection_io import serve_connection
 
 __all__ = ["run_broker", "rss_bytes"]
@@ -112,10 +113,13 @@ async def _disk_watch(broker: Broker, path: str | Path, limit: int) -> None:
 
 async def run_broker(broker: Broker, host: str, port: int,
                      ready: Callable[[int], None] | None = None,
-                     data_dir: str | Path | None = None) -> None:
+                     data_dir: str | Path | None = None, tls: TlsServer | None = None,
+                     tls_port: int = 0, tls_ready: Callable[[int], None] | None = None) -> None:
     """Listen on ``host``:``port`` (0: any free port) and serve until cancelled; ``ready(port)`` is
     called once listening. With ``data_dir`` and a ``disk_free_limit_bytes`` setting, the disk
-    alarm watches that directory's file system (checked once before listening)."""
+    alarm watches that directory's file system (checked once before listening). With ``tls``,
+    the AMQPS listener is on ``tls_port`` too (bound before ``ready``; ``tls_ready(port)``
+    before ``ready``)."""
 
     async def handle(stream: SocketStream) -> None:
         try:
@@ -132,6 +136,15 @@ async def run_broker(broker: Broker, host: str, port: int,
                                                backlog=1024)
     bound = listener.extra(anyio.abc.SocketAttribute.local_port)
     log.info("listening on %s:%s", host, bound)
+    tls_listener = None
+    if tls is not None:
+        try:
+            tls_listener = await listen_tls(host, tls_port)
+        except OSError:
+            await listener.aclose()
+            raise
+        tls_bound = tls_listener.extra(anyio.abc.SocketAttribute.local_port)
+        log.info("TLS (amqps) listening on %s:%s", host, tls_bound)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_ticker, broker)
         if broker.durability.store is not None:
@@ -142,6 +155,10 @@ async def run_broker(broker: Broker, host: str, port: int,
         if data_dir is not None and disk_limit:
             check_disk(broker, data_dir, disk_limit)
             tg.start_soon(_disk_watch, broker, data_dir, disk_limit)
+        if tls is not None and tls_listener is not None:
+            tg.start_soon(tls_listener.serve, tls.handle, tg)
+            if tls_ready is not None:
+                tls_ready(tls_bound)
         if ready is not None:
             ready(bound)
         await listener.serve(handle, task_group=tg)
