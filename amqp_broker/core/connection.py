@@ -24,8 +24,8 @@ from ..protocol.methods import decode_method, encode_method, method_ids
 from .access import Account
 from .auth import MECHANISMS, parse_response
 from .channel import Channel
-from .timers import TIMER_SLACK
 from .external import EXTERNAL, TlsPeer, external_login, offered_mechanisms, peer_link_refusal
+from .timers import TIMER_SLACK
 
 if TYPE_CHECKING:
     from pamqp.base import Frame
