@@ -92,6 +92,9 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for signum in signals:
                     log.info("signal %s: shutting down", signal.Signals(signum).name)
+                    quorum = getattr(broker, "quorum", None)
+                    if quorum is not None and drivers:  # quorum leaders hand over first
+                        await quorum.hand_over()
                     if drivers:
                         await clustering.leave_cluster(drivers[0])
                     await shutdown(broker)

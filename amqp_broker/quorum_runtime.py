@@ -11,6 +11,7 @@ for every replica, in a worker thread; then ``persisted``); ``PersistState`` / `
 before responding"); ``Apply`` -> the machine, then the queue object's effects (deliveries,
 confirms). Nothing fsyncs on the event loop.
 
+Orderly stop (SIGTERM): ``hand_over`` transfers each leadership held here first.
 Timers: every ``TICK_MS`` the replicas due are ticked (elections, heartbeats, re-sends) and the
 leaders do their duties (Down for members that left the cluster view, TTL expiry). A broker
 without clustering serves quorum queues too: a group of one, persisted (RabbitMQ accepts
@@ -437,6 +438,22 @@ class QuorumRuntime:
                 if newest is not None and not rep.closed and isinstance(rep.group, QuorumGroup):
                     self.execute(rep, rep.group.persisted(*newest))
             self.broker.run_dispatch()
+
+    async def hand_over(self, grace: float = 1.0) -> int:
+        """Orderly stop: every replica that leads hands leadership to its most up-to-date
+        follower (Raft thesis §3.10: no election timeout for the others to wait out); waits up to
+        ``grace`` seconds for them to step down. Returns how many still lead."""
+        for rep in list(self.replicas.values()):
+            group = rep.group
+            if isinstance(group, QuorumGroup) and group.is_leader and not rep.closed:
+                self.execute(rep, group.node.transfer_leadership())
+        with anyio.move_on_after(grace):
+            while self._leading():
+                await anyio.sleep(0.02)
+        return self._leading()
+
+    def _leading(self) -> int:
+        return sum(1 for r in self.replicas.values() if r.group.is_leader and not r.closed)
 
     def close(self) -> None:
         """Sync and close every replica's log (broker stop)."""

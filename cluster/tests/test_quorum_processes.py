@@ -88,3 +88,21 @@ def test_a_broker_outside_the_group_forwards_publishes_with_confirms(cluster):
     assert len(pub.confirmed) == 200
     got = drain(member, "small", quiet=2.0)
     assert sorted(got) == sorted(pub.confirmed)
+
+
+def test_an_orderly_stop_hands_leadership_over(cluster):
+    n2, n3, n4 = cluster.start_three()
+    declare(n3, "handover")
+    leader = wait_leader(cluster, "handover")
+    others = [m for m in (n2, n3, n4) if m is not leader]
+    pub = Publisher(others[0], "handover", 100_000)
+    wait_for(lambda: len(pub.confirmed) >= 200, 60, f"only {len(pub.confirmed)} confirmed")
+    stopped_at = time.monotonic()
+    assert cluster.terminate(leader) == 0
+    wait_for(lambda: bool(pub.times) and pub.times[-1] > stopped_at + 0.5, 30, "no confirm")
+    pub.stop()
+    assert pub.error is None, pub.error
+    gaps = [b - a for a, b in zip(pub.times, pub.times[1:], strict=False) if b > stopped_at]
+    print(f"SIGTERM of the leader: longest gap between confirms {max(gaps):.2f} s")
+    got = drain(others[1], "handover", quiet=2.0)
+    assert set(pub.confirmed) <= set(got)
