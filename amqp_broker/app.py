@@ -105,11 +105,14 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
             drivers.append(await clustering.start_cluster(broker, config, port, tg))
 
         mgmt = await management_server.start(broker, config, tg)
+        tls_port: list[int] = []  # the AMQPS port once listening (before ``listening``)
 
         def listening(port: int) -> None:
             management_server.amqp_ready(mgmt, config.host, port)
             if clustered:
-                tg.start_soon(join, port)
+                # with --cluster-tls-dir a member's cluster address is its TLS port: peer links
+                # go there over mutual TLS (README "TLS")
+                tg.start_soon(join, tls_port[0] if config.cluster_tls_dir else port)
             if ready is not None:
                 ready(port)
 
@@ -134,7 +137,6 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
         if quorum is not None:
             tg.start_soon(quorum.run)
         tls = tls_server(broker, config)
-        tls_port: list[int] = []
 
         def tls_listening(port: int) -> None:
             tls_port.append(port)

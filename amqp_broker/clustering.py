@@ -83,6 +83,15 @@ def parse_seeds(text: str) -> list[tuple[str, str]]:
     return seeds
 
 
+def peer_ssl_context(config: Config) -> Any:
+    """The peer links' mutual-TLS client context from ``--cluster-tls-dir`` (our node
+    certificate, the cluster CA), None without one. Raises ``OSError`` / ``ValueError``."""
+    if not config.cluster_tls_dir:
+        return None
+    from cluster.ca import client_ssl_context
+    return client_ssl_context(config.cluster_tls_dir, config.node_name)
+
+
 async def start_cluster(broker: Broker, config: Config, port: int,
                         tg: anyio.abc.TaskGroup) -> ClusterDriver:
     """Join (or found) the cluster; the driver's timers run in ``tg``. Raises ``ValueError`` /
@@ -116,7 +125,7 @@ async def start_cluster(broker: Broker, config: Config, port: int,
             broker.run_dispatch()
 
     links = PeerLinks(config.node_name, secret, on_failure=failed, on_settle=settled,
-                      on_down=link_down)
+                      on_down=link_down, ssl_context=peer_ssl_context(config))
     links.start(tg)
     #: Per member, the (vhost, queue) names it has relay consumers on.
     relaying: dict[str, set[tuple[str, str]]] = {}

@@ -280,3 +280,14 @@ def _check_tls(config: Config) -> None:
                           f"{config.tls_login_from!r}")
     if config.management_tls and not config.tls_cert:
         raise ConfigError("management_tls needs tls_cert and tls_key")
+    if config.cluster_tls_dir:
+        from cluster.ca import node_paths
+        try:
+            crt, key = node_paths(config.cluster_tls_dir, config.node_name)
+        except ValueError as exc:
+            raise ConfigError(f"cluster_tls_dir: {exc} (the node name is its certificate's "
+                              f"name: amqp-broker cluster-ca issue NODE)") from None
+        if not crt.exists() or not key.exists():
+            raise ConfigError(f"cluster_tls_dir: {crt} or {key} is missing (amqp-broker "
+                              f"cluster-ca issue {config.node_name} --dir "
+                              f"{config.cluster_tls_dir})")

@@ -10,12 +10,16 @@ request's ``on_reply``; after a Channel.Close the channel is reopened and later 
 Basic.Ack / Nack / Reject from the member settle messages we relayed to it (``on_settle``); when a
 link's connection ends, ``on_down`` lets the broker take back what it had not settled.
 A link that cannot connect or breaks reports ``send_failed`` to the driver (a suspicion) and fails
-its waiting requests with 320. Must not know: membership rules, the broker core.
+its waiting requests with 320. With an ``ssl_context`` (``cluster.ca.client_ssl_context``,
+``--cluster-tls-dir``) a link is mutual TLS to the member's address (then its TLS port): SNI and
+the verified name are the member's node name, our node certificate is presented, and the cluster
+secret exchange still runs inside. Must not know: membership rules, the broker core.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -91,8 +95,11 @@ class PeerLinks:
 
     def __init__(self, me: str, secret: bytes, on_failure: Callable[[str], None],
                  on_settle: Callable[[str, Any], None] | None = None,
-                 on_down: Callable[[str], None] | None = None) -> None:
+                 on_down: Callable[[str], None] | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.me = me
+        #: Mutual TLS for every link (None: plain TCP).
+        self.ssl_context = ssl_context
         self.secret = secret
         self.on_failure = on_failure
         #: ``on_settle(node, method)``: the member settled relayed messages (Basic.Ack, Nack or
@@ -164,7 +171,12 @@ class PeerLinks:
         try:
             host, _, port = link.address.rpartition(":")
             with anyio.fail_after(CONNECT_TIMEOUT):
-                stream = await anyio.connect_tcp(host, int(port))
+                if self.ssl_context is None:
+                    stream: Any = await anyio.connect_tcp(host, int(port))
+                else:
+                    stream = await anyio.connect_tcp(host, int(port), ssl_context=self.ssl_context,
+                                                     tls_hostname=link.node,
+                                                     tls_standard_compatible=False)
             async with stream:
                 splitter = FrameSplitter(c.FRAME_MIN_SIZE)
                 pending: deque[tuple[int, Any]] = deque()
@@ -217,7 +229,7 @@ class PeerLinks:
             props, peer_secret.MECHANISM, peer_secret.initial_response(self.me), "en_US")))
         _, secure = await self._read_method(stream, splitter, pending)
         if not isinstance(secure, cmd.Connection.Secure):
-            raise LinkError(f"peer refused the link: {secure!r}")
+            raise LinkError(f"peer refused the link: {getattr(secure, 'reply_text', secure)!r}")
         # pamqp types every argument Optional (its constructors' default); a decoded Secure has
         # its challenge
         await stream.send(encode_method(0, cmd.Connection.SecureOk(
