@@ -67,6 +67,7 @@ _U32 = struct.Struct(">I")
 _NOTICE = struct.Struct(">QB")
 _FRAME_MAX = 131072
 _HELD_BYTES = 64 << 20
+_RECONNECT_MS = 500   # a link to a member that is down is retried at most this often
 
 
 class _Replica:
@@ -117,6 +118,8 @@ class QuorumRuntime:
         self._dirty: set[_Replica] = set()
         self._sync_wake: anyio.Event | None = None
         self._held: dict[str, deque[bytes]] = {}
+        self._held_bytes: dict[str, int] = {}
+        self._connect_ms: dict[str, int] = {}   # last link (re)open attempt per member
         self._rng = random.Random()
 
     # ------------------------------------------------------------------ clocks
@@ -330,18 +333,24 @@ class QuorumRuntime:
         if links.can_send(to, 1 << 30):
             held = self._held.pop(to, None)
             if held:
+                self._held_bytes.pop(to, None)
                 for item in held:
                     links.send_raw(to, item)
             links.send_raw(to, data)
             return
-        address = self.addresses().get(to)
-        if address:
-            links.connect(to, address)
+        now = self.now_ms()
+        if now - self._connect_ms.get(to, -_RECONNECT_MS) >= _RECONNECT_MS:
+            self._connect_ms[to] = now
+            address = self.addresses().get(to)
+            if address:
+                links.connect(to, address)
         if hold:   # forwarded commands wait for the link (bounded); Raft messages are re-sent
             held = self._held.setdefault(to, deque())
             held.append(data)
-            while held and sum(len(x) for x in held) > _HELD_BYTES:
-                held.popleft()
+            size = self._held_bytes.get(to, 0) + len(data)
+            while held and size > _HELD_BYTES:
+                size -= len(held.popleft())
+            self._held_bytes[to] = size
 
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
         """``broker.peer_handler`` (before the cluster driver's): a Cluster.Quorum starts the
@@ -417,6 +426,7 @@ class QuorumRuntime:
                     self.execute(rep, group.leader_duties(now, wall, view))
             for to in [t for t, held in self._held.items() if held]:
                 if self.links is not None and self.links.can_send(to, 1 << 30):
+                    self._held_bytes.pop(to, None)
                     for item in self._held.pop(to):
                         self.links.send_raw(to, item)
             self.broker.run_dispatch()
