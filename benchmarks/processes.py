@@ -202,7 +202,14 @@ class RabbitMQ(Broker):
 
     label = "RabbitMQ"
 
-    def __init__(self) -> None:
+    def __init__(self, conf: str = "# defaults, for the benchmark\n", plugins: str = "[]",
+                 files: dict[str, bytes] | None = None) -> None:
+        """``conf``: rabbitmq.conf text; ``plugins``: the enabled_plugins term ("[a,b]");
+        ``files``: name -> bytes written into the node's base directory (readable by the node;
+        e.g. TLS certificates its conf names as ``{base}/NAME``: ``{base}`` is replaced)."""
+        self.conf = conf
+        self.plugins = plugins
+        self.files = files or {}
         self.node = f"bench{os.getpid()}@localhost"
         self.base: Path | None = None
         self.proc: subprocess.Popen | None = None
@@ -245,8 +252,11 @@ class RabbitMQ(Broker):
         import json
 
         self.base = Path(tempfile.mkdtemp(prefix="amqbench-rabbitmq-"))
-        (self.base / "enabled_plugins").write_text("[].\n")  # no management listener to collide
-        (self.base / "rabbitmq.conf").write_text("# defaults, for the benchmark\n")
+        # no management listener to collide (unless asked for)
+        (self.base / "enabled_plugins").write_text(f"{self.plugins}.\n")
+        (self.base / "rabbitmq.conf").write_text(self.conf.replace("{base}", str(self.base)))
+        for name, data in self.files.items():
+            (self.base / name).write_bytes(data)
         if os.geteuid() == 0:
             import pwd
 

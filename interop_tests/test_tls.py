@@ -257,3 +257,65 @@ def test_management_over_https_lists_tls(broker_factory, pki) -> None:
         assert c["peer_cert_subject"] == "CN=guest" and c["ssl_protocol"].startswith("tlsv1.")
     finally:
         conn.close()
+
+
+# ----------------------------------------------------------------- differential: RabbitMQ over TLS
+@pytest.fixture(scope="module")
+def rabbitmq_tls(pki):
+    """A private RabbitMQ node with an AMQPS listener (``listeners.ssl.default``), the same
+    server certificate and CA, verify_peer without fail_if_no_peer_cert, and EXTERNAL from the
+    CN (``rabbitmq_auth_mechanism_ssl``, ``ssl_cert_login_from = common_name``); yields its
+    TLS port. Skipped when rabbitmq-server is not installed or does not boot."""
+    from benchmarks.processes import RabbitMQ
+
+    port = _free_port()
+    conf = (f"listeners.ssl.default = 127.0.0.1:{port}\n"
+            "ssl_options.cacertfile = {base}/ca.crt\n"
+            "ssl_options.certfile = {base}/server.crt\n"
+            "ssl_options.keyfile = {base}/server.key\n"
+            "ssl_options.verify = verify_peer\n"
+            "ssl_options.fail_if_no_peer_cert = false\n"
+            "auth_mechanisms.1 = PLAIN\nauth_mechanisms.2 = AMQPLAIN\n"
+            "auth_mechanisms.3 = EXTERNAL\nssl_cert_login_from = common_name\n")
+    files = {"ca.crt": (pki / "ca.crt").read_bytes(),
+             "server.crt": (pki / "localhost.crt").read_bytes(),
+             "server.key": (pki / "localhost.key").read_bytes()}
+    node = RabbitMQ(conf=conf, plugins="[rabbitmq_auth_mechanism_ssl]", files=files)
+    if not node.installed():
+        pytest.skip("rabbitmq-server is not installed (interop_tests/setup.sh installs it)")
+    try:
+        node.start()
+    except Exception as exc:
+        node.stop()
+        pytest.skip(f"RabbitMQ did not boot: {exc}")
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the TLS listener may start a moment after the plain one
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield port
+    finally:
+        node.stop()
+
+
+@pytest.fixture(params=["ours", "rabbitmq"])
+def any_tls_port(request, pki) -> int:
+    """The TLS port of our broker (verify_peer) or of RabbitMQ configured the same way."""
+    if request.param == "ours":
+        return request.getfixturevalue("tls_broker").tls_port
+    return request.getfixturevalue("rabbitmq_tls")
+
+
+def test_differential_pika_over_tls_and_external(any_tls_port, pki, unique_name) -> None:
+    assert pika_round_trip(pika_params(pki, any_tls_port), unique_name) == b"over tls"
+    assert pika_round_trip(pika_params(pki, any_tls_port, cert="guest", external=True),
+                           unique_name + ".ext") == b"over tls"
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
+        pika.BlockingConnection(pika_params(pki, any_tls_port, cert="nobody", external=True))
+    assert ("ACCESS_REFUSED - Login was refused using authentication mechanism EXTERNAL. For "
+            "details see the broker logfile.") in str(info.value)
