@@ -73,3 +73,36 @@ def test_client_context_switches_to_the_cluster_one_by_sni(pki) -> None:
 def test_no_certificate_at_all_is_an_error() -> None:
     with pytest.raises(ValueError):
         server_context(TlsOptions())
+
+
+# ------------------------------------------------------------------------ the TLS configuration
+def test_tls_config_flags_and_env() -> None:
+    from amqp_broker.config import load_config
+    cfg = load_config(["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem",
+                       "--tls-verify", "verify_peer", "--tls-fail-if-no-peer-cert"], environ={})
+    assert cfg.tls_enabled and cfg.tls_port == 5671 and cfg.tls_fail_if_no_peer_cert
+    assert not load_config([], environ={}).tls_enabled
+    env = {"AMQP_BROKER_TLS_CERT": "c", "AMQP_BROKER_TLS_KEY": "k", "AMQP_BROKER_TLS_CA": "a",
+           "AMQP_BROKER_TLS_VERIFY": "verify_peer",
+           "AMQP_BROKER_TLS_FAIL_IF_NO_PEER_CERT": "true"}
+    assert load_config([], environ=env).tls_fail_if_no_peer_cert is True
+
+
+@pytest.mark.parametrize("argv", [
+    ["--tls-cert", "c.pem"],                                              # no key
+    ["--tls-cert", "c", "--tls-key", "k", "--tls-verify", "verify_peer"],  # no CA
+    ["--tls-cert", "c", "--tls-key", "k", "--tls-fail-if-no-peer-cert"],  # not verify_peer
+    ["--management-tls"],                                                 # no certificate
+    ["--cluster-tls-dir", "/nonexistent", "--node-name", "n1"],           # no node certificate
+    ["--cluster-tls-dir", "/nonexistent", "--node-name", "a@b"],          # not a DNS label
+])
+def test_inconsistent_tls_config_is_refused(argv) -> None:
+    from amqp_broker.config import ConfigError, load_config
+    with pytest.raises(ConfigError):
+        load_config(argv, environ={})
+
+
+def test_bool_env_must_be_a_bool() -> None:
+    from amqp_broker.config import ConfigError, load_config
+    with pytest.raises(ConfigError):
+        load_config([], environ={"AMQP_BROKER_MANAGEMENT_TLS": "maybe"})
