@@ -110,7 +110,7 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     def failed(peer: str) -> None:
         driver.send_failed(peer)
 
-    def settled(peer: str, method: Any) -> None:  # Basic.Ack / Nack / Reject of a transfer
+    def settled(peer: str, method: Any, last: bool) -> None:  # Ack / Nack / Reject of transfers
         if isinstance(method, cmd.Basic.Ack):
             outcome = relay.ACK
         elif isinstance(method, cmd.Basic.Nack) and method.requeue:
@@ -118,7 +118,8 @@ async def start_cluster(broker: Broker, config: Config, port: int,
         else:
             outcome = relay.REJECT
         relay.settle_relayed(broker, peer, method.delivery_tag, bool(method.multiple), outcome)
-        broker.run_dispatch()
+        if last:  # once per chunk the link read: the freed credit deals more
+            broker.run_dispatch()
 
     def link_down(peer: str) -> None:  # what it had not settled comes back, redelivered
         if relay.requeue_node(broker, peer):

@@ -94,7 +94,7 @@ class PeerLinks:
     ``on_failure(node)`` is called (in the event loop) when a link to ``node`` fails."""
 
     def __init__(self, me: str, secret: bytes, on_failure: Callable[[str], None],
-                 on_settle: Callable[[str, Any], None] | None = None,
+                 on_settle: Callable[[str, Any, bool], None] | None = None,
                  on_down: Callable[[str], None] | None = None,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.me = me
@@ -102,7 +102,7 @@ class PeerLinks:
         self.ssl_context = ssl_context
         self.secret = secret
         self.on_failure = on_failure
-        #: ``on_settle(node, method)``: the member settled relayed messages (Basic.Ack, Nack or
+        #: ``on_settle(node, method, last)``: the member settled relayed messages (Basic.Ack, Nack or
         #: Reject on channel 1; ``core.relay``).
         self.on_settle = on_settle
         #: ``on_down(node)``: a link's connection ended, whatever the reason (what was relayed
@@ -273,7 +273,9 @@ class PeerLinks:
                 channel, method = await self._read_method(stream, splitter, pending)
                 if isinstance(method, _SETTLES):
                     if self.on_settle is not None:
-                        self.on_settle(link.node, method)
+                        # ``last``: nothing more is buffered, so the broker dispatches once per
+                        # received chunk of settles, not once per settle
+                        self.on_settle(link.node, method, not pending)
                 elif isinstance(method, _REPLIES):
                     if link.inflight:
                         _m, cb = link.inflight.popleft()
