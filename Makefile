@@ -30,7 +30,7 @@ unit: $(STAMP)
 	$(PY) -m pytest amqp_broker routing queues $(PYTEST_ARGS)
 
 cluster: $(STAMP)
-	$(PY) -m amqp_broker.local_cluster $(ARGS)
+	$(PY) -m amqp_broker.clustering.local $(ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)

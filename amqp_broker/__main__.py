@@ -2,7 +2,7 @@
 
     amqp-broker [run flags]                      parse the configuration and run the broker
     amqp-broker cluster-ca init|issue ...        cluster CA and node certificates (cluster.ca_cli)
-    amqp-broker cluster-status --uri ... ...     each broker's cluster view as JSON (cluster_cli)
+    amqp-broker cluster-status --uri ... ...     each broker's cluster view as JSON (clustering.cli)
     amqp-broker ctl COMMAND ...                  rabbitmqctl's commands over the management API
 
 A first argument naming a subcommand dispatches to it with the rest of the arguments; anything else
@@ -46,9 +46,9 @@ def _cluster_ca(argv: list[str]) -> int:
 
 
 def _cluster_status(argv: list[str]) -> int:
-    """``cluster-status``: ``amqp_broker.cluster_cli.main``."""
-    from . import cluster_cli
-    return cluster_cli.main(argv)
+    """``cluster-status``: ``amqp_broker.clustering.cli.main``."""
+    from .clustering import cli
+    return cli.main(argv)
 
 
 def _ctl(argv: list[str]) -> int:

@@ -15,7 +15,8 @@ import anyio
 from queues.store.store import MessageStore
 from queues.stream.manager import StreamManager
 
-from . import clustering, dedup_state, quorum_runtime
+from . import clustering, dedup_state
+from .clustering import quorum as quorum_runtime
 from .config import Config
 from .core.broker import Broker
 from .core.durability import Durability

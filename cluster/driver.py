@@ -94,7 +94,7 @@ class _Pending:
 
 class ClusterDriver:
     """Drives ``node`` for ``broker`` over ``links``. ``replay(shared)`` yields the AMQP methods
-    replaying our state to a joiner (see ``amqp_broker.cluster_port``); ``load()`` the figures sent
+    replaying our state to a joiner (see ``amqp_broker.clustering.replay``); ``load()`` the figures sent
     in pings; ``clock()`` seconds (monotonic); ``reply_policy`` see ``reply_quorum``."""
 
     def __init__(self, node: Node, broker: Any, links: LinkSender,

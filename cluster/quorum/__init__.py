@@ -1,6 +1,6 @@
 """Quorum queues (issue 12): ``x-queue-type: quorum`` queues replicated by Raft, the pure part.
 
-Modules (one job each; the I/O glue is ``amqp_broker.quorum_runtime``):
+Modules (one job each; the I/O glue is ``amqp_broker.clustering.quorum``):
   ``config``   the declaration: arguments accepted (406 for others), ``FifoConfig``, the
                deterministic choice of the group's members and its id (hidden arguments
                ``x-quorum-members`` / ``x-quorum-group`` travel with the Queue.Declare).

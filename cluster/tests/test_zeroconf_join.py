@@ -1,19 +1,13 @@
 """``--cluster NAME`` without seeds: brokers find each other by mDNS and form one view.
 
-Pure tests of the seed choice (``amqp_broker.discovery_runtime.choose_seeds``), then real broker
+Pure tests of the seed choice (``amqp_broker.clustering.discovery.choose_seeds``), then real broker
 processes inside a private network namespace the test makes itself (``unshare -rn``, ``lo`` up;
 DESIGN.md §6: zeroconf never touches the machine's interfaces): n2 and n3 (127.0.0.2/3) started
 together with ``--cluster testnet`` and no seed end up in one view, n2 (the lowest address, the
 founder of a cold start) first; n4 started later joins them.
 
-Two variants: ``direct`` launches each broker through this module (``broker`` mode below), which
-wraps ``clustering.start_cluster`` with ``discovery_runtime.discover_seeds`` (what the lead's hook
-will do); ``end_to_end`` runs plain ``python -m amqp_broker`` and is a strict xfail until
-``clustering``/``app`` call ``discovery_runtime`` themselves.
-
-Run as a module: ``python -m cluster.tests.test_zeroconf_join child MODE DIR`` (inside the
-namespace: the scenario, one JSON line on stdout) and ``... broker ARGS`` (a broker with the
-discovery wrapper).
+Run as a module: ``python -m cluster.tests.test_zeroconf_join child end_to_end DIR`` (inside the
+namespace: the scenario with plain ``python -m amqp_broker`` brokers, one JSON line on stdout).
 """
 
 from __future__ import annotations
@@ -28,16 +22,10 @@ from typing import Any
 
 import pytest
 
-from amqp_broker.discovery_runtime import Found, canonical, choose_seeds, mdns_label
+from amqp_broker.clustering.discovery import Found, canonical, choose_seeds, mdns_label
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "testnet"
-
-
-def _wired() -> bool:
-    """Whether the broker itself calls discovery (the lead's hook in clustering or app)."""
-    return any("discovery_runtime" in (ROOT / "amqp_broker" / f).read_text()
-               for f in ("clustering.py", "app.py"))
 
 
 # ----------------------------------------------------------------------------- pure seed choice
@@ -111,17 +99,6 @@ def _run_child(mode: str, base: Path) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.skipif(_wired(), reason="the broker calls discovery itself: see the end-to-end test")
-def test_two_brokers_started_together_join_by_mdns_direct(tmp_path: Path) -> None:
-    result = _run_child("direct", tmp_path)
-    print(f"one view of two after {result['pair_s']} s, third member after {result['third_s']} s")
-    assert result["pair"] == ["n2", "n3"]
-    assert result["third"] == ["n2", "n3", "n4"]
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.xfail(not _wired(), strict=True,
-                   reason="clustering.start_cluster does not call discovery yet")
 def test_two_brokers_started_together_join_by_mdns_end_to_end(tmp_path: Path) -> None:
     result = _run_child("end_to_end", tmp_path)
     print(f"one view of two after {result['pair_s']} s, third member after {result['third_s']} s")
@@ -131,33 +108,11 @@ def test_two_brokers_started_together_join_by_mdns_end_to_end(tmp_path: Path) ->
 
 # ----------------------------------------------------------------------------- child side
 
-def _broker_with_discovery(args: list[str]) -> int:
-    """Run the broker with ``clustering.start_cluster`` wrapped by mDNS seed discovery: the hook
-    the lead adds, applied from outside (only while the broker does not call it itself)."""
-    import dataclasses
-
-    from amqp_broker import __main__ as cli
-    from amqp_broker import clustering, discovery_runtime
-
-    original = clustering.start_cluster
-
-    async def start_cluster(broker, config, port, tg):   # type: ignore[no-untyped-def]
-        if config.cluster_name and not config.seeds:
-            broker.accepting_clients = False
-            seeds = await discovery_runtime.discover_seeds(config, port, tg)
-            config = dataclasses.replace(config, seeds=",".join(a for _, a in seeds))
-        return await original(broker, config, port, tg)
-
-    clustering.start_cluster = start_cluster
-    return cli.main(args)
-
-
 def _child(mode: str, base: Path) -> int:
     """The scenario (inside the namespace): n2 + n3 together, then n4; prints one JSON line."""
     from cluster.tests.processes import Cluster, Member, free_port
 
-    launcher = ["-m", "amqp_broker"] if mode == "end_to_end" else [
-        "-m", "cluster.tests.test_zeroconf_join", "broker"]
+    launcher = ["-m", "amqp_broker"]
     cluster = Cluster.create(base)
     result: dict[str, Any] = {}
 
@@ -175,7 +130,7 @@ def _child(mode: str, base: Path) -> int:
         return member
 
     def names(member: Member) -> list[str] | None:
-        from amqp_broker.cluster_cli import server_properties
+        from amqp_broker.clustering.cli import server_properties
         try:
             props = server_properties(member.host, member.port, 1.0)
         except OSError:
@@ -210,6 +165,4 @@ def _child(mode: str, base: Path) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "broker":
-        sys.exit(_broker_with_discovery(sys.argv[2:]))
     sys.exit(_child(sys.argv[2], Path(sys.argv[3])))

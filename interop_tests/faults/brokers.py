@@ -8,7 +8,7 @@ from every other member (any member forwards a Join to the leader). Output goes 
 ``<run>/nK.log``, appended across restarts.
 
 Views are read as ``amqp-broker cluster-status`` reads them (Connection.Start server properties,
-``amqp_broker.cluster_cli.broker_status``); the calling thread must be in the hub namespace.
+``amqp_broker.clustering.cli.broker_status``); the calling thread must be in the hub namespace.
 :class:`ViewMonitor` polls them in a thread and records each change in the history.
 Every wait is bounded; a wait that times out raises ``TimeoutError`` with the brokers' log tails.
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from amqp_broker.cluster_cli import broker_status
+from amqp_broker.clustering.cli import broker_status
 
 from .history import History
 from .netns import Network

@@ -50,9 +50,9 @@ from cluster.raft.node import RaftNode
 from queues.dead_letter import make_dead_letter
 from queues.message import Message
 
-from .protocol import constants as c
-from .protocol.framing import encode_body_frames, encode_frame
-from .protocol.methods import encode_method
+from ..protocol import constants as c
+from ..protocol.framing import encode_body_frames, encode_frame
+from ..protocol.methods import encode_method
 
 __all__ = ["QuorumRuntime", "TIMING", "TICK_MS", "install"]
 

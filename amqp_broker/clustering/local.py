@@ -1,4 +1,4 @@
-"""``python -m amqp_broker.local_cluster`` (``make cluster``): a cluster of N brokers on this machine.
+"""``python -m amqp_broker.clustering.local`` (``make cluster``): a cluster of N brokers on this machine.
 
 Starts N broker processes on 127.0.0.1, ports ``--base-port``.. (default 5701..), data under
 ``<project>/data/cluster/nK``, node names n1..nN, a shared secret made once in
@@ -20,15 +20,15 @@ import sys
 import time
 from pathlib import Path
 
-from .cluster_cli import broker_status
-from .config import DEFAULT_DATA_DIR
+from ..config import DEFAULT_DATA_DIR
+from .cli import broker_status
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the cluster until interrupted; returns the exit code (1 when it did not form)."""
-    p = argparse.ArgumentParser(prog="python -m amqp_broker.local_cluster",
+    p = argparse.ArgumentParser(prog="python -m amqp_broker.clustering.local",
                                 description="Run a cluster of brokers on 127.0.0.1.")
     p.add_argument("--size", type=int, default=3, help="number of brokers (default 3)")
     p.add_argument("--base-port", type=int, default=5701, help="first AMQP port (default 5701)")

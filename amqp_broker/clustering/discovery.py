@@ -3,7 +3,7 @@
 Owns the broker-side use of ``cluster.discovery.MdnsDiscovery`` (DESIGN §6: zeroconf bound to the
 broker's own ``--host`` only, never every interface). ``discover_seeds`` announces this broker and
 browses for brokers of the same cluster name for about two seconds, asks each one found for its
-Connection.Start properties (``cluster_cli.server_properties``: is it up, is it in a view), and
+Connection.Start properties (``cli.server_properties``: is it up, is it in a view), and
 returns the seeds to join through:
 
 1. brokers already in a view (``cluster_view`` set and their own address among
@@ -32,9 +32,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from . import __version__
-from .cluster_cli import server_properties
-from .config import Config
+from .. import __version__
+from ..config import Config
+from .cli import server_properties
 
 __all__ = ["Found", "choose_seeds", "discover_seeds", "mdns_label", "WAIT_SECONDS"]
 
@@ -73,7 +73,7 @@ def _texts(value: Any) -> list[str]:
 
 
 def canonical(address: str) -> str:
-    """``host:port`` without IPv6 brackets (``clustering`` writes ``::1:5672``, mDNS peers
+    """``host:port`` without IPv6 brackets (``runtime`` writes ``::1:5672``, mDNS peers
     ``[::1]:5672``), so both compare equal."""
     host, _, port = address.rpartition(":")
     return f"{host.strip('[]')}:{port}"
@@ -91,7 +91,7 @@ def _order(address: str) -> tuple[int, Any, int]:
 
 
 def choose_seeds(me: str, found: Sequence[Found]) -> Seeds:
-    """The seeds (``("", "host:port")``, as ``clustering.parse_seeds`` gives) for the broker at
+    """The seeds (``("", "host:port")``, as ``runtime.parse_seeds`` gives) for the broker at
     ``me`` given the brokers ``found`` by mDNS; ``[]`` means found a cluster. Pure (see the
     module docstring for the rule)."""
     me = canonical(me)

@@ -16,9 +16,9 @@ from pamqp import commands as cmd
 
 from cluster.codec import Consumers
 
-from .core.broker import Broker
-from .core.proxies import HOME_ARGUMENT
-from .core.relay import local_consumer_count
+from ..core.broker import Broker
+from ..core.proxies import HOME_ARGUMENT
+from ..core.relay import local_consumer_count
 
 if TYPE_CHECKING:
     from pamqp.common import FieldTable

@@ -23,11 +23,12 @@ from cluster.driver import ClusterDriver
 from cluster.links import PeerLinks
 from cluster.membership import Node
 
-from . import __version__, discovery_runtime
-from .cluster_port import load_figures, replay_methods
-from .config import Config
-from .core import proxies, relay
-from .core.broker import Broker
+from .. import __version__
+from ..config import Config
+from ..core import proxies, relay
+from ..core.broker import Broker
+from . import discovery
+from .replay import load_figures, replay_methods
 
 __all__ = ["SecretAuth", "RelayGate", "start_cluster", "parse_seeds"]
 
@@ -99,7 +100,7 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     secret = peer_secret.load_secret(config.cluster_secret)
     if config.cluster_name and not config.seeds:  # --cluster NAME alone: find members by mDNS
         broker.accepting_clients = False  # no client work until we know whether we join
-        seeds = await discovery_runtime.discover_seeds(config, port, tg)
+        seeds = await discovery.discover_seeds(config, port, tg)
     else:
         seeds = parse_seeds(config.seeds)
     me = f"{config.host}:{port}"
