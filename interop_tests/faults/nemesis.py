@@ -95,8 +95,16 @@ def _names(ctx: Context, nodes: Any) -> list[str]:
     return [ctx.brokers[i].name for i in sorted(nodes)]
 
 
+#: Seconds a restarted broker gets to be back in one agreed view before the next fault.
+REJOIN_TIMEOUT = 30.0
+
+
 def kill(ctx: Context, duration: float) -> None:
-    """kill -9 a random broker or the cluster leader; restart it after ``duration`` s."""
+    """kill -9 a random broker or the cluster leader; restart it after ``duration`` s, then wait
+    (at most ``REJOIN_TIMEOUT`` s) until it is back in one agreed view, so that faults stay within
+    a minority: one broker down at a time (the fault model the broker promises to survive; a
+    restart takes several seconds on a loaded machine, and killing a second broker meanwhile would
+    leave a minority of the old view that may not admit anyone)."""
     leader = ctx.brokers.leader()
     if leader is not None and ctx.rng.random() < 0.5:
         target, kind = leader, "leader"
@@ -109,6 +117,14 @@ def kill(ctx: Context, duration: float) -> None:
     finally:
         ctx.brokers.start(target)
         ctx.record("restart", target=ctx.brokers[target].name)
+    started = ctx.history.now()
+    while not ctx.abort.is_set() and ctx.history.now() - started < REJOIN_TIMEOUT:
+        if ctx.brokers.agreed():
+            ctx.record("rejoined", target=ctx.brokers[target].name,
+                       after_s=round(ctx.history.now() - started, 2))
+            return
+        ctx.sleep(0.2)
+    ctx.record("not-rejoined", target=ctx.brokers[target].name, after_s=REJOIN_TIMEOUT)
 
 
 def pause(ctx: Context, duration: float) -> None:
