@@ -18,6 +18,7 @@ from queues.stream.manager import StreamManager
 from . import clustering, dedup_state
 from .clustering import quorum as quorum_runtime
 from .config import Config
+from .core import policy_store
 from .core.broker import Broker
 from .core.durability import Durability
 from .core.recovery import recover
@@ -50,6 +51,7 @@ def open_broker(config: Config) -> Broker:
     with definitions.transaction():
         for name in broker.vhosts:
             definitions.save_vhost(name)
+    policy_store.load_policies(broker)   # before recovery: policies of vhosts restored later
     recover(broker)
     persist.load_access(broker)
     dedup_state.load(data, broker)

@@ -45,6 +45,10 @@ back negative and be "unknown". Method ids (fields in wire order, AMQP domains i
                   u8)]: *our addition* (issue 12),
                   followed on the channel by a content header (class 60, no properties) and body
                   frames carrying the payload, so a Raft batch or snapshot may exceed frame_max
+110   Policy      vhost, policy [shortstr], body [longstr: the policy as JSON
+                  (``amqp_broker.core.policies.Policy.encode``), empty: cleared]: *our addition*
+                  (issue 12): a policy set or cleared on one member, sent to every other member
+                  and replayed to a joiner; not answered
 ====  ==========  ==================================================================================
 
 Members travel as JSON in a longstr rather than a field table because a table is unordered by the
@@ -65,7 +69,7 @@ from pamqp import base, commands
 __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
     "Synch", "Ping", "Vote", "Consumers", "Relay", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
-    "QUORUM_NOTIFY",
+    "QUORUM_NOTIFY", "Policy",
     "register",
 ]
 
@@ -421,8 +425,35 @@ class Quorum(ClusterMethod):
             raise ValueError("kind must be an int in [0, 256)")
 
 
+class Policy(ClusterMethod):
+    """Cluster.Policy (our addition, issue 12): policy ``policy`` of ``vhost`` is now ``body`` (a
+    JSON text; empty: cleared). Sent to every member when a policy changes and replayed to a
+    joiner; a member applies it without sending it on."""
+
+    __slots__: typing.ClassVar[list[str]] = ["vhost", "policy", "body"]
+    frame_id: typing.ClassVar[int] = 110
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 110
+    name: typing.ClassVar[str] = "Cluster.Policy"
+    _vhost = "shortstr"
+    _policy = "shortstr"
+    _body = "longstr"
+
+    def __init__(self, vhost: str = "/", policy: str = "", body: str = "") -> None:
+        self.vhost = vhost
+        self.policy = policy
+        self.body = body
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a bad vhost or name, or a body that is not a str."""
+        _check_shortstr("vhost", self.vhost)
+        _check_shortstr("policy", self.policy)
+        if not isinstance(self.body, str):
+            raise ValueError("body must be a str")
+
+
 METHODS: tuple[type[ClusterMethod], ...] = (Join, Membership, Leave, Suspect, Synch, Ping, Vote,
-                                            Consumers, Relay, Quorum)
+                                            Consumers, Relay, Quorum, Policy)
 
 
 def register(mapping: dict[int, type[base.Frame]] | None = None) -> None:

@@ -27,7 +27,7 @@ from amqp_broker.protocol.framing import encode_body_frames, encode_frame
 from amqp_broker.protocol.methods import encode_method
 
 from . import actions as a
-from .codec import ClusterMethod, Consumers, Relay, Synch
+from .codec import ClusterMethod, Consumers, Policy, Relay, Synch
 from .membership import IN_VIEW, Node, Status
 
 __all__ = ["ClusterDriver", "LinkSender", "reply_quorum"]
@@ -120,13 +120,15 @@ class ClusterDriver:
         self._relay_prefixes: dict[tuple[str, str], bytes] = {}
         self._applied: set[str] = set()
         self.on_view: Callable[[int, a.Members], None] | None = None
+        #: ``on_policy(vhost, name, body)``: a member's Cluster.Policy (empty body: cleared).
+        self.on_policy: Callable[[str, str, str], None] | None = None
 
     # ------------------------------------------------------------------ broker seams
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
         """``broker.peer_handler``: Cluster methods go to the membership; on a node still joining,
         a member's other methods wait for its replay turn. False: run the ordinary handler."""
         sender = channel.connection.peer_node
-        if isinstance(method, ClusterMethod) and not isinstance(method, Consumers | Relay):
+        if isinstance(method, ClusterMethod) and not isinstance(method, Consumers | Relay | Policy):
             self._run(self.node.receive(sender, method, self.clock()))
             return True
         if self.node.status in (Status.JOINING, Status.SYNCING) and sender not in self._applied:
@@ -139,7 +141,18 @@ class ClusterDriver:
             if self.on_consumers is not None and method.node != self.node.name:
                 self.on_consumers(method.vhost, method.queue, method.node, method.count)
             return True
+        if isinstance(method, Policy):
+            if self.on_policy is not None:
+                self.on_policy(method.vhost, method.policy, method.body)
+            return True
         return False
+
+    def policy_changed(self, vhost: str, name: str, body: str) -> None:
+        """A policy was set (``body``, JSON) or cleared (empty) here: tell every member
+        (Cluster.Policy, not answered; a member that misses it gets it in a later replay)."""
+        for member, address in self.node.members:
+            if member != self.node.name:
+                self.links.send(member, address, Policy(vhost, name, body))
 
     # ------------------------------------------------------------------ shared-queue dealing
     def consumers_changed(self, vhost: str, queue: str, count: int) -> None:

@@ -147,6 +147,10 @@ class QuorumRuntime:
         if isinstance(members_arg, str) and members_arg and qconfig.GROUP_ARG in arguments:
             members = tuple(sorted(members_arg.split(",")))
             uid = str(arguments[qconfig.GROUP_ARG])
+        elif isinstance(members_arg, str) and members_arg:   # chosen by a policy (ha-mode nodes)
+            members = tuple(sorted(members_arg.split(",")))
+            uid = qconfig.group_id(vhost.name, name, members, self.view_number)
+            arguments[qconfig.GROUP_ARG] = uid
         else:
             size = arguments.get("x-quorum-initial-group-size") or qconfig.DEFAULT_GROUP_SIZE
             members = qconfig.choose_members(self.view, int(size), vhost.name, name)

@@ -2,8 +2,9 @@
 
 Owns turning the broker's state into the AMQP methods that carry it (the Qpid proposal replays
 state as ordinary Exchange.Declare / Queue.Declare / Queue.Bind methods, "Cluster.Join"): the leader
-replays exchanges, shared (non-exclusive) queues and their bindings; every member would replay its
-private queues (proxies are not built yet, so nothing else is replayed). Replayed methods carry
+replays policies (Cluster.Policy), exchanges, shared (non-exclusive) queues and their bindings;
+every member would replay its private queues (proxies are not built yet, so nothing else is
+replayed). Replayed methods carry
 ``nowait`` so the joiner need not answer them; vhost "/" only for now. Lives beside ``app`` because
 it knows both the core and the cluster package.
 """
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands as cmd
 
-from cluster.codec import Consumers
+from cluster.codec import Consumers, Policy
 
 from ..core.broker import Broker
 from ..core.proxies import HOME_ARGUMENT
@@ -45,7 +46,9 @@ def replay_methods(broker: Broker, shared: bool, me: str) -> list[Any]:
                                          arguments=dict(b.arguments)))
     if not shared:
         return counts
-    out: list[Any] = []
+    # policies first (every vhost: they are cluster-wide), so the joiner applies them to the
+    # classic queues declared later; replicated queues travel with what was applied
+    out: list[Any] = [Policy(p.vhost, p.name, p.encode()) for p in broker.policies.list()]
     routing = vhost.routing
     for ex in routing.exchanges():
         if not ex.name or routing.is_reserved(ex.name):

@@ -25,7 +25,7 @@ from cluster.membership import Node
 
 from .. import __version__
 from ..config import Config
-from ..core import proxies, relay
+from ..core import policy_store, proxies, relay
 from ..core.broker import Broker
 from . import discovery
 from .replay import load_figures, replay_methods
@@ -169,6 +169,8 @@ async def start_cluster(broker: Broker, config: Config, port: int,
 
         broker.peer_handler = peer_handler
     broker.cluster_hooks = driver
+    driver.on_policy = lambda vhost, name, body: policy_store.apply_remote(broker, vhost, name,
+                                                                           body)
     broker.cluster_properties.update({"cluster_name": node.cluster_name,
                                       "cluster_view": 0, "cluster_members": [me]})
 

@@ -22,6 +22,7 @@ from pamqp import commands as cmd
 
 from .access import AccessControl
 from .durability import Durability
+from .policies import Policies
 from .relay import RelayOutbox
 from .relay_inbox import RelayInbox
 from .settings import BrokerSettings
@@ -171,6 +172,8 @@ class Broker:
         #: ``propagate(vhost, method, done)``: send a client's change to every member; ``done(None
         #: | reason)`` once the reply policy is met. See ``ClusterHooks``.
         self.cluster_hooks: ClusterHooks | None = None
+        #: Policies of every vhost (``core.policies``), applied when a queue is declared.
+        self.policies = Policies()
         #: Extra Connection.Start server properties (cluster_view, cluster_members, ...).
         self.cluster_properties: dict = {}
         #: False while a joining node waits for every member's Synch: clients are refused.

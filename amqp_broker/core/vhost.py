@@ -33,6 +33,7 @@ from routing.table import RoutingTable
 from ..protocol import constants as c
 from ..protocol.errors import ChannelException, ConnectionException
 from .durability import store_key
+from .policies import apply_policy, declared_arguments
 from .proxies import relay_to_homes
 from .relay import local_consumer_count
 from .timers import TIMER_SLACK, TimerHeap
@@ -250,13 +251,17 @@ class VirtualHost:
                 raise self._locked(name)
             if q.auto_delete != auto_delete:
                 raise self._inequivalent("queue", name, "auto_delete", auto_delete, q.auto_delete)
-            self._check_equivalent_args(name, q.arguments or {}, arguments or {})
+            self._check_equivalent_args(name, declared_arguments(q.arguments), arguments or {})
             self.touch(name)
             return q
         if name.startswith("amq.") and not name.startswith("amq.gen-"):
             raise ChannelException(c.ACCESS_REFUSED,
                                    f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix "
                                    f"'amq.*'")
+        quorum = self.broker.queue_types.get("quorum")  # policies (ha-mode) need its view
+        arguments = apply_policy(self.broker.policies, self.name, name, arguments, durable=durable,
+                                 exclusive=exclusive, auto_delete=auto_delete,
+                                 view=getattr(quorum, "view", None))
         try:
             settings = parse_arguments(arguments)
         except QueueInvalidArgument as exc:

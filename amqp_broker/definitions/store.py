@@ -1,4 +1,5 @@
-"""Durable definitions (vhosts, users, permissions, exchanges, queues, bindings) in SQLite.
+"""Durable definitions (vhosts, users, permissions, exchanges, queues, bindings, policies) in
+SQLite.
 
 Owns: one SQLite database file (stdlib ``sqlite3``, WAL journal, ``synchronous=FULL``, foreign
 keys on) holding what must survive a restart, and its schema version (``PRAGMA user_version``).
@@ -36,7 +37,7 @@ from .codec import decode_table, encode_table
 __all__ = ["DefinitionsStore", "Definitions", "VHost", "User", "Permission", "ExchangeDef",
            "QueueDef", "BindingDef", "DefinitionsError", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA_V1 = """
 CREATE TABLE vhosts (
@@ -83,7 +84,16 @@ CREATE TABLE bindings (
 CREATE INDEX bindings_by_destination ON bindings (vhost, destination_kind, destination);
 """
 
-_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}  # version -> script taking version-1 to it
+_SCHEMA_V2 = """
+CREATE TABLE policies (
+    vhost TEXT NOT NULL,
+    name TEXT NOT NULL,
+    body TEXT NOT NULL,                           -- core.policies.Policy.encode (JSON)
+    PRIMARY KEY (vhost, name)
+);
+"""
+
+_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _SCHEMA_V2}  # version -> script from version-1
 
 
 class DefinitionsError(Exception):
@@ -302,6 +312,22 @@ class DefinitionsStore:
                          "AND destination=? AND binding_key=? AND arguments=?",
                          (vhost, source, destination_kind, destination, binding_key,
                           encode_table(arguments))) > 0
+
+    # -- policies (issue 12) ---------------------------------------------------------------------------
+    def save_policy(self, vhost: str, name: str, body: str) -> None:
+        """Create or replace policy ``name`` of ``vhost``; ``body`` is its JSON text
+        (``core.policies.Policy.encode``, not interpreted here)."""
+        self._run("INSERT INTO policies VALUES (?, ?, ?) ON CONFLICT(vhost, name) DO UPDATE SET "
+                  "body=excluded.body", (vhost, name, body))
+
+    def delete_policy(self, vhost: str, name: str) -> bool:
+        """Delete a policy; False when there was none."""
+        return self._run("DELETE FROM policies WHERE vhost=? AND name=?", (vhost, name)) > 0
+
+    def load_policies(self) -> list[tuple[str, str, str]]:
+        """Every stored policy as (vhost, name, body), sorted by vhost and name."""
+        return list(self._db.execute("SELECT vhost, name, body FROM policies "
+                                     "ORDER BY vhost, name"))
 
     # -- reading -------------------------------------------------------------------------------------
     def load(self) -> Definitions:

@@ -25,6 +25,7 @@ from . import (
     routes_conns,
     routes_exchanges,
     routes_node,
+    routes_policies,
     routes_queues,
 )
 from .context import Management
@@ -71,7 +72,8 @@ async def _http_error(request: Request, exc: Any) -> Response:
 def build_app(mgmt: Management) -> ASGIApp:
     """The ASGI app serving ``mgmt``'s broker."""
     routes = [*routes_node.ROUTES, *routes_queues.ROUTES, *routes_exchanges.ROUTES,
-              *routes_conns.ROUTES, *routes_access.ROUTES, *definitions_json.ROUTES,
+              *routes_conns.ROUTES, *routes_access.ROUTES, *routes_policies.ROUTES,
+              *definitions_json.ROUTES,
               Route("/api/{rest:path}", api_not_found, methods=["GET", "PUT", "POST", "DELETE"]),
               Route("/", index),
               Mount("/static", StaticFiles(directory=STATIC), name="static")]

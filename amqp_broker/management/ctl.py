@@ -9,7 +9,9 @@ list_permissions, add_user NAME PASSWORD, delete_user NAME, change_password NAME
 set_user_tags NAME [TAG...], set_permissions [-p VHOST] USER CONF WRITE READ,
 clear_permissions [-p VHOST] USER, add_vhost NAME, delete_vhost NAME, export_definitions FILE
 ("-" for stdout), import_definitions FILE, close_connection NAME [REASON], purge_queue [-p
-VHOST] NAME, delete_queue [-p VHOST] NAME, cluster_status. Lists print tab-separated columns
+VHOST] NAME, delete_queue [-p VHOST] NAME, set_policy [-p VHOST] [--priority N] [--apply-to
+queues|classic_queues|quorum_queues|exchanges|all] NAME PATTERN DEFINITION (JSON), clear_policy
+[-p VHOST] NAME, list_policies [-p VHOST], cluster_status. Lists print tab-separated columns
 with a header line, as rabbitmqctl does (``--formatter json`` prints the JSON). Exit codes: 0 ok,
 1 the API refused (its reason on stderr, as rabbitmqctl's "Error:" lines), 2 usage, 69 the
 node is unreachable (rabbitmqctl's EX_UNAVAILABLE). A client only: urllib from the standard
@@ -40,6 +42,7 @@ COLUMNS = {
     "list_users": ["name", "tags"],
     "list_vhosts": ["name"],
     "list_permissions": ["user", "configure", "write", "read"],
+    "list_policies": ["vhost", "name", "pattern", "apply-to", "definition", "priority"],
 }
 _PATHS = {"list_queues": "queues", "list_exchanges": "exchanges", "list_bindings": "bindings",
           "list_connections": "connections", "list_consumers": "consumers"}
@@ -89,6 +92,8 @@ def _q(value: str) -> str:
 
 
 def _cell(value: Any) -> str:
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]"
     if isinstance(value, bool):
@@ -122,13 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--vhost", default=None, help="virtual host (default: all for lists, "
                    "/ for changes)")
     p.add_argument("--formatter", choices=["table", "json"], default="table")
+    p.add_argument("--priority", type=int, default=0, help="set_policy: the policy's priority")
+    p.add_argument("--apply-to", default="queues", help="set_policy: queues (default), "
+                   "classic_queues, quorum_queues, exchanges or all")
     p.add_argument("command")
     p.add_argument("args", nargs="*")
     return p
 
 
-def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool) -> None:
-    """Run one command (see module docstring); raises ``ApiError`` or ``ValueError`` (usage)."""
+def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
+        priority: int = 0, apply_to: str = "queues") -> None:
+    """Run one command (see module docstring); raises ``ApiError`` or ``ValueError`` (usage).
+    ``priority`` and ``apply_to``: set_policy's ``--priority`` and ``--apply-to``."""
     v = vhost or "/"
 
     def need(n: int) -> None:
@@ -194,6 +204,23 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool) -
     elif cmd == "delete_queue":
         need(1)
         api.request("DELETE", f"/queues/{_q(v)}/{_q(args[0])}")
+    elif cmd == "set_policy":
+        need(3)
+        try:
+            definition = json.loads(args[2])
+        except ValueError as exc:
+            raise ValueError(f"set_policy: the definition is not JSON: {exc}") from None
+        api.request("PUT", f"/policies/{_q(v)}/{_q(args[0])}",
+                    {"pattern": args[1], "definition": definition, "priority": priority,
+                     "apply-to": apply_to})
+        print(f"Setting policy \"{args[0]}\" for pattern \"{args[1]}\" to \"{args[2]}\" with "
+              f"priority \"{priority}\" for vhost \"{v}\" ...")
+    elif cmd == "clear_policy":
+        need(1)
+        api.request("DELETE", f"/policies/{_q(v)}/{_q(args[0])}")
+        print(f"Clearing policy \"{args[0]}\" on vhost \"{v}\" ...")
+    elif cmd == "list_policies":
+        _print_table(api.request("GET", f"/policies/{_q(v)}"), args or COLUMNS[cmd], as_json)
     elif cmd == "cluster_status":
         status = api.request("GET", "/cluster-status")
         nodes = api.request("GET", "/nodes")
@@ -210,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)  # "-p VHOST" may follow the command
     api = Api(args.url, args.username, args.password)
     try:
-        run(api, args.command, args.args, args.vhost, args.formatter == "json")
+        run(api, args.command, args.args, args.vhost, args.formatter == "json", args.priority,
+            args.apply_to)
     except ValueError as exc:
         print(f"amqp-broker ctl: {exc}", file=sys.stderr)
         return 2

@@ -7,7 +7,9 @@ string in older files), ``vhosts``, ``permissions``, ``topic_permissions``, ``pa
 
 Export: users, vhosts, permissions, durable exchanges (not the built-in ``amq.*`` and default
 ones), durable non-exclusive queues, and the bindings between them (not the default exchange's).
-Import order: users, vhosts, permissions, exchanges, queues, bindings; entities are declared
+Export and import include ``policies`` (``core.policies``; a queue's exported arguments are those
+its client declared, without what a policy added).
+Import order: users, vhosts, permissions, policies, exchanges, queues, bindings; entities are declared
 through the broker's own handlers (``direct``) as an internal user (as RabbitMQ's import, not
 subject to the importer's permissions), so they are stored and propagated like any declaration.
 A user given ``password`` (not a hash) gets it hashed. Answers: export 200 (``?download=``
@@ -23,7 +25,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..core import policy_store
 from ..core.access import SHA256, Account, Grant, hash_password
+from ..core.policies import PolicyError, declared_arguments, make_policy
 from . import persist
 from .api import endpoint
 from .context import Management
@@ -57,7 +61,7 @@ def export_definitions(mgmt: Management, only_vhost: str | None = None) -> dict[
                 names.add(q.name)
                 queues.append({"name": q.name, "vhost": v, "durable": True,
                                "auto_delete": q.auto_delete,
-                               "arguments": jsonable(q.arguments or {})})
+                               "arguments": jsonable(declared_arguments(q.arguments))})
         for b in vh.routing.bindings():
             src = vh.routing.get_exchange(b.source)
             dest_ok = (b.destination.name in names if b.destination.kind == "queue" else
@@ -83,8 +87,9 @@ def export_definitions(mgmt: Management, only_vhost: str | None = None) -> dict[
                               sorted(broker.access.permissions.items())]
         out["topic_permissions"] = []
         out["global_parameters"] = []
-    out.update({"parameters": [], "policies": [], "queues": queues, "exchanges": exchanges,
-                "bindings": bindings})
+    policies = [p.to_json() for v in vhosts for p in broker.policies.list(v)]
+    out.update({"parameters": [], "policies": policies, "queues": queues,
+                "exchanges": exchanges, "bindings": bindings})
     return out
 
 
@@ -123,6 +128,14 @@ async def import_definitions(mgmt: Management, defs: dict[str, Any],
                                               str(p["read"])))
             except KeyError as exc:
                 raise HTTPError(400, "bad_request", f"unknown user or vhost {exc}") from None
+    for p in _list(defs, "policies"):   # before the queues, which they apply to
+        vhost = only_vhost or str(p.get("vhost", "/"))
+        try:
+            policy_store.set_policy(broker, make_policy(vhost, str(p.get("name", "")), p))
+        except PolicyError as exc:
+            raise HTTPError(400, "bad_request", f"policy {p.get('name')!r}: {exc}") from None
+        except KeyError:
+            raise HTTPError(400, "bad_request", f"vhost '{vhost}' does not exist") from None
     methods: dict[str, list[tuple[Any, type]]] = {}
 
     def add(item: dict, method: Any, reply: type) -> None:

@@ -1,6 +1,6 @@
-"""``/api/users``, ``/api/vhosts``, ``/api/permissions``, ``/api/whoami`` and the policy /
-parameter lists (empty: this broker has no policies yet, so they answer ``[]`` as a fresh
-RabbitMQ does). Every change needs the ``administrator`` tag and is kept in definitions.db
+"""``/api/users``, ``/api/vhosts``, ``/api/permissions``, ``/api/whoami`` and the operator
+policy / parameter lists (empty: this broker has none, so they answer ``[]`` as a fresh
+RabbitMQ does; policies are ``routes_policies``). Every change needs the ``administrator`` tag and is kept in definitions.db
 (``persist``). Bodies as RabbitMQ's: user ``{"password" | "password_hash" [+
 "hashing_algorithm"], "tags": "a,b" | ["a", "b"]}``, vhost ``{"description", "tags"}``,
 permission ``{"configure", "write", "read"}``. Answers: 201 created, 204 updated or deleted,
@@ -208,7 +208,7 @@ async def delete_permission(request: Request, mgmt: Management, user: Account) -
 
 @endpoint()
 async def empty_list(request: Request, mgmt: Management, user: Account) -> Response:
-    """Policies, operator policies, parameters, topic permissions: none exist yet."""
+    """Operator policies, parameters, topic permissions: none exist yet."""
     return list_response(request, [])
 
 
@@ -229,7 +229,7 @@ ROUTES = [
     Route("/api/permissions/{vhost}/{user}", put_permission, methods=["PUT"]),
     Route("/api/permissions/{vhost}/{user}", delete_permission, methods=["DELETE"]),
     *(Route(path, empty_list) for path in (
-        "/api/policies", "/api/policies/{vhost}", "/api/operator-policies",
+        "/api/operator-policies",
         "/api/operator-policies/{vhost}", "/api/parameters", "/api/global-parameters",
         "/api/topic-permissions", "/api/extensions", "/api/feature-flags")),
 ]

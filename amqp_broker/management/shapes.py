@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from routing.binding import Binding
 
 from ..core.access import Account, Grant
+from ..core.policies import declared_arguments, effective_definition
 from .direct import is_direct
 
 if TYPE_CHECKING:
@@ -58,7 +59,9 @@ def queue_json(broker: Broker, vhost: str, q: Queue, rates: dict[str, float] | N
                members: list[str] | None = None) -> dict[str, Any]:
     """A queue as in ``GET /api/queues``: counts, flags, arguments, node, state, consumers, memory
     (bytes of ready bodies), ``messages_details`` rates; for a replicated queue ``leader``,
-    ``members`` and ``online`` (the nodes of its replicas)."""
+    ``members`` and ``online`` (the nodes of its replicas); ``policy`` and
+    ``effective_policy_definition`` for a queue a policy applied to (``arguments`` are those its
+    client declared; ``type`` is ``quorum`` for a queue mirrored by ``ha-mode``)."""
     rates = rates or {}
     ready = q.message_count
     unacked = q.unacked_count
@@ -69,7 +72,8 @@ def queue_json(broker: Broker, vhost: str, q: Queue, rates: dict[str, float] | N
     out: dict[str, Any] = {
         "name": q.name, "vhost": vhost, "type": qtype, "durable": q.durable,
         "auto_delete": q.auto_delete, "exclusive": owner is not None,
-        "arguments": jsonable(q.arguments or {}), "node": node, "state": "running",
+        "arguments": jsonable(declared_arguments(q.arguments)), "node": node,
+        "state": "running",
         "consumers": q.consumer_count, "messages": ready + unacked,
         "messages_ready": ready, "messages_unacknowledged": unacked,
         "messages_details": rate(rates.get("messages", 0.0)),
@@ -83,6 +87,9 @@ def queue_json(broker: Broker, vhost: str, q: Queue, rates: dict[str, float] | N
         "owner_pid_details": ({"name": getattr(owner, "name", "")} if owner is not None else None),
         "message_stats": {"publish_details": rate(rates.get("publish", 0.0))},
     }
+    policy, definition = effective_definition(q.arguments, broker.policies, vhost)
+    if policy is not None:
+        out.update({"policy": policy, "effective_policy_definition": definition})
     if members is not None:
         out.update({"leader": members[0] if members else node, "members": members,
                     "online": members})

@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 
 from amqp_broker.definitions import (
+    SCHEMA_VERSION,
     BindingDef,
     DefinitionsError,
     DefinitionsStore,
@@ -38,7 +39,7 @@ def test_empty_database_has_the_schema(path):
     with DefinitionsStore(path) as store:
         assert store.load().queues == ()
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.close()
 

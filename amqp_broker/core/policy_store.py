@@ -1,0 +1,95 @@
+"""Setting, clearing and restoring policies (issue 12): ``broker.policies`` (``core.policies``),
+the definitions store (table ``policies`` of definitions.db) and the cluster, in one place.
+
+A change made here (management API, ``amqp-broker ctl set_policy``, a definitions import) is
+applied to this broker, stored, and sent to every other member through
+``broker.cluster_hooks.policy_changed(vhost, name, body)`` when the cluster driver offers it (an
+empty body clears). A member applies a peer's change with ``apply_remote`` (stored, not sent on).
+A joiner gets every policy in the leader's replay. Errors: ``PolicyError`` (400) for a bad policy,
+``KeyError`` for an unknown vhost. Source: RabbitMQ "Policies" (policies are cluster-wide and
+survive restarts).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .policies import Policy, PolicyError
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = ["load_policies", "set_policy", "clear_policy", "apply_remote"]
+
+log = logging.getLogger(__name__)
+
+
+def load_policies(broker: Broker) -> int:
+    """Restore the stored policies into ``broker.policies`` (at start). Recovered queues keep
+    the arguments they were declared with (see ``core.policies``). Returns how many; a stored
+    policy that no longer validates is skipped with a warning."""
+    store = broker.durability.definitions
+    if store is None:
+        return 0
+    count = 0
+    for vhost, name, body in store.load_policies():
+        try:
+            policy = Policy.decode(body)
+        except PolicyError as exc:
+            log.warning("stored policy %r of vhost %r skipped: %s", name, vhost, exc)
+            continue
+        broker.policies.put(policy)
+        count += 1
+    return count
+
+
+def _send(broker: Broker, vhost: str, name: str, body: str) -> None:
+    send = getattr(broker.cluster_hooks, "policy_changed", None)
+    if send is not None:
+        send(vhost, name, body)
+
+
+def set_policy(broker: Broker, policy: Policy, *, propagate: bool = True) -> bool:
+    """Add or replace ``policy`` (already validated: ``policies.make_policy``); True when it
+    replaced one. ``KeyError`` when its vhost does not exist. Queues already declared keep their
+    arguments (applied at declaration only, see ``core.policies``)."""
+    if policy.vhost not in broker.vhosts:
+        raise KeyError(policy.vhost)
+    existed = broker.policies.put(policy)
+    store = broker.durability.definitions
+    body = policy.encode()
+    if store is not None:
+        store.save_policy(policy.vhost, policy.name, body)
+    if propagate:
+        _send(broker, policy.vhost, policy.name, body)
+    log.info("policy %r of vhost %r set: %s", policy.name, policy.vhost, body)
+    return existed
+
+
+def clear_policy(broker: Broker, vhost: str, name: str, *, propagate: bool = True) -> bool:
+    """Remove policy ``name`` of ``vhost``; False when there was none (still sent on, so a
+    member that had it drops it too)."""
+    gone = broker.policies.delete(vhost, name)
+    store = broker.durability.definitions
+    if store is not None:
+        store.delete_policy(vhost, name)
+    if propagate:
+        _send(broker, vhost, name, "")
+    if gone:
+        log.info("policy %r of vhost %r cleared", name, vhost)
+    return gone
+
+
+def apply_remote(broker: Broker, vhost: str, name: str, body: str) -> None:
+    """A member's change (Cluster.Policy): set (``body`` a ``Policy.encode`` text) or clear
+    (empty ``body``) here, without sending it on. A body that does not decode, or names an
+    unknown vhost, is logged and ignored."""
+    if not body:
+        clear_policy(broker, vhost, name, propagate=False)
+        return
+    try:
+        policy = Policy.decode(body)
+        set_policy(broker, policy, propagate=False)
+    except (PolicyError, KeyError) as exc:
+        log.warning("policy %r of vhost %r from a member ignored: %s", name, vhost, exc)

@@ -1,0 +1,86 @@
+"""``/api/policies[/{vhost}[/{name}]]`` (issue 12): RabbitMQ 3.x shapes.
+
+GET answers a list of ``{"vhost", "name", "pattern", "apply-to", "definition", "priority"}``
+(one object for ``/{vhost}/{name}``, 404 when unknown); PUT takes ``{"pattern", "definition",
+"priority"?, "apply-to"?}`` and answers 201 created or 204 replaced, 400 ``{"error":
+"bad_request", "reason": ...}`` for a bad policy (unknown key, ha-mode not all/exactly/nodes,
+ha-params missing or of the wrong type, a pattern that is not a regular expression), 404 for an
+unknown vhost; DELETE answers 204, 404 when unknown. Changes need the ``policymaker`` tag (or
+higher), are stored in definitions.db and reach every cluster member (``core.policy_store``).
+Source: RabbitMQ "Management HTTP API", "Policies".
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..core import policy_store
+from ..core.access import Account
+from ..core.policies import PolicyError, make_policy
+from .api import endpoint
+from .context import Management
+from .http import (
+    HTTPError,
+    created,
+    json_response,
+    list_response,
+    no_content,
+    not_found,
+    path_vhost,
+    read_json,
+)
+
+__all__ = ["ROUTES"]
+
+
+@endpoint()
+async def list_policies(request: Request, mgmt: Management, user: Account) -> Response:
+    """Every policy, or those of ``{vhost}`` (404 for an unknown vhost)."""
+    vhost = path_vhost(request) if "vhost" in request.path_params else None
+    if vhost is not None and vhost not in mgmt.broker.vhosts:
+        raise not_found()
+    return list_response(request, [p.to_json() for p in mgmt.broker.policies.list(vhost)])
+
+
+@endpoint()
+async def show_policy(request: Request, mgmt: Management, user: Account) -> Response:
+    """One policy; 404 when unknown."""
+    policy = mgmt.broker.policies.get(path_vhost(request), path_vhost(request, "name"))
+    if policy is None:
+        raise not_found()
+    return json_response(policy.to_json())
+
+
+@endpoint("policymaker")
+async def put_policy(request: Request, mgmt: Management, user: Account) -> Response:
+    """Set a policy: 201 / 204, 400 with the reason, 404 unknown vhost."""
+    vhost, name = path_vhost(request), path_vhost(request, "name")
+    if vhost not in mgmt.broker.vhosts:
+        raise not_found()
+    body = await read_json(request)
+    try:
+        policy = make_policy(vhost, name, body)
+    except PolicyError as exc:
+        raise HTTPError(400, "bad_request", str(exc)) from None
+    existed = policy_store.set_policy(mgmt.broker, policy)
+    return no_content() if existed else created()
+
+
+@endpoint("policymaker")
+async def delete_policy(request: Request, mgmt: Management, user: Account) -> Response:
+    """Clear a policy: 204, 404 when unknown."""
+    if not policy_store.clear_policy(mgmt.broker, path_vhost(request),
+                                     path_vhost(request, "name")):
+        raise not_found()
+    return no_content()
+
+
+ROUTES = [
+    Route("/api/policies", list_policies, methods=["GET"]),
+    Route("/api/policies/{vhost}", list_policies, methods=["GET"]),
+    Route("/api/policies/{vhost}/{name}", show_policy, methods=["GET"]),
+    Route("/api/policies/{vhost}/{name}", put_policy, methods=["PUT"]),
+    Route("/api/policies/{vhost}/{name}", delete_policy, methods=["DELETE"]),
+]
