@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import platform
 import struct
-from typing import Any
+from typing import Any, Protocol
 
 from pamqp import commands as cmd
 
@@ -29,7 +29,7 @@ from amqp_broker.protocol.methods import decode_method, encode_method, method_id
 
 from .message import Message, encode_publish
 
-__all__ = ["ClientProtocol", "State", "Opened", "Closed", "Blocked", "Unblocked", "ChannelMethod",
+__all__ = ["ClientProtocol", "SaslMechanism", "State", "Opened", "Closed", "Blocked", "Unblocked", "ChannelMethod",
            "Confirm", "CLIENT_PROPERTIES"]
 
 _DELIVER = b"\x00\x3c\x00\x3c"
@@ -140,6 +140,22 @@ def _shortstr_at(data: bytes, pos: int) -> tuple[str, int]:
     return data[pos + 1:pos + 1 + n].decode(), pos + 1 + n
 
 
+class SaslMechanism(Protocol):
+    """A SASL mechanism with a challenge (AMQP 0-9-1 §1.4.2.2-3, Connection.Secure/Secure-Ok):
+    ``mechanism`` (the name in Connection.Start's list), ``initial_response()`` for Start-Ok and
+    ``answer(challenge)`` for each Secure; raise to give up (the connection then fails)."""
+
+    mechanism: str
+
+    def initial_response(self) -> str:
+        """The Start-Ok response."""
+        ...
+
+    def answer(self, challenge: str | bytes) -> str:
+        """The Secure-Ok response to ``challenge``."""
+        ...
+
+
 class ClientProtocol:
     """The client connection state machine.
 
@@ -151,7 +167,11 @@ class ClientProtocol:
 
     def __init__(self, username: str = "guest", password: str = "guest", vhost: str = "/",
                  heartbeat: int | None = None, frame_max: int = 131072, channel_max: int = 0,
-                 client_properties: dict[str, Any] | None = None) -> None:
+                 client_properties: dict[str, Any] | None = None,
+                 sasl: SaslMechanism | None = None) -> None:
+        #: A SASL mechanism of its own (e.g. a cluster peer's challenge-response) instead of
+        #: PLAIN/AMQPLAIN with ``username``/``password``; the broker must offer it.
+        self.sasl = sasl
         self.username = username
         self.password = password
         self.vhost = vhost
@@ -348,6 +368,12 @@ class ClientProtocol:
             self._on_start(method)
         elif state is State.AWAIT_TUNE and isinstance(method, cmd.Connection.Tune):
             self._on_tune(method)
+        elif (state is State.AWAIT_TUNE and isinstance(method, cmd.Connection.Secure)
+              and self.sasl is not None):  # §1.4.2.3: a challenge of our mechanism
+            # pamqp types every argument Optional (its constructors' default); a decoded
+            # Secure has its challenge
+            answer = self.sasl.answer(method.challenge)  # type: ignore[arg-type]
+            self.send_method(0, cmd.Connection.SecureOk(answer))
         elif state is State.AWAIT_OPEN_OK and isinstance(method, cmd.Connection.OpenOk):
             self.state = State.OPEN
             events.append(Opened(self.server_properties, self.frame_max, self.channel_max,
@@ -367,7 +393,13 @@ class ClientProtocol:
     def _on_start(self, method: cmd.Connection.Start) -> None:
         self.server_properties = dict(method.server_properties or {})
         mechanisms = (method.mechanisms or "").split()
-        if "PLAIN" in mechanisms:
+        sasl = self.sasl
+        if sasl is not None:
+            if sasl.mechanism not in mechanisms:
+                raise ConnectionException(c.ACCESS_REFUSED, f"ACCESS_REFUSED - the broker does "
+                                          f"not offer {sasl.mechanism} ({mechanisms})")
+            mechanism, response = sasl.mechanism, sasl.initial_response()
+        elif "PLAIN" in mechanisms:
             mechanism, response = "PLAIN", f"\0{self.username}\0{self.password}"
         elif "AMQPLAIN" in mechanisms:
             from pamqp import encode

@@ -1,9 +1,10 @@
 """Peer links: one outgoing AMQP 0-9-1 connection from this broker to each other member (the Qpid
 proposal: "each broker is a client of every other"), the I/O half of the cluster.
 
-A link connects to the member's AMQP port, announces the ``cluster-peer`` capability, authenticates
-with the cluster secret (``cluster.secret``: CLUSTER-HMAC-SHA256 over Connection.Secure/SecureOk),
-opens vhost "/" and channel 1, then writes what the driver queues: Cluster methods and replayed or
+A link connects to the member's AMQP port and opens with the project's own AMQP client protocol
+(``clients.protocol.ClientProtocol``): it announces the ``cluster-peer`` capability, authenticates
+with the cluster secret as its SASL mechanism (``cluster.secret``: CLUSTER-HMAC-SHA256 over
+Connection.Secure/SecureOk), opens vhost "/" and channel 1, then writes what the driver queues: Cluster methods and replayed or
 propagated AMQP methods. Replies to propagated methods (Declare-Ok, Bind-Ok, ... or a Channel.Close
 with the member's reply code) come back in order on the same channel and are reported to the
 request's ``on_reply``; after a Channel.Close the channel is reopened and later requests are resent.
@@ -29,13 +30,15 @@ import anyio
 from pamqp import commands as cmd
 
 from amqp_broker.protocol import constants as c
+from amqp_broker.protocol.errors import ConnectionException
 from amqp_broker.protocol.framing import FrameSplitter
 from amqp_broker.protocol.methods import decode_method, encode_method
+from clients.protocol import ChannelMethod, ClientProtocol, Closed, Opened
 
 from . import secret as peer_secret
 
 if TYPE_CHECKING:
-    from pamqp.common import FieldTable
+    pass
 
 __all__ = ["PeerLinks", "LinkError"]
 
@@ -178,10 +181,9 @@ class PeerLinks:
                                                      tls_hostname=link.node,
                                                      tls_standard_compatible=False)
             async with stream:
-                splitter = FrameSplitter(c.FRAME_MIN_SIZE)
                 pending: deque[tuple[int, Any]] = deque()
                 with anyio.fail_after(CONNECT_TIMEOUT):
-                    await self._handshake(stream, splitter, pending)
+                    splitter = await self._handshake(stream)
                 link.connected = True
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._reader, link, stream, splitter, pending, tg)
@@ -217,37 +219,37 @@ class PeerLinks:
                                     else decode_method(payload)))
         return pending.popleft()
 
-    async def _handshake(self, stream: Any, splitter: FrameSplitter,
-                         pending: deque[tuple[int, Any]]) -> None:
-        await stream.send(c.PROTOCOL_HEADER)
-        _, start = await self._read_method(stream, splitter, pending)
-        if not isinstance(start, cmd.Connection.Start):
-            raise LinkError(f"expected Connection.Start, got {start!r}")
-        props: FieldTable = {"product": "amqp-broker cluster link", "node": self.me,
+    async def _handshake(self, stream: Any) -> FrameSplitter:
+        """Open the link with the project's own client protocol (``clients.protocol``): the
+        ``cluster-peer`` capability, the shared secret's challenge-response as its SASL
+        mechanism, vhost "/", no heartbeats, then channel 1. Returns the frame splitter, with
+        whatever it already buffered, for the link's reader. Raises ``LinkError`` when refused."""
+        props = {"product": "amqp-broker cluster link", "node": self.me,
                  "capabilities": {"cluster-peer": True, "consumer_cancel_notify": True}}
-        await stream.send(encode_method(0, cmd.Connection.StartOk(
-            props, peer_secret.MECHANISM, peer_secret.initial_response(self.me), "en_US")))
-        _, secure = await self._read_method(stream, splitter, pending)
-        if not isinstance(secure, cmd.Connection.Secure):
-            raise LinkError(f"peer refused the link: {getattr(secure, 'reply_text', secure)!r}")
-        # pamqp types every argument Optional (its constructors' default); a decoded Secure has
-        # its challenge
-        await stream.send(encode_method(0, cmd.Connection.SecureOk(
-            peer_secret.answer(self.secret, self.me, secure.challenge))))  # type: ignore[arg-type]
-        _, tune = await self._read_method(stream, splitter, pending)
-        if not isinstance(tune, cmd.Connection.Tune):
-            raise LinkError(f"peer refused the link: {getattr(tune, 'reply_text', tune)!r}")
-        frame_max = min(tune.frame_max or 131072, 131072)
-        await stream.send(encode_method(0, cmd.Connection.TuneOk(tune.channel_max, frame_max, 0)))
-        splitter.set_frame_max(frame_max)
-        await stream.send(encode_method(0, cmd.Connection.Open("/")))
-        _, ok = await self._read_method(stream, splitter, pending)
-        if not isinstance(ok, cmd.Connection.OpenOk):
-            raise LinkError(f"peer refused the link: {ok!r}")
-        await stream.send(encode_method(1, cmd.Channel.Open()))
-        _, ok = await self._read_method(stream, splitter, pending)
-        if not isinstance(ok, cmd.Channel.OpenOk):
-            raise LinkError(f"peer refused channel 1: {ok!r}")
+        proto = ClientProtocol(vhost="/", heartbeat=0, frame_max=131072, client_properties=props,
+                               sasl=peer_secret.SecretClient(self.secret, self.me))
+        proto.start()
+        channel = 0
+        while True:
+            out = proto.data_to_send()
+            if out:
+                await stream.send(out)
+            try:
+                events = proto.receive_data(await stream.receive(65536))
+            except ConnectionException as exc:
+                raise LinkError(f"peer broke the handshake: {exc.reply_text}") from None
+            for event in events:
+                if isinstance(event, Closed):
+                    raise LinkError(f"peer refused the link: {event.reply_code} "
+                                    f"{event.reply_text}")
+                if isinstance(event, Opened):
+                    channel = proto.open_channel()
+                elif isinstance(event, ChannelMethod) and event.channel == channel:
+                    if not isinstance(event.method, cmd.Channel.OpenOk):
+                        raise LinkError(f"peer refused channel {channel}: {event.method!r}")
+                    if channel != 1:
+                        raise LinkError(f"expected channel 1, got {channel}")
+                    return proto.splitter
 
     async def _writer(self, link: _Link, stream: Any) -> None:
         while not link.closed:

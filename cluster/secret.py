@@ -27,7 +27,7 @@ import os
 import secrets as _random
 from pathlib import Path
 
-__all__ = ["MECHANISM", "AuthenticationFailed", "SecretServer", "initial_response", "answer",
+__all__ = ["MECHANISM", "AuthenticationFailed", "SecretClient", "SecretServer", "initial_response", "answer",
            "load_secret", "MIN_SECRET_BYTES"]
 
 MECHANISM = "CLUSTER-HMAC-SHA256"
@@ -74,6 +74,26 @@ def answer(secret: bytes, node: str, challenge: str | bytes) -> str:
     if len(nonce) != _NONCE_BYTES:
         raise ValueError("challenge has the wrong length")
     return _mac(secret, nonce, node).hex()
+
+
+class SecretClient:
+    """The client's side as a SASL mechanism (``clients.protocol.SaslMechanism``): a peer link
+    authenticating as ``node`` with ``secret``. ``answer`` raises ``ValueError`` for a malformed
+    challenge."""
+
+    mechanism = MECHANISM
+
+    def __init__(self, secret: bytes, node: str) -> None:
+        self._secret = secret
+        self._node = node
+
+    def initial_response(self) -> str:
+        """The node name (Start-Ok)."""
+        return initial_response(self._node)
+
+    def answer(self, challenge: str | bytes) -> str:
+        """The HMAC of the challenge (Secure-Ok)."""
+        return answer(self._secret, self._node, challenge)
 
 
 class SecretServer:

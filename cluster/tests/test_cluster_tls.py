@@ -9,15 +9,12 @@ certificate names another node is 403, one with a certificate from another CA fa
 from __future__ import annotations
 
 import ssl
-from collections import deque
 from pathlib import Path
 
 import anyio
 import pika
 import pytest
 
-from amqp_broker.protocol import constants as c
-from amqp_broker.protocol.framing import FrameSplitter
 from cluster import ca
 from cluster.links import LinkError, PeerLinks
 from cluster.secret import load_secret
@@ -54,7 +51,7 @@ def peer_handshake(secret: bytes, me: str, host: str, port: int,
                                                  tls_hostname=server_name,
                                                  tls_standard_compatible=False)
             async with stream:
-                await links._handshake(stream, FrameSplitter(c.FRAME_MIN_SIZE), deque())
+                await links._handshake(stream)
 
     anyio.run(main)
 
