@@ -12,7 +12,9 @@ Applying (``apply_policy``): each definition key becomes its queue argument wher
 not set that argument (``message-ttl`` -> ``x-message-ttl``, ``expires`` -> ``x-expires``,
 ``max-length``, ``max-length-bytes``, ``overflow``, ``dead-letter-exchange``,
 ``dead-letter-routing-key``, and ``delivery-limit`` for quorum queues only). ``ha-mode`` on a
-durable, non-exclusive, non-auto-delete classic queue makes it a *mirrored* queue: we add
+durable, non-exclusive, non-auto-delete classic queue of a clustered broker makes it a *mirrored*
+queue (unless the client gave an argument quorum queues refuse, ``QUORUM_REFUSES``, e.g.
+``x-max-priority``: then it stays classic rather than get a 406): we add
 ``x-queue-type: quorum`` and the group size (``all``: every member of the view; ``exactly``:
 ``ha-params`` replicas; ``nodes``: the named members of the view, carried as the hidden
 ``x-quorum-members`` argument of ``cluster.quorum.config``). Mirrored queues thus keep the quorum
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Policy", "Policies", "PolicyError", "APPLY_TO", "POLICY_ARG", "ADDED_ARG",
+           "QUORUM_REFUSES",
            "MEMBERS_ARG", "make_policy", "validate_definition", "apply_policy",
            "declared_arguments", "effective_definition", "queue_kind"]
 
@@ -54,6 +57,11 @@ _STR_KEYS = ("overflow", "dead-letter-exchange", "dead-letter-routing-key", "ha-
              "ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure",
              "alternate-exchange", "queue-mode", "queue-master-locator")
 _KNOWN = frozenset(_INT_KEYS + _STR_KEYS + ("ha-params",))
+#: Client arguments a quorum queue refuses (``cluster.quorum.config.UNSUPPORTED``): a queue
+#: declared with one of them is not mirrored (it stays classic rather than get a 406).
+QUORUM_REFUSES = ("x-max-priority", "x-queue-mode", "x-max-age", "x-max-segment-size",
+                  "x-initial-cluster-size", "x-stream-max-segment-size-bytes",
+                  "x-queue-master-locator", "x-max-in-memory-length", "x-max-in-memory-bytes")
 
 
 class PolicyError(ValueError):
@@ -261,7 +269,9 @@ def apply_policy(policies: Policies | None, vhost: str, queue: str,
     for key in _QUEUE_KEYS:
         if key in d and (key != "delivery-limit" or kind == "quorum"):
             wanted["x-" + key] = d[key]
-    if "ha-mode" in d and kind == "classic" and durable and not exclusive and not auto_delete:
+    if "ha-mode" in d and kind == "classic" and durable and not exclusive and not auto_delete \
+            and not any(k in args for k in QUORUM_REFUSES) \
+            and args.get("x-overflow") != "reject-publish-dlx":
         mirror = _mirror_arguments(d, view)
         if mirror and wanted.get("x-overflow") == "reject-publish-dlx":
             del wanted["x-overflow"]   # quorum queues refuse it (406): keep the mirroring

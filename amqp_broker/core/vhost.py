@@ -251,14 +251,17 @@ class VirtualHost:
                 raise self._locked(name)
             if q.auto_delete != auto_delete:
                 raise self._inequivalent("queue", name, "auto_delete", auto_delete, q.auto_delete)
-            self._check_equivalent_args(name, declared_arguments(q.arguments), arguments or {})
+            # what the clients declared (a member's copy carries what a policy added, marked)
+            self._check_equivalent_args(name, declared_arguments(q.arguments),
+                                        declared_arguments(arguments))
             self.touch(name)
             return q
         if name.startswith("amq.") and not name.startswith("amq.gen-"):
             raise ChannelException(c.ACCESS_REFUSED,
                                    f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix "
                                    f"'amq.*'")
-        quorum = self.broker.queue_types.get("quorum")  # policies (ha-mode) need its view
+        # policies; ha-mode mirrors over the quorum engine's view, when clustered
+        quorum = self.broker.queue_types.get("quorum") if self.broker.cluster_hooks else None
         arguments = apply_policy(self.broker.policies, self.name, name, arguments, durable=durable,
                                  exclusive=exclusive, auto_delete=auto_delete,
                                  view=getattr(quorum, "view", None))

@@ -90,9 +90,14 @@ def queue_json(broker: Broker, vhost: str, q: Queue, rates: dict[str, float] | N
     policy, definition = effective_definition(q.arguments, broker.policies, vhost)
     if policy is not None:
         out.update({"policy": policy, "effective_policy_definition": definition})
+    group = getattr(q, "group", None)
+    if members is None and getattr(q.capabilities, "replicated", False):
+        members = [m for m in str((q.arguments or {}).get("x-quorum-members", "")).split(",")
+                   if m]
     if members is not None:
-        out.update({"leader": members[0] if members else node, "members": members,
-                    "online": members})
+        leader = getattr(group, "leader", None)
+        out.update({"leader": leader if isinstance(leader, str) else
+                    members[0] if members else node, "members": members, "online": members})
     return out
 
 

@@ -10,6 +10,7 @@ from amqp_broker.core.policies import (
     ADDED_ARG,
     MEMBERS_ARG,
     POLICY_ARG,
+    QUORUM_REFUSES,
     Policies,
     Policy,
     PolicyError,
@@ -181,3 +182,13 @@ def test_effective_definition_follows_the_policy() -> None:
     ps.delete("/", "p")
     assert effective_definition(args, ps, "/") == ("p", {})
     assert effective_definition({}, ps, "/") == (None, {})
+
+
+def test_a_queue_with_arguments_quorum_refuses_is_not_mirrored() -> None:
+    from cluster.quorum.config import UNSUPPORTED
+    assert tuple(QUORUM_REFUSES) == tuple(UNSUPPORTED)
+    ps = Policies([policy("all", ".*", {"ha-mode": "all"})])
+    for client in ({"x-max-priority": 5}, {"x-overflow": "reject-publish-dlx"}):
+        out = apply_policy(ps, "/", "q", client, durable=True, exclusive=False,
+                           auto_delete=False, view=VIEW)
+        assert out is not None and "x-queue-type" not in out and out[POLICY_ARG] == "all"
