@@ -6,6 +6,9 @@ finds the broker through environment variables, so the same module serves the te
 
 - ``INTEROP_CELERY_BROKER``: broker URL (amqp://...), required.
 - ``INTEROP_CELERY_QUEUE``: task queue name, unique per test run so workers never share one.
+- ``INTEROP_CELERY_QUEUE_TYPE``: ``quorum`` declares the task queue as a quorum queue, as
+  Celery documents for RabbitMQ (``task_queues`` with ``queue_arguments={"x-queue-type":
+  "quorum"}``); unset: a classic queue.
 
 Results come back over the ``rpc://`` result backend (reply queue per client), the setup
 described in Celery's "First steps with Celery" guide.
@@ -31,6 +34,13 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     task_acks_late=True,
 )
+
+
+if os.environ.get("INTEROP_CELERY_QUEUE_TYPE") == "quorum":
+    from kombu import Queue
+
+    app.conf.task_queues = [Queue(app.conf.task_default_queue,
+                                  queue_arguments={"x-queue-type": "quorum"})]
 
 
 @app.task(name="interop.add")

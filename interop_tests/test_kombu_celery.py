@@ -15,10 +15,6 @@ arguments); Celery "First steps with Celery" and "Workers" guides; RabbitMQ docs
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 
@@ -26,7 +22,7 @@ import pytest
 from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from interop_tests.conftest import REPO_ROOT
+from interop_tests.celery_worker import start_worker, stop_worker
 
 TIMEOUT = 5.0
 
@@ -182,14 +178,7 @@ def test_missing_queue_is_a_channel_error(kconn, unique_name):
 def celery_worker(broker, tmp_path):
     queue = f"interop-celery-{uuid.uuid4().hex[:10]}"
     log_path = tmp_path / "celery-worker.log"
-    env = dict(os.environ, INTEROP_CELERY_BROKER=broker.uri, INTEROP_CELERY_QUEUE=queue)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "celery", "-A", "interop_tests.celery_app", "worker",
-           "--pool=solo", "-c", "1", "--without-heartbeat", "--without-gossip",
-           "--without-mingle", "-l", "info", "-n", f"{queue}@localhost"]  # fmt: skip
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = start_worker(broker.uri, queue, log_path)
     # A client app of its own per broker: Celery keeps connections and the rpc:// result
     # consumer per app, so one app reused for a second broker (the differential run) would
     # still wait for results on the first. Tasks are sent by name to the worker's app.
@@ -203,13 +192,7 @@ def celery_worker(broker, tmp_path):
     try:
         yield app, proc, log_tail
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_worker(proc)
         try:
             with Connection(broker.uri, connect_timeout=5) as c:
                 Queue(queue, channel=c.channel()).delete()
