@@ -66,6 +66,24 @@ def test_ha_policy_set_on_one_member_mirrors_a_queue_declared_on_another(cluster
     assert q["effective_policy_definition"] == {"ha-mode": "all", "message-ttl": 60000}
     assert sorted(q["members"]) == ["n2", "n3", "n4"] and q["arguments"] == {}
 
+    # ha-mode nodes (the named members in the view) and exactly (N replicas)
+    assert ctl.main(["--url", url2, "set_policy", "ha-nodes", r"^nodes\.",
+                     '{"ha-mode":"nodes","ha-params":["n2","n4","n9"]}']) == 0
+    assert ctl.main(["--url", url2, "set_policy", "ha-two", r"^two\.",
+                     '{"ha-mode":"exactly","ha-params":2}']) == 0
+    wait_for(lambda: len(_policies(url3)) == 3, 10, "the policies did not reach n3")
+    conn = n3.connect()
+    conn.channel().queue_declare("nodes.q", durable=True)
+    conn.channel().queue_declare("two.q", durable=True)
+    conn.close()
+    nodes_q = _get(url4, "/queues/%2F/nodes.q")
+    assert isinstance(nodes_q, dict) and nodes_q["members"] == ["n2", "n4"], nodes_q
+    two_q = _get(url4, "/queues/%2F/two.q")
+    assert isinstance(two_q, dict) and len(two_q["members"]) == 2 and two_q["type"] == "quorum"
+    wait_leader(cluster, "nodes.q")
+    for name in ("ha-nodes", "ha-two"):
+        assert ctl.main(["--url", url3, "clear_policy", name]) == 0
+
     leader = wait_leader(cluster, "ha.orders")
     publish_on = n3 if leader is not n3 else n4
     pub = Publisher(publish_on, "ha.orders", 300)
