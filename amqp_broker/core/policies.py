@@ -273,6 +273,8 @@ def apply_policy(policies: Policies | None, vhost: str, queue: str,
             and not any(k in args for k in QUORUM_REFUSES) \
             and args.get("x-overflow") != "reject-publish-dlx":
         mirror = _mirror_arguments(d, view)
+        if mirror and args.get("x-queue-type") == "classic":
+            del args["x-queue-type"]   # an explicit classic is mirrored too (equivalent to none)
         if mirror and wanted.get("x-overflow") == "reject-publish-dlx":
             del wanted["x-overflow"]   # quorum queues refuse it (406): keep the mirroring
         wanted.update(mirror)

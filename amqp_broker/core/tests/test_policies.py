@@ -192,3 +192,11 @@ def test_a_queue_with_arguments_quorum_refuses_is_not_mirrored() -> None:
         out = apply_policy(ps, "/", "q", client, durable=True, exclusive=False,
                            auto_delete=False, view=VIEW)
         assert out is not None and "x-queue-type" not in out and out[POLICY_ARG] == "all"
+
+
+def test_an_explicit_classic_type_is_mirrored_too() -> None:
+    ps = Policies([policy("all", ".*", {"ha-mode": "all"})])
+    out = apply_policy(ps, "/", "q", {"x-queue-type": "classic"}, durable=True,
+                       exclusive=False, auto_delete=False, view=VIEW)
+    assert out is not None and out["x-queue-type"] == "quorum"
+    assert "x-queue-type" not in declared_arguments(out)   # equivalent to classic
