@@ -25,7 +25,7 @@ rabbitmq-server ``rabbit_amqqueue_process.erl``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from queues.arguments import (
     OVERFLOW_DROP_HEAD,
@@ -49,6 +49,7 @@ from queues.protocols import (
     PublishResult,
 )
 from queues.queue_type import CLASSIC, Journal
+from queues.queue_view import QueueView
 from queues.ready_list import PriorityReadyList, ReadyList
 
 __all__ = ["Consumer", "DeadLetterCallback", "DiscardCallback", "PublishResult", "Queue"]
@@ -57,7 +58,7 @@ _ROUTED = PublishResult.ROUTED
 _REJECTED = PublishResult.REJECTED
 
 
-class Queue:
+class Queue(QueueView):
     """One queue (see module docstring). All methods are synchronous and do no I/O.
 
     Construction: ``Queue(name, settings, *, durable=False, exclusive_owner=None,
@@ -153,30 +154,7 @@ class Queue:
     #: What this queue type supports (the queue-type seam, ``queues.queue_type``).
     capabilities = CLASSIC
 
-    # --- counters ---------------------------------------------------------------------------
-
-    @property
-    def message_count(self) -> int:
-        """Ready messages (Queue.DeclareOk / Basic.GetOk message-count)."""
-        return len(self._ready)
-
-    @property
-    def message_bytes(self) -> int:
-        """Body bytes of ready messages (what x-max-length-bytes limits)."""
-        return self._bytes
-
-    @property
-    def paging(self) -> bool:
-        """True when this queue pages stored bodies out beyond its memory budget."""
-        return isinstance(self._ready, PagedReadyList)
-
-    def in_memory(self) -> tuple[int, int]:
-        """(ready entries held in RAM as objects, their body bytes); the rest of
-        ``message_count`` is paged out (a few dozen bytes each, no body)."""
-        ready = self._ready
-        if isinstance(ready, PagedReadyList):
-            return ready.in_memory()
-        return len(ready), self._bytes
+    # --- change reporting -------------------------------------------------------------------
 
     def _changed(self) -> None:
         """Report a change of the ready messages to ``changes`` (see ``__init__``)."""
@@ -187,44 +165,6 @@ class Queue:
     def _lost(self, size: int) -> None:
         """A paged message could not be read back (``page_in`` gave None): it left the queue."""
         self._bytes -= size
-
-    @property
-    def unacked_count(self) -> int:
-        """Entries handed to ack-mode consumers / Basic.Get and not yet settled."""
-        return len(self._unacked)
-
-    @property
-    def consumer_count(self) -> int:
-        """Registered consumers (Queue.DeclareOk consumer-count)."""
-        return len(self._consumers)
-
-    @property
-    def active_consumer(self) -> Consumer | None:
-        """The single active consumer of an x-single-active-consumer queue, else ``None``."""
-        return self._consumers.active
-
-    @property
-    def deleted(self) -> bool:
-        """True once ``delete()`` has been called."""
-        return self._deleted
-
-    def consumers(self) -> tuple[Consumer, ...]:
-        """The registered consumers in registration order."""
-        return tuple(self._consumers)
-
-    def ready_entries(self) -> list[QueueEntry]:
-        """A snapshot of the ready entries in delivery order (diagnostics, tests). A paging
-        queue reads every paged body back for it: for big queues use ``iter_ready``."""
-        return list(self._ready)
-
-    def iter_ready(self) -> Iterator[QueueEntry]:
-        """The ready entries in delivery order, one at a time (paged ones read back as they
-        come, so memory stays flat). Do not change the queue while iterating."""
-        return iter(self._ready)
-
-    def unacked_entries(self) -> list[QueueEntry]:
-        """A snapshot of the unacked entries in delivery order."""
-        return list(self._unacked.values())
 
     # --- publish ----------------------------------------------------------------------------
 
