@@ -9,6 +9,7 @@ process's CPU time and bytes written to storage (psutil, when installed).
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -31,6 +32,7 @@ HOST = "127.0.0.1"
 # extra directories where Debian puts the RabbitMQ scripts (often not on a non-root PATH)
 RABBITMQ_PATH = os.pathsep.join(["/usr/sbin", "/usr/lib/rabbitmq/bin"])
 EPMD_PORT = 4369  # Erlang's port mapper daemon
+_NODE_NUMBERS = itertools.count(1)
 
 
 def free_port(preferred: int | None = None) -> int:
@@ -210,7 +212,8 @@ class RabbitMQ(Broker):
         self.conf = conf
         self.plugins = plugins
         self.files = files or {}
-        self.node = f"bench{os.getpid()}@localhost"
+        # unique per node, not only per process: a test run may start several (TLS, plain)
+        self.node = f"bench{os.getpid()}x{next(_NODE_NUMBERS)}@localhost"
         self.base: Path | None = None
         self.proc: subprocess.Popen | None = None
         self.beam: psutil.Process | None = None

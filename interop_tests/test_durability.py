@@ -22,7 +22,7 @@ ROUNDS = 4
 @pytest.fixture(autouse=True)
 def _ours_only(broker):
     if broker.pid is None:
-        pytest.skip("kills and restarts broker processes; AMQP_TEST_URI points elsewhere")
+        pytest.skip("kills and restarts our broker processes (this is the RabbitMQ run, or AMQP_TEST_URI names an external broker)")
 
 
 def _connect(uri: str) -> pika.BlockingConnection:

@@ -60,7 +60,7 @@ def _stop(proc: subprocess.Popen) -> int:
 @pytest.fixture(autouse=True)
 def _ours_only(broker):
     if broker.pid is None:
-        pytest.skip("starts its own broker processes; AMQP_TEST_URI points elsewhere")
+        pytest.skip("starts our own broker processes (this is the RabbitMQ run, or AMQP_TEST_URI names an external broker)")
 
 
 def test_help_lists_the_documented_flags():

@@ -283,7 +283,7 @@ def test_retention_by_max_length_bytes_drops_head_segments(broker, conn, unique_
 # --- ours only: restart ---------------------------------------------------------------------------
 def test_kill_9_keeps_the_stream_and_consumers_resume(broker, broker_factory, tmp_path):
     if broker.pid is None:
-        pytest.skip("kills and restarts broker processes; AMQP_TEST_URI points elsewhere")
+        pytest.skip("kills and restarts our broker processes (this is the RabbitMQ run, or AMQP_TEST_URI names an external broker)")
     data = tmp_path / "data"
     b = broker_factory(data_dir=data)
     c = _connect(b.uri)
