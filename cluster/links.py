@@ -30,7 +30,7 @@ import anyio
 from pamqp import commands as cmd
 
 from amqp_broker.protocol import constants as c
-from amqp_broker.protocol.errors import ConnectionException
+from amqp_broker.protocol.errors import AMQPException, ConnectionException
 from amqp_broker.protocol.framing import FrameSplitter
 from amqp_broker.protocol.methods import decode_method, encode_method
 from clients.protocol import ChannelMethod, ClientProtocol, Closed, Opened
@@ -193,7 +193,7 @@ class PeerLinks:
                         pass
                     tg.cancel_scope.cancel()
         except (OSError, anyio.BrokenResourceError, anyio.EndOfStream, TimeoutError, LinkError,
-                ValueError) as exc:
+                ValueError, AMQPException) as exc:
             if not link.closed:
                 log.info("link to %s (%s) failed: %s", link.node, link.address, exc)
         finally:
@@ -305,7 +305,9 @@ class PeerLinks:
                              method.reply_text)
                     return
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream,
-                ValueError) as exc:
+                ValueError, AMQPException) as exc:
+            # AMQPException: the member sent what is not AMQP (bad frame, unknown or truncated
+            # method): the link fails like a broken socket, the broker goes on
             log.info("link to %s: %s", link.node, exc)
         finally:
             tg.cancel_scope.cancel()

@@ -1,0 +1,85 @@
+"""Peer links against a misbehaving member (bad input never crashes a broker): a fake member on
+127.0.0.1 completes the link handshake, then sends a frame that is not valid AMQP. The link must
+fail like a broken socket (``on_failure`` and ``on_down`` for that node) and nothing may escape
+into the broker's task group. Source: AMQP 0-9-1 §4.2.3 (a malformed method frame is a
+connection error: 540 / 502 / 501), DESIGN.md §6."""
+
+from __future__ import annotations
+
+import struct
+
+import anyio
+import pytest
+from pamqp import commands as cmd
+from pamqp import frame as pframe
+
+from amqp_broker.protocol.framing import FrameSplitter
+from cluster.links import PeerLinks
+from cluster.secret import MECHANISM
+
+SECRET = b"s" * 32
+BAD_FRAMES = {
+    "unknown method (540)": struct.pack(">BHIHH", 1, 1, 4, 60, 99) + b"\xce",
+    "truncated arguments (502)": struct.pack(">BHIHH", 1, 1, 5, 60, 80) + b"\x00\xce",
+    "bad frame end (501)": struct.pack(">BHI", 1, 1, 4) + b"\x00\x3c\x00\x50" + b"\x00",
+}
+
+
+async def _fake_member(stream, bad: bytes, in_handshake: bool) -> None:
+    """Handshake as a broker would (any Secure-Ok is taken), then send ``bad``: right behind
+    Channel.Open-Ok (the handshake reads it) or once the link is open (its reader does)."""
+    splitter = FrameSplitter(4096)
+    methods: list = []
+
+    async def next_method():
+        while not methods:
+            for ftype, _channel, payload in splitter.feed(await stream.receive()):
+                if ftype == 1:
+                    methods.append(pframe.unmarshal(struct.pack(">BHI", 1, 0, len(payload))
+                                                    + payload + b"\xce")[2])
+        return methods.pop(0)
+
+    assert (await stream.receive(8)) == b"AMQP\x00\x00\x09\x01"
+    await stream.send(pframe.marshal(cmd.Connection.Start(0, 9, {}, MECHANISM, "en_US"), 0))
+    assert isinstance(await next_method(), cmd.Connection.StartOk)
+    await stream.send(pframe.marshal(cmd.Connection.Secure("00" * 32), 0))
+    assert isinstance(await next_method(), cmd.Connection.SecureOk)
+    await stream.send(pframe.marshal(cmd.Connection.Tune(2047, 131072, 0), 0))
+    assert isinstance(await next_method(), cmd.Connection.TuneOk)
+    assert isinstance(await next_method(), cmd.Connection.Open)
+    await stream.send(pframe.marshal(cmd.Connection.OpenOk(), 0))
+    assert isinstance(await next_method(), cmd.Channel.Open)
+    await stream.send(pframe.marshal(cmd.Channel.OpenOk(), 1))
+    if not in_handshake:
+        await anyio.sleep(0.3)  # the link is open now: its reader gets the bad frame
+    await stream.send(bad)
+    with anyio.move_on_after(5):
+        try:
+            while True:
+                await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            pass  # the link closed its socket
+
+
+@pytest.mark.parametrize("in_handshake", [True, False], ids=["in-handshake", "open-link"])
+@pytest.mark.parametrize("bad", list(BAD_FRAMES.values()), ids=list(BAD_FRAMES))
+def test_a_malformed_frame_from_a_member_fails_the_link_not_the_broker(bad: bytes,
+                                                                       in_handshake: bool) -> None:
+    failed: list[str] = []
+    down: list[str] = []
+
+    async def main() -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, lambda s: _fake_member(s, bad, in_handshake))
+            links = PeerLinks("me", SECRET, on_failure=failed.append, on_down=down.append)
+            links.start(tg)
+            links.connect("bad-peer", f"127.0.0.1:{port}")
+            with anyio.fail_after(10):
+                while not failed:
+                    await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert failed == ["bad-peer"] and down == ["bad-peer"]
