@@ -82,10 +82,7 @@ class Queue(QueueView):
     and read back as consumers need them (``queues.paged_list``). Delivered and unacked entries
     always have their bodies.
 
-    Counters: ``message_count`` (ready), ``message_bytes`` (body bytes of ready), ``unacked_count``
-    (delivered to ack-mode consumers or fetched with Basic.Get no_ack=False, not settled),
-    ``consumer_count``. Every published, accepted entry is at any time exactly one of: ready,
-    unacked, or gone (delivered no-ack, acked, dead-lettered/dropped, purged, deleted).
+    Counters and snapshots: ``queues.queue_view.QueueView``, the base class.
     """
 
     __slots__ = (

@@ -23,7 +23,12 @@ __all__ = ["QueueView"]
 
 class QueueView:
     """Counters and snapshots of ``queues.queue.Queue`` (its base class; the state lives in the
-    subclass's slots: ``_ready``, ``_bytes``, ``_unacked``, ``_consumers``, ``_deleted``)."""
+    subclass's slots: ``_ready``, ``_bytes``, ``_unacked``, ``_consumers``, ``_deleted``).
+
+    Counters: ``message_count`` (ready), ``message_bytes`` (body bytes of ready),
+    ``unacked_count`` (delivered to ack-mode consumers or fetched with Basic.Get no_ack=False, not
+    settled), ``consumer_count``. Every published, accepted entry is at any time exactly one of:
+    ready, unacked, or gone (delivered no-ack, acked, dead-lettered/dropped, purged, deleted)."""
 
     __slots__ = ()
 
