@@ -87,15 +87,17 @@ def run(messages: int, case: str) -> float:
     return elapsed
 
 
-def callgrind(messages: int, case: str) -> float:
-    """Instructions per message: callgrind totals at 2N and N messages, difference over N."""
+def callgrind(messages: int, case: str, module: str = "benchmarks.hotpath") -> float:
+    """Instructions per message: callgrind totals at 2N and N messages, difference over N, of
+    ``python -m module --messages N [--case case]`` (``case`` "relay": no ``--case``)."""
     totals = []
     for n in (messages, 2 * messages):
         with tempfile.TemporaryDirectory() as d:
             out = Path(d) / "cg.out"
             proc = subprocess.run(
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                 sys.executable, "-m", "benchmarks.hotpath", "--messages", str(n), "--case", case],
+                 sys.executable, "-m", module, "--messages", str(n),
+                 *(["--case", case] if case != "relay" else [])],
                 capture_output=True, text=True, timeout=3600)
             match = re.search(r"Collected : (\d+)", proc.stderr)
             if proc.returncode or not match:

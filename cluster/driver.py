@@ -24,10 +24,10 @@ from typing import Any, Protocol
 from amqp_broker.protocol import constants as c
 from amqp_broker.protocol.delivery import encode_routing
 from amqp_broker.protocol.framing import encode_body_frames, encode_frame
-from amqp_broker.protocol.methods import encode_method
+from amqp_broker.protocol.methods import Publish, encode_method
 
 from . import actions as a
-from .codec import ClusterMethod, Consumers, Policy, Relay, Synch
+from .codec import ClusterMethod, Consumers, Policy, Relay, Synch, relay_routing_raw
 from .membership import IN_VIEW, Node, Status
 
 __all__ = ["ClusterDriver", "LinkSender", "reply_quorum"]
@@ -35,7 +35,6 @@ __all__ = ["ClusterDriver", "LinkSender", "reply_quorum"]
 log = logging.getLogger(__name__)
 
 Done = Callable[[tuple[int, str] | None], None]
-_PUBLISH = b"\x00\x3c\x00\x28\x00\x00"  # Basic.Publish, ticket 0
 _TAG_BIT = struct.Struct(">QB")  # Cluster.Relay's delivery_tag (longlong) and redelivered (bit)
 RELAY_FRAME_MAX = 131072
 
@@ -134,8 +133,10 @@ class ClusterDriver:
         if self.node.status in (Status.JOINING, Status.SYNCING) and sender not in self._applied:
             self._buffers.setdefault(sender, []).append((channel, payload))
             return True
-        if isinstance(method, Relay):
+        if method.__class__ is Relay:  # its content follows: assembled as a publish's
             channel.relay_target = (method.queue, method.delivery_tag, bool(method.redelivered))
+            channel.assembler.start(Publish(method.exchange, method.routing_key, False, False,
+                                            relay_routing_raw(payload)))
             return True
         if isinstance(method, Consumers):
             if self.on_consumers is not None and method.node != self.node.name:
@@ -175,8 +176,8 @@ class ClusterDriver:
     def relay(self, node: str, vhost: str, queue: str, message: Any, delivery_tag: int = 0,
               redelivered: bool = False) -> None:
         """Deal ``message`` to ``node``'s consumers of ``queue`` as transfer ``delivery_tag``:
-        Cluster.Relay, then the message as a Basic.Publish with its original exchange and routing
-        key and its raw content. The receiver settles the tag (``core.relay``)."""
+        Cluster.Relay with the original exchange and routing key, then the message's raw content
+        (header and body frames). The receiver settles the tag (``core.relay``)."""
         routing_raw = message.routing_raw
         if routing_raw is None:
             routing_raw = encode_routing(message.exchange, message.routing_key)
@@ -186,11 +187,10 @@ class ClusterDriver:
                 self._relay_prefixes.clear()
             # the method frame's payload up to the tag: class, method, vhost, queue
             prefix = self._relay_prefixes[(vhost, queue)] = encode_method(
-                1, Relay(vhost, queue))[7:-10]
+                1, Relay(vhost, queue))[7:-12]
         data = b"".join((
-            encode_frame(c.FRAME_METHOD, 1,
-                         prefix + _TAG_BIT.pack(delivery_tag, 1 if redelivered else 0)),
-            encode_frame(c.FRAME_METHOD, 1, _PUBLISH + routing_raw + b"\x00"),
+            encode_frame(c.FRAME_METHOD, 1, b"".join((
+                prefix, _TAG_BIT.pack(delivery_tag, 1 if redelivered else 0), routing_raw))),
             encode_frame(c.FRAME_HEADER, 1, message.header_payload),
             *(encode_body_frames(1, message.body, RELAY_FRAME_MAX) if message.body else ()),
         ))

@@ -24,7 +24,7 @@ import ssl
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 from pamqp import commands as cmd
@@ -40,7 +40,7 @@ from . import secret as peer_secret
 if TYPE_CHECKING:
     pass
 
-__all__ = ["PeerLinks", "LinkError"]
+__all__ = ["PeerLinks", "LinkError", "Settle"]
 
 log = logging.getLogger(__name__)
 
@@ -51,26 +51,36 @@ _REPLIES = (cmd.Exchange.DeclareOk, cmd.Exchange.DeleteOk, cmd.Exchange.BindOk,
             cmd.Queue.PurgeOk, cmd.Queue.DeleteOk, cmd.Basic.ConsumeOk, cmd.Basic.CancelOk)
 
 
-#: How a member settles messages we relayed to it (``core.relay``).
-_SETTLES = (cmd.Basic.Ack, cmd.Basic.Nack, cmd.Basic.Reject)
 _TAG_BITS = struct.Struct(">QB")
+#: method id (class 60) -> outcome of a settle without / with its requeue bit
+_OUTCOMES = {80: ("ack", "ack"), 120: ("reject", "requeue"), 90: ("reject", "requeue")}
 
 
-def _decode_settle(payload: bytes) -> Any:
-    """Basic.Ack / Nack / Reject (a member settling relayed messages: one per message, so the
-    common case skips pamqp's generic decoder) -> the pamqp object; None for any other method or
-    a malformed one (the generic decoder then reports it)."""
-    if len(payload) != 13 or payload[:2] != b"\x00\x3c":
+class Settle(NamedTuple):
+    """A member settled messages we relayed to it (``core.relay``): Basic.Ack (``"ack"``),
+    Basic.Nack or Basic.Reject with requeue (``"requeue"``) or without (``"reject"``), for
+    ``delivery_tag`` and, with ``multiple`` (Ack and Nack only), every earlier tag."""
+
+    delivery_tag: int
+    multiple: bool
+    outcome: str
+
+
+def _decode_settle(payload: bytes) -> Settle | None:
+    """Basic.Ack / Nack / Reject (a member settling relayed messages: one per message, so they
+    skip pamqp's generic decoder) -> ``Settle``; None for any other method or a malformed one
+    (the generic decoder then reports it). Layouts: AMQP 0-9-1 §1.8 (basic.ack: delivery-tag
+    longlong, multiple bit; basic.nack: delivery-tag, multiple, requeue; basic.reject:
+    delivery-tag, requeue)."""
+    if len(payload) != 13 or payload[:3] != b"\x00\x3c\x00":
         return None
-    method_id = payload[3]
+    outcomes = _OUTCOMES.get(payload[3])
+    if outcomes is None:
+        return None
     tag, bits = _TAG_BITS.unpack_from(payload, 4)
-    if method_id == 80:
-        return cmd.Basic.Ack(tag, bool(bits & 1))
-    if method_id == 120:
-        return cmd.Basic.Nack(tag, bool(bits & 1), bool(bits & 2))
-    if method_id == 90:
-        return cmd.Basic.Reject(tag, bool(bits & 1))
-    return None
+    if payload[3] == 90:  # reject: its only bit is requeue
+        return Settle(tag, False, outcomes[bits & 1])
+    return Settle(tag, bool(bits & 1), outcomes[(bits >> 1) & 1])
 
 
 class LinkError(Exception):
@@ -97,7 +107,7 @@ class PeerLinks:
     ``on_failure(node)`` is called (in the event loop) when a link to ``node`` fails."""
 
     def __init__(self, me: str, secret: bytes, on_failure: Callable[[str], None],
-                 on_settle: Callable[[str, Any, bool], None] | None = None,
+                 on_settle: Callable[[str, list[Settle]], None] | None = None,
                  on_down: Callable[[str], None] | None = None,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.me = me
@@ -105,8 +115,8 @@ class PeerLinks:
         self.ssl_context = ssl_context
         self.secret = secret
         self.on_failure = on_failure
-        #: ``on_settle(node, method, last)``: the member settled relayed messages (Basic.Ack, Nack or
-        #: Reject on channel 1; ``core.relay``).
+        #: ``on_settle(node, settles)``: the member settled relayed messages (Basic.Ack, Nack or
+        #: Reject on channel 1; ``core.relay``): each run of settles read together, in order.
         self.on_settle = on_settle
         #: ``on_down(node)``: a link's connection ended, whatever the reason (what was relayed
         #: over it and not settled must be taken back).
@@ -273,11 +283,14 @@ class PeerLinks:
         try:
             while True:
                 channel, method = await self._read_method(stream, splitter, pending)
-                if isinstance(method, _SETTLES):
+                if method.__class__ is Settle:
+                    # the run of settles read together goes in one call, so the broker applies
+                    # them per queue and dispatches once, not once per settle
+                    batch = [method]
+                    while pending and pending[0][1].__class__ is Settle:
+                        batch.append(pending.popleft()[1])
                     if self.on_settle is not None:
-                        # ``last``: nothing more is buffered, so the broker dispatches once per
-                        # received chunk of settles, not once per settle
-                        self.on_settle(link.node, method, not pending)
+                        self.on_settle(link.node, batch)
                 elif isinstance(method, _REPLIES):
                     if link.inflight:
                         _m, cb = link.inflight.popleft()

@@ -35,7 +35,7 @@ class ConsumerSet:
     False for an unknown consumer. Iteration yields consumers in registration order.
     """
 
-    __slots__ = ("_all", "_levels", "_prios", "_sac", "active")
+    __slots__ = ("_all", "_levels", "_prios", "_sac", "active", "version")
 
     def __init__(self, single_active: bool = False) -> None:
         self._all: dict[int, tuple[Any, int]] = {}  # id -> (consumer, priority); insertion order
@@ -44,6 +44,8 @@ class ConsumerSet:
         self._sac = single_active
         #: The single active consumer (SAC queues only), ``None`` when there is none.
         self.active: Any = None
+        #: Grows by one on every ``add`` and successful ``remove`` (callers cache views of the set).
+        self.version = 0
 
     def __len__(self) -> int:
         return len(self._all)
@@ -64,6 +66,7 @@ class ConsumerSet:
             raise ValueError(f"consumer {getattr(consumer, 'tag', consumer)!r} already registered")
         priority = int(getattr(consumer, "priority", 0) or 0)
         self._all[key] = (consumer, priority)
+        self.version += 1
         level = self._levels.get(priority)
         if level is None:
             level = self._levels[priority] = deque()
@@ -80,6 +83,7 @@ class ConsumerSet:
         item = self._all.pop(id(consumer), None)
         if item is None:
             return False
+        self.version += 1
         priority = item[1]
         level = self._levels[priority]
         for i, c in enumerate(level):

@@ -85,6 +85,11 @@ class QueueView:
         """The registered consumers in registration order."""
         return tuple(self._consumers)
 
+    @property
+    def consumers_version(self) -> int:
+        """Changes whenever a consumer is added or removed (to cache views of ``consumers()``)."""
+        return self._consumers.version
+
     def ready_entries(self) -> list[QueueEntry]:
         """A snapshot of the ready entries in delivery order (diagnostics, tests). A paging
         queue reads every paged body back for it: for big queues use ``iter_ready``."""

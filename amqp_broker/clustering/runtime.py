@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from pamqp import commands as cmd
 
 from cluster import secret as peer_secret
 from cluster.actions import Timing
 from cluster.driver import ClusterDriver
-from cluster.links import PeerLinks
+from cluster.links import PeerLinks, Settle
 from cluster.membership import Node
 
 from .. import __version__
@@ -111,16 +110,9 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     def failed(peer: str) -> None:
         driver.send_failed(peer)
 
-    def settled(peer: str, method: Any, last: bool) -> None:  # Ack / Nack / Reject of transfers
-        if isinstance(method, cmd.Basic.Ack):
-            outcome = relay.ACK
-        elif isinstance(method, cmd.Basic.Nack) and method.requeue:
-            outcome = relay.REQUEUE
-        else:
-            outcome = relay.REJECT
-        relay.settle_relayed(broker, peer, method.delivery_tag, bool(method.multiple), outcome)
-        if last:  # once per chunk the link read: the freed credit deals more
-            broker.run_dispatch()
+    def settled(peer: str, settles: list[Settle]) -> None:  # Ack / Nack / Reject of transfers
+        if relay.settle_batch(broker, peer, settles):
+            broker.run_dispatch()  # the freed credit deals more
 
     def link_down(peer: str) -> None:  # what it had not settled comes back, redelivered
         if relay.requeue_node(broker, peer):

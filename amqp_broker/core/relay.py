@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from .vhost import VirtualHost
 
 __all__ = ["RELAY_WINDOW", "ACK", "REQUEUE", "REJECT", "RelayConsumer", "RelayOutbox",
-           "set_remote_consumers", "remove_node", "settle_relayed", "requeue_node",
+           "set_remote_consumers", "remove_node", "settle_relayed", "settle_batch", "requeue_node",
            "local_consumer_count"]
 
 #: Relayed messages one remote consumer may hold unsettled (the transfer's credit window): with
@@ -122,7 +123,11 @@ class RelayOutbox:
         if not multiple:
             item = per_node.pop(tag, None)
             return [] if item is None else [item]
-        tags = [t for t in per_node if t <= tag]
+        tags = []
+        for t in per_node:  # tags were added in increasing order: stop at the first later one
+            if t > tag:
+                break
+            tags.append(t)
         return [per_node.pop(t) for t in tags]
 
     def take_all(self, node: str) -> list[tuple[Queue, QueueEntry, RelayConsumer]]:
@@ -136,9 +141,27 @@ def settle_relayed(broker: Broker, node: str, tag: int, multiple: bool, outcome:
     ``outcome`` (``ACK``, ``REQUEUE`` or ``REJECT``); returns how many transfers it covered.
     Ack: the queue forgets the entry and the store its record; requeue: back in its original
     place, redelivered; reject: dead-lettered or dropped by the queue's rules."""
-    items = broker.relay_outbox.take(node, tag, multiple)
-    _settle(broker, items, outcome)
-    return len(items)
+    return settle_batch(broker, node, ((tag, multiple, outcome),))
+
+
+def settle_batch(broker: Broker, node: str,
+                 settles: Iterable[tuple[int, bool, str]]) -> int:
+    """``settle_relayed`` for a run of ``(tag, multiple, outcome)`` read together from
+    ``node``'s link, applied per queue and outcome in one pass (one ``ack_many`` per queue).
+    Returns how many transfers they covered (0: nothing to dispatch)."""
+    take = broker.relay_outbox.take
+    by_outcome: dict[str, list[tuple[Queue, QueueEntry, RelayConsumer]]] = {}
+    for tag, multiple, outcome in settles:
+        items = take(node, tag, multiple)
+        if items:
+            got = by_outcome.get(outcome)
+            if got is None:
+                by_outcome[outcome] = items
+            else:
+                got.extend(items)
+    for outcome, items in by_outcome.items():
+        _settle(broker, items, outcome)
+    return sum(len(items) for items in by_outcome.values())
 
 
 def requeue_node(broker: Broker, node: str) -> int:

@@ -95,12 +95,14 @@ class RelayInbox:
     """Relayed messages waiting for a local consumer with credit, per queue, plus each queue's
     turn among its local consumers. ``policy`` is the broker's relay policy."""
 
-    __slots__ = ("policy", "waiting", "_turns")
+    __slots__ = ("policy", "waiting", "_turns", "_local")
 
     def __init__(self, policy: RelayPolicy | None = None) -> None:
         self.policy = policy or RelayPolicy()
         self.waiting: dict[Queue, deque[_Waiting]] = {}
         self._turns: dict[Queue, int] = {}
+        #: per queue, (its consumers' version, its local consumers): one relayed message each
+        self._local: dict[Queue, tuple[int, list[Any]]] = {}
 
     def __len__(self) -> int:
         return sum(len(d) for d in self.waiting.values())
@@ -108,6 +110,7 @@ class RelayInbox:
     def forget_queue(self, q: Queue) -> None:
         """``q`` was deleted: what waited for it goes back to its senders (who delete it too)."""
         self._turns.pop(q, None)
+        self._local.pop(q, None)
         for item in self.waiting.pop(q, ()):
             item.origin.settle("requeue")
 
@@ -117,7 +120,7 @@ class RelayInbox:
         pending = self.waiting.get(q)
         if not pending:
             return
-        local = _local_consumers(q)
+        local = self._local_consumers(q)
         while pending:
             item = pending[0]
             if not item.origin.alive:  # the sender requeued it when the link went
@@ -142,7 +145,7 @@ class RelayInbox:
     def receive(self, broker: Broker, q: Queue, message: Message, origin: RelayOrigin,
                 redelivered: bool) -> None:
         """A relayed message for ``q``: to a local consumer now, else wait or apply the policy."""
-        local = _local_consumers(q)
+        local = self._local_consumers(q)
         if q not in self.waiting and local and self._deliver(q, local, message, origin,
                                                              redelivered):
             return
@@ -150,6 +153,20 @@ class RelayInbox:
         if not local and self._apply_policy(item, item.since):
             return
         self.waiting.setdefault(q, deque()).append(item)
+
+    def _local_consumers(self, q: Queue) -> list[Any]:
+        """``q``'s consumers on our own channels (not relays), cached until they change."""
+        version = getattr(q, "consumers_version", None)  # a classic queue's; other types: None
+        cached = self._local.get(q)
+        if version is not None and cached is not None and cached[0] == version:
+            return cached[1]
+        local = [c for c in q.consumers() if not isinstance(c, RelayConsumer)]
+        if version is None:
+            return local
+        if len(self._local) > 4096:
+            self._local.clear()
+        self._local[q] = (version, local)
+        return local
 
     def _apply_policy(self, item: _Waiting, now: float) -> bool:
         """No local consumer: True when ``item`` was passed on or dropped, False to keep it."""
@@ -178,10 +195,6 @@ class RelayInbox:
                     entry.origin = origin
                 return True
         return False
-
-
-def _local_consumers(q: Queue) -> list[Any]:
-    return [c for c in q.consumers() if not isinstance(c, RelayConsumer)]
 
 
 def receive_relayed(vhost: VirtualHost, channel: Channel, queue_name: str, message: Message,

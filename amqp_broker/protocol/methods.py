@@ -11,6 +11,7 @@ all are caught here. Must not know: channel state.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 from pamqp import base, commands
@@ -19,7 +20,8 @@ from pamqp.exceptions import UnmarshalingException
 from . import constants as c
 from .errors import ConnectionException
 
-__all__ = ["Publish", "decode_method", "encode_method", "PUBLISH_INDEX", "method_ids"]
+__all__ = ["Publish", "decode_method", "encode_method", "PUBLISH_INDEX", "method_ids",
+           "register_fast_decoder"]
 
 PUBLISH_INDEX = 0x003C0028
 _PUBLISH_PREFIX = b"\x00\x3c\x00\x28"
@@ -27,6 +29,16 @@ _HEAD = struct.Struct(">BHI")
 _INDEX = struct.Struct(">I")
 _FIXED_SIZE = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
 _ARG_TYPES: dict[int, tuple[str, ...]] = {}  # method index -> argument types, filled on first use
+#: class+method prefix (4 bytes) -> a hand-written decoder of a hot extension method
+_FAST: dict[bytes, Callable[[bytes], base.Frame | None]] = {}
+
+
+def register_fast_decoder(index: int, decoder: Callable[[bytes], base.Frame | None]) -> None:
+    """Decode method ``index`` ((class << 16) | method) with ``decoder(payload)`` instead of
+    pamqp's generic unmarshal: for an extension method sent once per message (the cluster's
+    Cluster.Relay). ``decoder`` returns the command, or None for a payload it does not accept
+    exactly; the generic path then decodes it and reports the error (502 / 540)."""
+    _FAST[_INDEX.pack(index)] = decoder
 
 
 def _arg_types(index: int, cls: type[base.Frame]) -> tuple[str, ...]:
@@ -115,8 +127,14 @@ def decode_method(payload: bytes) -> Publish | base.Frame:
     ``ConnectionException`` 540 NOT_IMPLEMENTED (unknown class/method) or 502 SYNTAX_ERROR (malformed
     arguments, or a payload under 4 bytes). Source: AMQP 0-9-1 §2.3.5.2 and §4.2.4.
     """
-    if payload[:4] == _PUBLISH_PREFIX:
+    prefix = payload[:4]
+    if prefix == _PUBLISH_PREFIX:
         return _decode_publish(payload)
+    fast = _FAST.get(prefix)
+    if fast is not None:
+        method = fast(payload)
+        if method is not None:
+            return method
     if len(payload) < 4:
         raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - method frame shorter than 4 bytes")
     index = _INDEX.unpack_from(payload)[0]

@@ -14,7 +14,7 @@ from pamqp import commands as cmd
 from pamqp import frame as pframe
 
 from amqp_broker.protocol.framing import FrameSplitter
-from cluster.links import PeerLinks
+from cluster.links import PeerLinks, Settle, _decode_settle
 from cluster.secret import MECHANISM
 
 SECRET = b"s" * 32
@@ -83,3 +83,19 @@ def test_a_malformed_frame_from_a_member_fails_the_link_not_the_broker(bad: byte
 
     anyio.run(main)
     assert failed == ["bad-peer"] and down == ["bad-peer"]
+
+
+@pytest.mark.parametrize(("method", "expected"), [
+    (cmd.Basic.Ack(7, False), Settle(7, False, "ack")),
+    (cmd.Basic.Ack(9, True), Settle(9, True, "ack")),
+    (cmd.Basic.Nack(3, False, True), Settle(3, False, "requeue")),
+    (cmd.Basic.Nack(4, True, False), Settle(4, True, "reject")),
+    (cmd.Basic.Reject(5, True), Settle(5, False, "requeue")),
+    (cmd.Basic.Reject(6, False), Settle(6, False, "reject")),
+], ids=repr)
+def test_settles_decode_as_pamqp_encodes_them(method: object, expected: Settle) -> None:
+    """A member's Basic.Ack / Nack / Reject (encoded by pamqp, as any client would) reads as the
+    outcome the relay applies; other methods are left to the generic decoder."""
+    payload = pframe.marshal(method, 1)[7:-1]  # type: ignore[arg-type]
+    assert _decode_settle(payload) == expected
+    assert _decode_settle(pframe.marshal(cmd.Basic.Qos(0, 10, False), 1)[7:-1]) is None

@@ -1,0 +1,129 @@
+"""The cluster relay's path in one process, for ``valgrind --tool=callgrind`` (issue 10: CPU per
+relayed message against a local one): ``python -m benchmarks.relaypath [--messages N]
+[--callgrind]``.
+
+Two core ``Broker`` objects, A and B (no sockets: ``amqp_broker.core``), with the real cluster code
+between them where it is not I/O: a publisher on A publishes 1 KiB messages (frames as amqbench
+sends them, chunks of 100) to shared queue ``hot``, whose only consumer is B's (a relay consumer on
+A, ``core.relay``); ``ClusterDriver.relay`` encodes each transfer (Cluster.Relay + Basic.Publish +
+content) into the bytes the peer link would write; they are fed to B's peer connection (an AMQP
+connection marked as a member's, as after the cluster-peer handshake), whose ``ClusterDriver``
+hands the relays to B's consumer; that consumer acks every 100 deliveries with one Basic.Ack
+multiple; B's settles (one Basic.Ack per message on the peer channel) are read back as the peer
+link's reader reads them (``cluster.links``: frame splitter, settle decoder, one batch per read)
+and applied on A (``core.relay.settle_batch``).
+
+Compare with ``python -m benchmarks.hotpath --case ack --callgrind`` (the same publisher and
+consumer on one broker). ``--callgrind`` runs itself under callgrind at N and 2N messages and
+prints the difference over N: instructions per relayed message, both brokers together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from pamqp import commands, frame
+
+from benchmarks.hotpath import CHUNK, _frames, callgrind
+
+
+class _Capture:
+    """Stands for the peer links on A: keeps the bytes ``send_raw`` would write to B."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def send_raw(self, node: str, data: bytes) -> None:
+        self.out.append(data)
+
+    def take(self) -> bytes:
+        data = b"".join(self.out)
+        self.out.clear()
+        return data
+
+
+def run(messages: int) -> float:
+    """Relay ``messages`` 1 KiB messages from A to B's consumer and settle them; returns s."""
+    from amqp_broker.core import relay
+    from amqp_broker.core.broker import Broker
+    from amqp_broker.core.tests.client import Client
+    from amqp_broker.protocol import constants as c
+    from amqp_broker.protocol.framing import FrameSplitter
+    from cluster.driver import ClusterDriver
+    from cluster.links import _decode_settle
+    from cluster.membership import Node
+
+    a, b = Broker(), Broker()
+    links = _Capture()
+    driver_a = ClusterDriver(Node("A", "127.0.0.2:5672"), a, links, lambda shared: [], time.monotonic)
+    driver_b = ClusterDriver(Node("B", "127.0.0.3:5672"), b, _Capture(), lambda shared: [],
+                             time.monotonic)
+
+    class Sink:  # A's relay sink, as amqp_broker.clustering.runtime.RelayGate without the gate
+        def can_relay(self, node: str) -> bool:
+            return True
+
+        def relay(self, node: str, vhost: str, queue: str, message: Any, delivery_tag: int = 0,
+                  redelivered: bool = False) -> None:
+            driver_a.relay(node, vhost, queue, message, delivery_tag, redelivered)
+
+    a.relay_sink = Sink()
+    b.peer_handler = driver_b.on_peer_method
+    pub = Client(a, "127.0.0.1", 40001)
+    pub.handshake()
+    pub.open_channel(1)
+    pub.call(1, commands.Queue.Declare(queue="hot"))
+    peer = Client(b, "127.0.0.2", 40003)  # A's link to B
+    peer.handshake()
+    peer.open_channel(1)
+    peer.conn.peer_node = "A"
+    con = Client(b, "127.0.0.1", 40002)
+    con.handshake()
+    con.open_channel(1)
+    con.call(1, commands.Queue.Declare(queue="hot"))
+    con.call(1, commands.Basic.Qos(prefetch_count=1000))
+    con.consume(1, "hot", "c")
+    relay.set_remote_consumers(a.vhosts["/"], "hot", "B", 1)
+    chunk = _frames("hot", b"x" * 1024, False) * CHUNK
+    splitter = FrameSplitter()
+    delivered = 0
+    started = time.perf_counter()
+    for _ in range(messages // CHUNK):
+        pub.conn.receive_data(chunk)
+        a.run_dispatch()
+        peer.conn.receive_data(links.take())
+        out = con.conn.take_output()
+        delivered += out.count(b"\x00\x3c\x00\x3c")  # Basic.Deliver method frames
+        con.conn.receive_data(frame.marshal(commands.Basic.Ack(delivered, True), 1))
+        batch = []
+        for ftype, _channel, payload in splitter.feed(peer.conn.take_output()):
+            settle = _decode_settle(payload) if ftype == c.FRAME_METHOD else None
+            if settle is not None:
+                batch.append(settle)
+        if relay.settle_batch(a, "B", batch):
+            a.run_dispatch()
+    elapsed = time.perf_counter() - started
+    if delivered < messages:
+        raise SystemExit(f"only {delivered} of {messages} delivered")
+    if a.relay_outbox.unsettled("B"):
+        raise SystemExit(f"{a.relay_outbox.unsettled('B')} transfers not settled")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--callgrind", action="store_true")
+    args = parser.parse_args()
+    if args.callgrind:
+        per = callgrind(args.messages, "relay", module="benchmarks.relaypath")
+        print(f"relayed: {per:,.0f} instructions per 1 KiB message (both brokers)")
+    else:
+        seconds = run(args.messages)
+        print(f"relayed: {args.messages / seconds:,.0f} msg/s in-process ({seconds:.2f} s)")
+
+
+if __name__ == "__main__":
+    main()
