@@ -6,12 +6,14 @@ the leader this replica knows; re-sent to a new leader, after a gap, and after `
 without progress -- idempotent thanks to the machine's per-origin seqs), applying committed
 entries to the machine and reporting this origin's progress (``applied``: the publisher-confirm
 counter), the leader's duties (Down for members that left the view, Expire when the head's TTL
-passed) and snapshots (when the log since the last one is long compared to the live state, so the
+passed), delivering to consumers on brokers outside the group (``Ship`` of their deliveries,
+re-shipped by a new leader and on their ``Holding`` reports: ``shipping``) and snapshots (when the log since the last one is long compared to the live state, so the
 cost per entry stays bounded: paper §7). Must not know: sockets, files, the broker core, clocks.
 
 The driver runs what every method returns, in order: the Raft actions of ``cluster.raft`` plus
 ``Forward(to, envelopes)`` (send these entries to member ``to``, which proposes them when it
-leads or passes them on once to its leader). ``apply`` is called by the driver when it reaches an
+leads or passes them on once to its leader), ``Notify`` and, for consumers outside the group,
+``shipping.Ship`` / ``shipping.Holding`` (a report passed on once to the leader). ``apply`` is called by the driver when it reaches an
 ``Apply`` action (after every earlier action of the list ran) and returns the effects for the
 queue object and more actions. Sources: Raft paper §5.3, §7, §8; RabbitMQ "Quorum Queues".
 """
@@ -28,16 +30,20 @@ from cluster.raft.node import RaftNode
 
 from .machine import (
     Applied,
+    Cancelled,
     Effect,
     Gap,
     QuorumMachine,
+    consumer_origin,
     down_envelope,
     envelope,
     origin_member,
 )
 from .outbox import Outbox
+from .shipping import Holding, Ship, decode_holding, encode_ship, missing
 
-__all__ = ["QuorumGroup", "Forward", "Notify", "Action", "RESEND_MS", "DOWN_RETRY_MS",
+__all__ = ["QuorumGroup", "Forward", "Notify", "Ship", "Holding", "Action", "RESEND_MS",
+           "DOWN_RETRY_MS",
            "SNAPSHOT_MIN_ENTRIES"]
 
 #: A command not applied this long after it was (re)sent is sent again (ms).
@@ -68,7 +74,7 @@ class Notify:
     resend: bool
 
 
-Action = ra.Action | Forward | Notify
+Action = ra.Action | Forward | Notify | Ship | Holding
 
 
 class QuorumGroup:
@@ -86,6 +92,8 @@ class QuorumGroup:
             machine.restore(node.snapshot.data)
         self._down_sent: dict[str, int] = {}
         self._expire_sent = 0
+        self._shipped_term = 0   # the term whose leader re-shipped to consumers outside the group
+        self._remote_of: dict[str, str] = {}   # consumer id -> its member ("" in the group)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -98,8 +106,13 @@ class QuorumGroup:
         """Whether this replica leads."""
         return self.node.is_leader
 
-    #: Consumers of this member are delivered from its replica.
-    serves_consumers = True
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The group's members (the replica's current configuration)."""
+        return self.node.members
+
+    #: This member holds a replica (Basic.Get is answered from it).
+    holds_replica = True
 
     @property
     def applied(self) -> int:
@@ -149,6 +162,38 @@ class QuorumGroup:
             return [Forward(leader, tuple(envs))]
         return []
 
+    def holding(self, frm: str, payload: bytes) -> list[Action]:
+        """A ``shipping.Holding`` report of a broker outside the group (from it, or passed on
+        by member ``frm``): the leader answers with a ``Ship`` of what is missing there once it
+        applied its term's first entry (before, the report is dropped: it comes again); another
+        member passes it once to the leader it knows."""
+        node = self.node
+        if node.is_leader:
+            if self.machine_index < node.term_start_index:
+                return []
+            try:
+                origin, held = decode_holding(payload)
+            except ValueError:
+                return []
+            deliveries, cancelled = missing(self.machine.fifo, held)
+            return [Ship(origin_member(origin)[0], encode_ship(deliveries, cancelled))]
+        leader = node.leader
+        if leader is not None and leader not in (self.me, frm):
+            return [Holding(leader, payload)]
+        return []
+
+    def _remote(self, consumer: str) -> str:
+        """The member of ``consumer`` when it is outside the group, else ""."""
+        member = self._remote_of.get(consumer)
+        if member is None:
+            if len(self._remote_of) > 4096:
+                self._remote_of.clear()
+            member = origin_member(consumer_origin(consumer))[0]
+            if member in self.node.members:
+                member = ""
+            self._remote_of[consumer] = member
+        return member
+
     def persisted(self, index: int, term: int) -> list[Action]:
         """Storage made the log durable up to (``index``, ``term``)."""
         return list(self.node.persisted(index, term))
@@ -163,10 +208,16 @@ class QuorumGroup:
     def leader_duties(self, now_ms: int, wall_ms: int, view: set[str] | None) -> list[Action]:
         """On the leader: Down for members out of ``view`` that still have consumers (None: the
         view is not known yet, as on a broker that restarted and has not rejoined: no Down);
-        Expire once the head's TTL passed (``wall_ms``: the clock commands carry)."""
+        Expire once the head's TTL passed (``wall_ms``: the clock commands carry); once per
+        term, when its first entry is applied, a ``Ship`` of everything checked out to each
+        broker outside the group that has consumers (the old leader's ships may be lost)."""
         node = self.node
         if not node.is_leader or node.commit_index < node.term_start_index:
             return []
+        out: list[Action] = []
+        if self._shipped_term != node.term and self.machine_index >= node.term_start_index:
+            self._shipped_term = node.term
+            out += self._ship_all()
         proposals = []
         members = {c.rpartition("/")[0].rpartition("#")[0] for c in self.machine.fifo.consumers}
         known = view if view is not None else members   # unknown view: nobody is Down
@@ -179,10 +230,22 @@ class QuorumGroup:
         if head is not None and head <= wall_ms and now_ms - self._expire_sent >= 100:
             self._expire_sent = now_ms
             proposals.append(envelope("", 0, f.encode(f.Expire(wall_ms))))
-        if not proposals:
-            return []
-        _results, actions = node.propose_batch(proposals)
-        return list(actions)
+        if proposals:
+            _results, actions = node.propose_batch(proposals)
+            out += actions
+        return out
+
+    def _ship_all(self) -> list[Action]:
+        """A ``Ship`` per broker outside the group of everything checked out to its consumers
+        (an empty one too: it learns who leads)."""
+        per: dict[str, list[f.Deliver]] = {}
+        for cid, c in self.machine.fifo.consumers.items():
+            member = self._remote(cid)
+            if member:
+                per.setdefault(member, []).extend(
+                    f.Deliver(cid, m.msg_id, m.header, m.body, m.delivery_count)
+                    for m in sorted(c.out.values(), key=lambda m: m.msg_id))
+        return [Ship(member, encode_ship(ds)) for member, ds in per.items()]
 
     def state_changed(self, change: ra.StateChanged, now_ms: int) -> list[Action]:
         """The node's role or leader changed: a newly known leader gets every unapplied
@@ -205,6 +268,7 @@ class QuorumGroup:
         mine = self.origin
         gap_from = 0
         remote: dict[str, tuple[int, bool]] = {}   # origins outside the group: (applied, gap)
+        ships: dict[str, tuple[list[f.Deliver], list[str]]] = {}   # their consumers' share
         members = node.members
         for e in entries:
             self.machine_index = e.index
@@ -225,9 +289,22 @@ class QuorumGroup:
                     continue
                 if isinstance(eff, f.DeadLetter) and not (acting and e.index >= start):
                     continue
+                if acting and isinstance(eff, f.Deliver | Cancelled):
+                    member = self._remote(eff.consumer)
+                    if member:
+                        ship = ships.get(member)
+                        if ship is None:
+                            ship = ships[member] = ([], [])
+                        if isinstance(eff, f.Deliver):
+                            ship[0].append(eff)
+                        else:
+                            ship[1].append(eff.consumer)
+                        continue
                 effects.append(eff)
         if gap_from:
             more += self.resend(now_ms)   # everything not applied, from the gap on
+        for member, (deliveries, cancelled) in ships.items():   # before the Notify: acks
+            more.append(Ship(member, encode_ship(deliveries, cancelled)))
         for origin, (applied, gap) in remote.items():
             more.append(Notify(origin_member(origin)[0], origin, applied, gap))
         live = machine.live_messages()
