@@ -69,7 +69,8 @@ from pamqp import base, commands
 __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
     "Synch", "Ping", "Vote", "Consumers", "Relay", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
-    "QUORUM_NOTIFY", "QUORUM_SHIP", "QUORUM_HOLDING", "Policy",
+    "QUORUM_NOTIFY", "QUORUM_SHIP", "QUORUM_HOLDING", "QUORUM_STATUS",
+    "Policy",
     "register",
 ]
 
@@ -389,12 +390,14 @@ class Relay(ClusterMethod):
 
 
 #: ``Quorum.kind`` values: a Raft message, entries forwarded to the leader, a notice of applied
-#: commands, deliveries shipped to a consumer's broker outside the group, its holding report.
+#: commands, deliveries shipped to a consumer's broker outside the group, its holding report,
+#: the leader's in-sync members.
 QUORUM_RAFT = 1
 QUORUM_FORWARD = 2
 QUORUM_NOTIFY = 3
 QUORUM_SHIP = 4
 QUORUM_HOLDING = 5
+QUORUM_STATUS = 6
 
 
 class Quorum(ClusterMethod):
@@ -405,7 +408,8 @@ class Quorum(ClusterMethod):
     ``QUORUM_NOTIFY`` (the leader tells a member outside the group how far its commands got),
     ``QUORUM_SHIP`` (the leader sends a member outside the group its consumers' deliveries) or
     ``QUORUM_HOLDING`` (that member reports what its consumers hold; see
-    ``cluster.quorum.shipping``)."""
+    ``cluster.quorum.shipping``) or ``QUORUM_STATUS`` (the leader tells the other members which
+    are in sync: ``cluster.quorum.group.Status``)."""
 
     __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "group", "kind"]
     frame_id: typing.ClassVar[int] = 100

@@ -45,10 +45,11 @@ from cluster.codec import (
     QUORUM_NOTIFY,
     QUORUM_RAFT,
     QUORUM_SHIP,
+    QUORUM_STATUS,
     Quorum,
 )
 from cluster.quorum import config as qconfig
-from cluster.quorum.group import Action, Forward, Notify, QuorumGroup
+from cluster.quorum.group import Action, Forward, Notify, QuorumGroup, Status
 from cluster.quorum.machine import QuorumMachine
 from cluster.quorum.queue import QuorumQueue
 from cluster.quorum.remote import RemoteGroup
@@ -102,7 +103,7 @@ class _Replica:
         self.closed = False
         self.prefix = {kind: encode_method(1, Quorum(vhost, name, uid, kind))[7:-1]
                        for kind in (QUORUM_RAFT, QUORUM_FORWARD, QUORUM_NOTIFY, QUORUM_SHIP,
-                                    QUORUM_HOLDING)}
+                                    QUORUM_HOLDING, QUORUM_STATUS)}
 
 
 class QuorumRuntime:
@@ -272,6 +273,8 @@ class QuorumRuntime:
                 self._send(rep, act.to, QUORUM_SHIP, act.payload, hold=True)  # type: ignore[union-attr]
             elif kind is Holding:
                 self._send(rep, act.to, QUORUM_HOLDING, act.payload)  # type: ignore[union-attr]
+            elif kind is Status:
+                self._send(rep, act.to, QUORUM_STATUS, act.payload)  # type: ignore[union-attr]
             elif kind is Notify:
                 origin = act.origin.encode()  # type: ignore[union-attr]
                 self._send(rep, act.to, QUORUM_NOTIFY, b"".join((  # type: ignore[union-attr]
@@ -420,6 +423,8 @@ class QuorumRuntime:
             self.execute(rep, group.forwarded(frm, envs))
         elif method.kind == QUORUM_HOLDING:
             self.execute(rep, group.holding(frm, body))
+        elif method.kind == QUORUM_STATUS:
+            group.status(frm, body)
 
     # ------------------------------------------------------------------ tasks
     async def run(self) -> None:

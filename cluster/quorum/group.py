@@ -20,6 +20,7 @@ queue object and more actions. Sources: Raft paper §5.3, §7, §8; RabbitMQ "Qu
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -42,14 +43,18 @@ from .machine import (
 from .outbox import Outbox
 from .shipping import Holding, Ship, decode_holding, encode_ship, missing
 
-__all__ = ["QuorumGroup", "Forward", "Notify", "Ship", "Holding", "Action", "RESEND_MS",
-           "DOWN_RETRY_MS",
-           "SNAPSHOT_MIN_ENTRIES"]
+__all__ = ["QuorumGroup", "Forward", "Notify", "Ship", "Holding", "Status", "Action",
+           "RESEND_MS", "DOWN_RETRY_MS", "SNAPSHOT_MIN_ENTRIES", "STATUS_MS", "encode_status",
+           "decode_status"]
 
 #: A command not applied this long after it was (re)sent is sent again (ms).
 RESEND_MS = 2000
 #: The leader proposes Down for a member out of the view at most this often (ms).
 DOWN_RETRY_MS = 1000
+#: The leader re-checks which members are in sync this often, and tells the others when that
+#: changed (else every ``STATUS_REPEAT`` rounds) (ms).
+STATUS_MS = 1000
+STATUS_REPEAT = 5
 #: A snapshot is taken once this many entries, and twice the live messages, were applied since
 #: the last one.
 SNAPSHOT_MIN_ENTRIES = 8192
@@ -74,7 +79,33 @@ class Notify:
     resend: bool
 
 
-Action = ra.Action | Forward | Notify | Ship | Holding
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Tell member ``to`` the leader's view of the group: ``payload`` is ``encode_status``."""
+
+    to: str
+    payload: bytes
+
+
+_TERM = struct.Struct(">Q")
+
+
+def encode_status(term: int, in_sync: Iterable[str]) -> bytes:
+    """A ``Status`` payload: ``term`` u64, then the in-sync members, comma-separated utf-8."""
+    return _TERM.pack(term) + ",".join(in_sync).encode()
+
+
+def decode_status(payload: bytes) -> tuple[int, tuple[str, ...]]:
+    """(term, in-sync members) of a ``Status`` payload. Raises ``ValueError`` when malformed."""
+    try:
+        (term,) = _TERM.unpack_from(payload)
+        names = bytes(payload[_TERM.size:]).decode()
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a status payload: {exc}") from exc
+    return term, tuple(n for n in names.split(",") if n)
+
+
+Action = ra.Action | Forward | Notify | Ship | Holding | Status
 
 
 class QuorumGroup:
@@ -94,6 +125,11 @@ class QuorumGroup:
         self._expire_sent = 0
         self._shipped_term = 0   # the term whose leader re-shipped to consumers outside the group
         self._remote_of: dict[str, str] = {}   # consumer id -> its member ("" in the group)
+        self._in_sync: tuple[str, ...] = ()
+        self._in_sync_term = 0   # the term whose leader computed or told ``_in_sync``
+        self._sync_mark = 0      # the commit index at the last status round
+        self._sync_ms = -STATUS_MS
+        self._status_rounds = 0
 
     # ------------------------------------------------------------------ queries
     @property
@@ -110,6 +146,40 @@ class QuorumGroup:
     def members(self) -> tuple[str, ...]:
         """The group's members (the replica's current configuration)."""
         return self.node.members
+
+    @property
+    def in_sync(self) -> tuple[str, ...] | None:
+        """The members whose log holds every entry the leader had committed one status round
+        (``STATUS_MS``) earlier (Raft match index >= that commit index; the leader itself):
+        computed here when this replica leads, else as the current term's leader last told
+        (``status``); None when not known (no leader, or not told yet in this term)."""
+        if self._in_sync_term != self.node.term or (not self.node.is_leader and
+                                                    self.node.leader is None):
+            return None
+        return self._in_sync
+
+    def status(self, frm: str, payload: bytes) -> None:
+        """A ``Status`` from member ``frm``: kept when ``frm`` is the leader of our term."""
+        try:
+            term, names = decode_status(payload)
+        except ValueError:
+            return
+        if term == self.node.term and frm == self.node.leader:
+            self._in_sync, self._in_sync_term = names, term
+
+    def _status_round(self, now_ms: int) -> list[Action]:
+        node = self.node
+        mark, self._sync_mark, self._sync_ms = self._sync_mark, node.commit_index, now_ms
+        progress = node.progress
+        sync = tuple(m for m in node.members if m == self.me or
+                     (m in progress and progress[m].match_index >= mark))
+        changed = sync != self._in_sync or self._in_sync_term != node.term
+        self._in_sync, self._in_sync_term = sync, node.term
+        self._status_rounds += 1
+        if not changed and self._status_rounds % STATUS_REPEAT:
+            return []
+        payload = encode_status(node.term, sync)
+        return [Status(m, payload) for m in node.members if m != self.me]
 
     #: This member holds a replica (Basic.Get is answered from it).
     holds_replica = True
@@ -210,7 +280,9 @@ class QuorumGroup:
         view is not known yet, as on a broker that restarted and has not rejoined: no Down);
         Expire once the head's TTL passed (``wall_ms``: the clock commands carry); once per
         term, when its first entry is applied, a ``Ship`` of everything checked out to each
-        broker outside the group that has consumers (the old leader's ships may be lost)."""
+        broker outside the group that has consumers (the old leader's ships may be lost);
+        every ``STATUS_MS`` the in-sync members (``in_sync``; a ``Status`` to the others when
+        they changed)."""
         node = self.node
         if not node.is_leader or node.commit_index < node.term_start_index:
             return []
@@ -218,6 +290,8 @@ class QuorumGroup:
         if self._shipped_term != node.term and self.machine_index >= node.term_start_index:
             self._shipped_term = node.term
             out += self._ship_all()
+        if now_ms - self._sync_ms >= STATUS_MS:
+            out += self._status_round(now_ms)
         proposals = []
         members = {c.rpartition("/")[0].rpartition("#")[0] for c in self.machine.fifo.consumers}
         known = view if view is not None else members   # unknown view: nobody is Down

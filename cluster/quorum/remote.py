@@ -42,6 +42,8 @@ class RemoteGroup:
 
     is_leader = False
     holds_replica = False
+    #: Which members are in sync is not known outside the group.
+    in_sync = None
 
     def __init__(self, me: str, origin: str, members: tuple[str, ...],
                  machine: QuorumMachine) -> None:

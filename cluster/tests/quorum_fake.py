@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.quorum.group import Forward, Notify, QuorumGroup
+from cluster.quorum.group import Forward, Notify, QuorumGroup, Status
 from cluster.quorum.machine import QuorumMachine
 from cluster.quorum.queue import QuorumQueue
 from cluster.quorum.remote import RemoteGroup
@@ -98,6 +98,8 @@ class Member:
                 self.net.send(self.name, act.to, ("ship", act.payload))
             elif isinstance(act, Holding):
                 self.net.send(self.name, act.to, ("holding", act.payload))
+            elif isinstance(act, Status):
+                self.net.send(self.name, act.to, ("status", act.payload))
             elif isinstance(act, ra.AppendLog):
                 self.storage.append(act.first_index, act.entries)
                 self.dirty = True
@@ -189,6 +191,8 @@ class Net:
                     m.run(m.group.receive(frm, payload, self.now))
                 elif kind == "holding":
                     m.run(m.group.holding(frm, payload))
+                elif kind == "status":
+                    m.group.status(frm, payload)
                 else:
                     m.run(m.group.forwarded(frm, payload))
             for name, m in self.members.items():
