@@ -7,15 +7,18 @@ without progress -- idempotent thanks to the machine's per-origin seqs), applyin
 entries to the machine and reporting this origin's progress (``applied``: the publisher-confirm
 counter), the leader's duties (Down for members that left the view, Expire when the head's TTL
 passed), delivering to consumers on brokers outside the group (``Ship`` of their deliveries,
-re-shipped by a new leader and on their ``Holding`` reports: ``shipping``) and snapshots (when the log since the last one is long compared to the live state, so the
-cost per entry stays bounded: paper §7). Must not know: sockets, files, the broker core, clocks.
+re-shipped by a new leader and on their ``Holding`` reports: ``shipping``), the in-sync members
+(``in_sync``, told to the others with ``Status``) and snapshots (when the log since the last one
+is long compared to the live state, so the cost per entry stays bounded: paper §7).
+Must not know: sockets, files, the broker core, clocks.
 
 The driver runs what every method returns, in order: the Raft actions of ``cluster.raft`` plus
 ``Forward(to, envelopes)`` (send these entries to member ``to``, which proposes them when it
-leads or passes them on once to its leader), ``Notify`` and, for consumers outside the group,
-``shipping.Ship`` / ``shipping.Holding`` (a report passed on once to the leader). ``apply`` is called by the driver when it reaches an
-``Apply`` action (after every earlier action of the list ran) and returns the effects for the
-queue object and more actions. Sources: Raft paper §5.3, §7, §8; RabbitMQ "Quorum Queues".
+leads or passes them on once to its leader), ``Notify``, ``Status`` and, for consumers outside
+the group, ``shipping.Ship`` / ``shipping.Holding`` (a report passed on once to the leader).
+``apply`` is called by the driver when it reaches an ``Apply`` action (after every earlier action
+of the list ran) and returns the effects for the queue object and more actions.
+Sources: Raft paper §5.3, §7, §8; RabbitMQ "Quorum Queues".
 """
 
 from __future__ import annotations
@@ -377,7 +380,8 @@ class QuorumGroup:
                 effects.append(eff)
         if gap_from:
             more += self.resend(now_ms)   # everything not applied, from the gap on
-        for member, (deliveries, cancelled) in ships.items():   # before the Notify: acks
+        # ships go before the Notify: a broker sees a delivery before the notice of its settle
+        for member, (deliveries, cancelled) in ships.items():
             more.append(Ship(member, encode_ship(deliveries, cancelled)))
         for origin, (applied, gap) in remote.items():
             more.append(Notify(origin_member(origin)[0], origin, applied, gap))
