@@ -72,7 +72,8 @@ from amqp_broker.protocol.methods import register_fast_decoder
 __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
     "Synch", "Ping", "Vote", "Consumers", "Relay", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
-    "QUORUM_NOTIFY", "Policy",
+    "QUORUM_NOTIFY", "QUORUM_SHIP", "QUORUM_HOLDING", "QUORUM_STATUS",
+    "Policy",
     "register",
 ]
 
@@ -400,18 +401,27 @@ class Relay(ClusterMethod):
         _check_shortstr("routing_key", self.routing_key)
 
 
-#: ``Quorum.kind`` values: a Raft message, entries forwarded to the leader.
+#: ``Quorum.kind`` values: a Raft message, entries forwarded to the leader, a notice of applied
+#: commands, deliveries shipped to a consumer's broker outside the group, its holding report,
+#: the leader's in-sync members.
 QUORUM_RAFT = 1
 QUORUM_FORWARD = 2
 QUORUM_NOTIFY = 3
+QUORUM_SHIP = 4
+QUORUM_HOLDING = 5
+QUORUM_STATUS = 6
 
 
 class Quorum(ClusterMethod):
     """Cluster.Quorum (our addition, issue 12): the content that follows on the channel is a
     message of quorum queue ``queue`` of ``vhost``'s Raft group ``group`` (its id, so a stale
     replica of a deleted and re-declared queue is not mixed in): ``kind`` ``QUORUM_RAFT`` (a
-    ``cluster.raft.codec`` message), ``QUORUM_FORWARD`` (entries for the leader to propose) or
-    ``QUORUM_NOTIFY`` (the leader tells a member outside the group how far its commands got)."""
+    ``cluster.raft.codec`` message), ``QUORUM_FORWARD`` (entries for the leader to propose),
+    ``QUORUM_NOTIFY`` (the leader tells a member outside the group how far its commands got),
+    ``QUORUM_SHIP`` (the leader sends a member outside the group its consumers' deliveries) or
+    ``QUORUM_HOLDING`` (that member reports what its consumers hold; see
+    ``cluster.quorum.shipping``) or ``QUORUM_STATUS`` (the leader tells the other members which
+    are in sync: ``cluster.quorum.group.Status``)."""
 
     __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "group", "kind"]
     frame_id: typing.ClassVar[int] = 100

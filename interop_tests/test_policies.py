@@ -63,3 +63,48 @@ def test_ctl_set_policy_mirrors_a_pika_declared_queue(broker_factory, tmp_path):
     assert q["policy"] == "ha-all" and q["type"] == "quorum"
     assert _ctl(http2, "clear_policy", "ha-all").returncode == 0
     assert _api(f"http://127.0.0.1:{http2}/api/policies") == []
+
+
+def test_a_policy_change_re_applies_to_existing_queues_and_client_arguments_win(
+        broker_factory, tmp_path):
+    data = tmp_path / "node"
+    broker, http, _ = _start(broker_factory, data_dir=data)
+
+    def ready(name: str) -> int:
+        with pika.BlockingConnection(pika.URLParameters(broker.uri)) as conn:
+            return conn.channel().queue_declare(name, passive=True).method.message_count
+
+    def publish(name: str, count: int) -> None:
+        with pika.BlockingConnection(pika.URLParameters(broker.uri)) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            for i in range(count):
+                ch.basic_publish("", name, f"m{i}".encode(),
+                                 pika.BasicProperties(delivery_mode=2))
+
+    with pika.BlockingConnection(pika.URLParameters(broker.uri)) as conn:
+        ch = conn.channel()
+        ch.queue_declare("limits.free", durable=True)
+        ch.queue_declare("limits.capped", durable=True, arguments={"x-max-length": 5})
+    publish("limits.free", 10)
+    publish("limits.capped", 10)
+    assert (ready("limits.free"), ready("limits.capped")) == (10, 5)
+
+    done = _ctl(http, "set_policy", "cap", r"^limits\.", '{"max-length":3}')
+    assert done.returncode == 0, done.stderr
+    assert ready("limits.free") == 3          # dropped from the head at once
+    assert ready("limits.capped") == 5        # the client's x-max-length wins
+    q = _api(f"http://127.0.0.1:{http}/api/queues/%2F/limits.free")
+    assert q["policy"] == "cap" and q["arguments"] == {}
+    publish("limits.free", 4)
+    assert ready("limits.free") == 3
+
+    broker.stop()   # the re-applied arguments were stored: the limit holds after a restart
+    broker, http, _ = _start(broker_factory, data_dir=data)
+    publish("limits.free", 2)
+    assert ready("limits.free") == 3
+
+    assert _ctl(http, "clear_policy", "cap").returncode == 0
+    publish("limits.free", 4)
+    assert ready("limits.free") == 7          # no limit any more
+    assert _api(f"http://127.0.0.1:{http}/api/queues/%2F/limits.free")["policy"] is None

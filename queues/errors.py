@@ -2,7 +2,8 @@
 
 Owns: the exception types the broker core maps to AMQP replies. ``InvalidArgument`` becomes
 406 PRECONDITION_FAILED on Queue.Declare (AMQP 0-9-1 §1.7.2.1, "RabbitMQ: Queues" optional
-arguments); the others signal a broken contract between the core and a queue (a bug in the caller),
+arguments); ``NotServed`` becomes 406 PRECONDITION_FAILED on the method it refuses (a queue type
+that cannot serve it on this broker); the others signal a broken contract between the core and a queue (a bug in the caller),
 which the core should treat as an internal error.
 
 Must not know: channels, frames, reply codes.
@@ -10,7 +11,7 @@ Must not know: channels, frames, reply codes.
 
 from __future__ import annotations
 
-__all__ = ["QueueError", "InvalidArgument", "UnknownEntry", "QueueDeleted"]
+__all__ = ["QueueError", "InvalidArgument", "UnknownEntry", "QueueDeleted", "NotServed"]
 
 
 class QueueError(Exception):
@@ -41,3 +42,9 @@ class UnknownEntry(QueueError):
 
 class QueueDeleted(QueueError):
     """An operation that needs a live queue (publish, add_consumer) was called after ``delete()``."""
+
+
+class NotServed(QueueError):
+    """This queue cannot serve the operation on this broker (e.g. Basic.Get of a quorum queue on
+    a broker holding no replica of it). ``str(exc)`` is the one-line reason, suitable as the
+    text of the 406 PRECONDITION_FAILED channel close the core answers with."""

@@ -134,13 +134,7 @@ class Queue(QueueView):
         #: broker's ``queue_changes``, which keeps its memory total, TTL timers and busy queues
         #: without scanning every queue. None: nobody watches.
         self.changes: set[Queue] | None = None
-        self._ttl = settings.message_ttl
-        self._max_length = settings.max_length
-        self._max_bytes = settings.max_length_bytes
-        self._limited = settings.max_length is not None or settings.max_length_bytes is not None
-        self._drop_head = self._limited and settings.overflow == OVERFLOW_DROP_HEAD
-        self._dlx = settings.dead_letter_exchange
-        self._dlrk = settings.dead_letter_routing_key
+        self.reconfigure(settings)
         #: True once any consumer was added (RabbitMQ only auto-deletes a queue that had one).
         self.had_consumers = False
         #: The publish dedup window (x-message-deduplication), None when off.
@@ -150,6 +144,21 @@ class Queue(QueueView):
 
     #: What this queue type supports (the queue-type seam, ``queues.queue_type``).
     capabilities = CLASSIC
+
+    def reconfigure(self, settings: QueueSettings) -> None:
+        """Take the TTL, length limits, overflow and dead-lettering of ``settings`` (at creation,
+        and when a policy change re-applies: RabbitMQ "Policies"); a lower drop-head limit drops
+        (dead-letters "maxlen") at once. Queued messages keep their expiry, as on RabbitMQ."""
+        self.settings = settings
+        self._ttl = settings.message_ttl
+        self._max_length = settings.max_length
+        self._max_bytes = settings.max_length_bytes
+        self._limited = settings.max_length is not None or settings.max_length_bytes is not None
+        self._drop_head = self._limited and settings.overflow == OVERFLOW_DROP_HEAD
+        self._dlx = settings.dead_letter_exchange
+        self._dlrk = settings.dead_letter_routing_key
+        if self._ready:
+            self._after_enqueue(False)
 
     # --- change reporting -------------------------------------------------------------------
 

@@ -16,8 +16,10 @@ Timers: every ``TICK_MS`` the replicas due are ticked (elections, heartbeats, re
 leaders do their duties (Down for members that left the cluster view, TTL expiry). A broker
 without clustering serves quorum queues too: a group of one, persisted (RabbitMQ accepts
 ``x-queue-type: quorum`` on a single node). A member outside a queue's group (a cluster larger than
-``x-quorum-initial-group-size``) holds no replica: it forwards publishes to the group and hears
-from the leader how far they were applied (``cluster.quorum.remote``); its consumers get nothing.
+``x-quorum-initial-group-size``) holds no replica: it forwards publishes and its consumers'
+commands to the group, hears from the leader how far they were applied, and receives from the
+leader the deliveries of its consumers (``Ship``; it reports what they hold with ``Holding``:
+``cluster.quorum.remote``, ``cluster.quorum.shipping``). Basic.Get there is refused (406).
 
 Times: Raft runs on the monotonic clock in ms; commands carry the wall clock in ms (TTL).
 Sources: Raft paper §5-§8; RabbitMQ "Quorum Queues"; DESIGN.md §4, §4a.
@@ -37,12 +39,21 @@ from typing import Any
 
 import anyio
 
-from cluster.codec import QUORUM_FORWARD, QUORUM_NOTIFY, QUORUM_RAFT, Quorum
+from cluster.codec import (
+    QUORUM_FORWARD,
+    QUORUM_HOLDING,
+    QUORUM_NOTIFY,
+    QUORUM_RAFT,
+    QUORUM_SHIP,
+    QUORUM_STATUS,
+    Quorum,
+)
 from cluster.quorum import config as qconfig
-from cluster.quorum.group import Action, Forward, Notify, QuorumGroup
+from cluster.quorum.group import Action, Forward, Notify, QuorumGroup, Status
 from cluster.quorum.machine import QuorumMachine
 from cluster.quorum.queue import QuorumQueue
 from cluster.quorum.remote import RemoteGroup
+from cluster.quorum.shipping import Holding, Ship
 from cluster.raft import actions as ra
 from cluster.raft import codec as raft_codec
 from cluster.raft.disklog import DiskLog
@@ -91,7 +102,8 @@ class _Replica:
         self.backlog: deque[Action] = deque()
         self.closed = False
         self.prefix = {kind: encode_method(1, Quorum(vhost, name, uid, kind))[7:-1]
-                       for kind in (QUORUM_RAFT, QUORUM_FORWARD, QUORUM_NOTIFY)}
+                       for kind in (QUORUM_RAFT, QUORUM_FORWARD, QUORUM_NOTIFY, QUORUM_SHIP,
+                                    QUORUM_HOLDING, QUORUM_STATUS)}
 
 
 class QuorumRuntime:
@@ -233,10 +245,12 @@ class QuorumRuntime:
 
     def _drain(self, rep: _Replica, todo: deque[Action]) -> None:
         group = rep.group
-        if isinstance(group, RemoteGroup):   # only forwards
+        if isinstance(group, RemoteGroup):   # only forwards and holding reports
             for act in todo:
                 if isinstance(act, Forward):
                     self._forward(rep, act)
+                elif isinstance(act, Holding):
+                    self._send(rep, act.to, QUORUM_HOLDING, act.payload)
             return
         disk = rep.log
         assert disk is not None
@@ -255,6 +269,12 @@ class QuorumRuntime:
                 todo.extend(more)
             elif kind is Forward:
                 self._forward(rep, act)  # type: ignore[arg-type]
+            elif kind is Ship:   # deliveries for consumers outside the group: kept for the link
+                self._send(rep, act.to, QUORUM_SHIP, act.payload, hold=True)  # type: ignore[union-attr]
+            elif kind is Holding:
+                self._send(rep, act.to, QUORUM_HOLDING, act.payload)  # type: ignore[union-attr]
+            elif kind is Status:
+                self._send(rep, act.to, QUORUM_STATUS, act.payload)  # type: ignore[union-attr]
             elif kind is Notify:
                 origin = act.origin.encode()  # type: ignore[union-attr]
                 self._send(rep, act.to, QUORUM_NOTIFY, b"".join((  # type: ignore[union-attr]
@@ -374,9 +394,13 @@ class QuorumRuntime:
         frm = channel.connection.peer_node
         group = rep.group
         if isinstance(group, RemoteGroup):
-            if method.kind == QUORUM_NOTIFY and len(body) >= 2:
+            if method.kind == QUORUM_SHIP:
+                effects = group.received(frm, body)
+                if effects and rep.queue is not None and not rep.queue.deleted:
+                    rep.queue.on_effects(effects)
+            elif method.kind == QUORUM_NOTIFY and len(body) >= 2:
                 n = struct.unpack_from(">H", body)[0]
-                if len(body) >= 2 + n + _NOTICE.size and body[2:2 + n].decode() == group.origin:
+                if len(body) >= 2 + n + _NOTICE.size and body[2:2 + n] == group.origin.encode():
                     applied, resend = _NOTICE.unpack_from(body, 2 + n)
                     self.execute(rep, group.notified(frm, applied, bool(resend), self.now_ms()))
                     if rep.queue is not None:
@@ -397,6 +421,10 @@ class QuorumRuntime:
                 envs.append(body[pos + 4:pos + 4 + n])
                 pos += 4 + n
             self.execute(rep, group.forwarded(frm, envs))
+        elif method.kind == QUORUM_HOLDING:
+            self.execute(rep, group.holding(frm, body))
+        elif method.kind == QUORUM_STATUS:
+            group.status(frm, body)
 
     # ------------------------------------------------------------------ tasks
     async def run(self) -> None:
@@ -421,7 +449,7 @@ class QuorumRuntime:
                 if rep.closed or rep.blocked:
                     continue
                 if isinstance(group, RemoteGroup):
-                    if group.outbox.pending:
+                    if group.outbox.pending or group.checkouts:
                         self.execute(rep, group.tick(now))
                     continue
                 if now >= group.node.next_deadline() or group.outbox.pending:

@@ -23,9 +23,12 @@ has nothing to do (a new Raft replica always catches up). The added keys are lis
 argument ``x-policy-added`` (and the policy's name in ``x-policy``) so that the equivalence check
 of a redeclaration compares only what the client declared (``declared_arguments``).
 
-Deviation from RabbitMQ: RabbitMQ re-applies policies to existing queues when a policy changes; we
-apply them when a queue is declared (a recovered queue keeps what was applied at its
-declaration). Sources: RabbitMQ "Policies", "Classic Queue Mirroring" (ha-mode, ha-params,
+Re-applying (``reapplied_arguments``): as RabbitMQ, when a policy is set or cleared the common
+keys are re-applied to existing classic queues (what their client declared still wins; a key of
+a cleared or no longer matching policy goes away). Deviations: an existing queue never changes
+type (``ha-mode`` does not mirror a classic queue already declared; RabbitMQ 3.x would start
+mirrors), and existing quorum queues keep the configuration of their declaration (it is part of
+their replicated state). Sources: RabbitMQ "Policies", "Classic Queue Mirroring" (ha-mode, ha-params,
 ha-sync-mode), ``rabbit_policy`` / ``rabbit_mirror_queue_misc`` validation.
 """
 
@@ -40,7 +43,7 @@ from typing import Any
 __all__ = ["Policy", "Policies", "PolicyError", "APPLY_TO", "POLICY_ARG", "ADDED_ARG",
            "QUORUM_REFUSES",
            "MEMBERS_ARG", "make_policy", "validate_definition", "apply_policy",
-           "declared_arguments", "effective_definition", "queue_kind"]
+           "declared_arguments", "effective_definition", "queue_kind", "reapplied_arguments"]
 
 APPLY_TO = ("queues", "classic_queues", "quorum_queues", "exchanges", "all")
 POLICY_ARG = "x-policy"
@@ -286,6 +289,17 @@ def apply_policy(policies: Policies | None, vhost: str, queue: str,
     args[POLICY_ARG] = policy.name
     args[ADDED_ARG] = ",".join(added)
     return args
+
+
+def reapplied_arguments(policies: Policies | None, vhost: str, queue: str,
+                        arguments: Mapping[str, Any] | None, *, durable: bool, exclusive: bool,
+                        auto_delete: bool) -> dict[str, Any]:
+    """The arguments of existing queue ``queue`` (made with ``arguments``) once the policies
+    changed: what its client declared plus the keys of the policy that matches now (see
+    ``apply_policy``; no ``ha-mode``: an existing queue keeps its type), marks included."""
+    declared = declared_arguments(arguments)
+    return apply_policy(policies, vhost, queue, declared, durable=durable, exclusive=exclusive,
+                        auto_delete=auto_delete) or {}
 
 
 def declared_arguments(arguments: Mapping[str, Any] | None) -> dict[str, Any]:

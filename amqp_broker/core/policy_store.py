@@ -5,7 +5,8 @@ A change made here (management API, ``amqp-broker ctl set_policy``, a definition
 applied to this broker, stored, and sent to every other member through
 ``broker.cluster_hooks.policy_changed(vhost, name, body)`` when the cluster driver offers it (an
 empty body clears). A member applies a peer's change with ``apply_remote`` (stored, not sent on).
-A joiner gets every policy in the leader's replay. Errors: ``PolicyError`` (400) for a bad policy,
+A joiner gets every policy in the leader's replay. Every change is re-applied to the vhost's
+existing classic queues (``reapply``). Errors: ``PolicyError`` (400) for a bad policy,
 ``KeyError`` for an unknown vhost. Source: RabbitMQ "Policies" (policies are cluster-wide and
 survive restarts).
 """
@@ -15,12 +16,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from .policies import Policy, PolicyError
+from queues.arguments import parse_arguments
+from queues.errors import InvalidArgument
+
+from .policies import Policy, PolicyError, reapplied_arguments
 
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["load_policies", "set_policy", "clear_policy", "apply_remote"]
+__all__ = ["load_policies", "set_policy", "clear_policy", "apply_remote", "reapply"]
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +56,8 @@ def _send(broker: Broker, vhost: str, name: str, body: str) -> None:
 
 def set_policy(broker: Broker, policy: Policy, *, propagate: bool = True) -> bool:
     """Add or replace ``policy`` (already validated: ``policies.make_policy``); True when it
-    replaced one. ``KeyError`` when its vhost does not exist. Queues already declared keep their
-    arguments (applied at declaration only, see ``core.policies``)."""
+    replaced one. ``KeyError`` when its vhost does not exist. Re-applied to the vhost's existing
+    classic queues (``reapply``)."""
     if policy.vhost not in broker.vhosts:
         raise KeyError(policy.vhost)
     existed = broker.policies.put(policy)
@@ -64,6 +68,7 @@ def set_policy(broker: Broker, policy: Policy, *, propagate: bool = True) -> boo
     if propagate:
         _send(broker, policy.vhost, policy.name, body)
     log.info("policy %r of vhost %r set: %s", policy.name, policy.vhost, body)
+    reapply(broker, policy.vhost)
     return existed
 
 
@@ -78,7 +83,43 @@ def clear_policy(broker: Broker, vhost: str, name: str, *, propagate: bool = Tru
         _send(broker, vhost, name, "")
     if gone:
         log.info("policy %r of vhost %r cleared", name, vhost)
+        reapply(broker, vhost)
     return gone
+
+
+def reapply(broker: Broker, vhost_name: str) -> int:
+    """Re-apply the policies to the existing classic queues of ``vhost_name`` (RabbitMQ
+    "Policies": a change applies to matching queues at once): each queue whose arguments change
+    takes them (``Queue.reconfigure``: TTL, limits, overflow, dead-lettering; a lower drop-head
+    limit drops at once), restarts its x-expires period and is stored again when durable.
+    Arguments that no longer validate (e.g. a policy's dead-letter-routing-key without an
+    exchange) leave the queue as it was, with a warning. Returns how many queues changed."""
+    vhost = broker.vhosts.get(vhost_name)
+    if vhost is None:
+        return 0
+    changed = 0
+    for q in list(vhost.queues.values()):
+        if q.capabilities.type_name != "classic":   # quorum: config in the replicated state
+            continue
+        new = reapplied_arguments(broker.policies, vhost_name, q.name, q.arguments,
+                                  durable=q.durable, exclusive=q.exclusive_owner is not None,
+                                  auto_delete=q.auto_delete)
+        if new == dict(q.arguments or {}):
+            continue
+        try:
+            settings = parse_arguments(new)
+        except InvalidArgument as exc:
+            log.warning("queue %r of vhost %r keeps its arguments: the policy gives %s",
+                        q.name, vhost_name, exc)
+            continue
+        q.arguments = new
+        q.reconfigure(settings)
+        vhost.touch(q.name)
+        broker.durability.queue_declared(vhost_name, q)
+        changed += 1
+    if changed:
+        log.info("policies re-applied to %d queue(s) of vhost %r", changed, vhost_name)
+    return changed
 
 
 def apply_remote(broker: Broker, vhost: str, name: str, body: str) -> None:

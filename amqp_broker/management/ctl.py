@@ -12,7 +12,10 @@ clear_permissions [-p VHOST] USER, add_vhost NAME, delete_vhost NAME, export_def
 VHOST] NAME, delete_queue [-p VHOST] NAME, set_policy [-p VHOST] [--priority N] [--apply-to
 queues|classic_queues|quorum_queues|exchanges|all] NAME PATTERN DEFINITION (JSON), clear_policy
 [-p VHOST] NAME, list_policies [-p VHOST], cluster_status. Lists print tab-separated columns
-with a header line, as rabbitmqctl does (``--formatter json`` prints the JSON). Exit codes: 0 ok,
+with a header line, as rabbitmqctl does; any field of the API's objects is a column (e.g.
+``list_queues name type leader members online members_in_sync`` for replicated queues).
+``cluster_status`` adds ``replicated_queues``: each replicated queue's vhost, name, type,
+leader, members, online and in-sync members (as the node asked knows them). (``--formatter json`` prints the JSON). Exit codes: 0 ok,
 1 the API refused (its reason on stderr, as rabbitmqctl's "Error:" lines), 2 usage, 69 the
 node is unreachable (rabbitmqctl's EX_UNAVAILABLE). A client only: urllib from the standard
 library, nothing of the broker imported. Source: rabbitmqctl(8).
@@ -44,6 +47,8 @@ COLUMNS = {
     "list_permissions": ["user", "configure", "write", "read"],
     "list_policies": ["vhost", "name", "pattern", "apply-to", "definition", "priority"],
 }
+#: the fields of each replicated queue ``cluster_status`` shows
+_REPLICA_FIELDS = ("vhost", "name", "type", "leader", "members", "online", "members_in_sync")
 _PATHS = {"list_queues": "queues", "list_exchanges": "exchanges", "list_bindings": "bindings",
           "list_connections": "connections", "list_consumers": "consumers"}
 
@@ -227,6 +232,9 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         status["running_nodes"] = [n["name"] for n in nodes if n.get("running")]
         status["alarms"] = [{"node": n["name"], "memory": n.get("mem_alarm"),
                              "disk": n.get("disk_free_alarm")} for n in nodes]
+        status["replicated_queues"] = [
+            {k: q.get(k) for k in _REPLICA_FIELDS}
+            for q in api.request("GET", "/queues") if "members" in q]
         print(json.dumps(status, indent=None if as_json else 2))
     else:
         raise ValueError(f"unknown command {cmd!r}")

@@ -58,8 +58,9 @@ def rate(value: float) -> dict[str, float]:
 def queue_json(broker: Broker, vhost: str, q: Queue, rates: dict[str, float] | None = None,
                members: list[str] | None = None) -> dict[str, Any]:
     """A queue as in ``GET /api/queues``: counts, flags, arguments, node, state, consumers, memory
-    (bytes of ready bodies), ``messages_details`` rates; for a replicated queue ``leader``,
-    ``members`` and ``online`` (the nodes of its replicas); ``policy`` and
+    (bytes of ready bodies), ``messages_details`` rates; for a replicated queue the fields of
+    ``replica_json`` (``leader``, ``members``, ``online``, ``members_in_sync``,
+    ``synchronised_slave_nodes``); ``policy`` and
     ``effective_policy_definition`` for a queue a policy applied to (``arguments`` are those its
     client declared; ``type`` is ``quorum`` for a queue mirrored by ``ha-mode``)."""
     rates = rates or {}
@@ -90,15 +91,33 @@ def queue_json(broker: Broker, vhost: str, q: Queue, rates: dict[str, float] | N
     policy, definition = effective_definition(q.arguments, broker.policies, vhost)
     if policy is not None:
         out.update({"policy": policy, "effective_policy_definition": definition})
-    group = getattr(q, "group", None)
     if members is None and getattr(q.capabilities, "replicated", False):
         members = [m for m in str((q.arguments or {}).get("x-quorum-members", "")).split(",")
                    if m]
     if members is not None:
-        leader = getattr(group, "leader", None)
-        out.update({"leader": leader if isinstance(leader, str) else
-                    members[0] if members else node, "members": members, "online": members})
+        out.update(replica_json(broker, getattr(q, "group", None), members))
     return out
+
+
+def replica_json(broker: Broker, group: Any, members: list[str]) -> dict[str, Any]:
+    """The replica fields of a replicated queue, as this broker knows them: ``leader`` (the
+    member whose replica leads; null when unknown, e.g. during an election), ``members`` (the
+    group's current configuration; ``members`` as declared when this broker holds no replica),
+    ``online`` (the members in this broker's cluster view), ``members_in_sync`` (the online
+    members whose Raft log holds every entry the leader had committed one status round, 1 s,
+    earlier: ``cluster.quorum.group.QuorumGroup.in_sync``; null when this broker cannot know,
+    as outside the group or before the leader told it) and ``synchronised_slave_nodes`` (the
+    same without the leader: RabbitMQ 3.x mirrored queues' field)."""
+    leader = getattr(group, "leader", None)
+    known = list(getattr(group, "members", None) or members)
+    runtime = getattr(broker, "quorum", None)
+    view = getattr(runtime, "view", None) or {broker.settings.node_name}
+    in_sync = getattr(group, "in_sync", None)
+    synced = None if in_sync is None else [m for m in in_sync if m in view]
+    return {"leader": leader if isinstance(leader, str) else None, "members": known,
+            "online": [m for m in known if m in view], "members_in_sync": synced,
+            "synchronised_slave_nodes": None if synced is None else
+            [m for m in synced if m != leader]}
 
 
 def exchange_json(vhost: str, ex: Exchange) -> dict[str, Any]:

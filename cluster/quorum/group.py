@@ -6,18 +6,24 @@ the leader this replica knows; re-sent to a new leader, after a gap, and after `
 without progress -- idempotent thanks to the machine's per-origin seqs), applying committed
 entries to the machine and reporting this origin's progress (``applied``: the publisher-confirm
 counter), the leader's duties (Down for members that left the view, Expire when the head's TTL
-passed) and snapshots (when the log since the last one is long compared to the live state, so the
-cost per entry stays bounded: paper §7). Must not know: sockets, files, the broker core, clocks.
+passed), delivering to consumers on brokers outside the group (``Ship`` of their deliveries,
+re-shipped by a new leader and on their ``Holding`` reports: ``shipping``), the in-sync members
+(``in_sync``, told to the others with ``Status``) and snapshots (when the log since the last one
+is long compared to the live state, so the cost per entry stays bounded: paper §7).
+Must not know: sockets, files, the broker core, clocks.
 
 The driver runs what every method returns, in order: the Raft actions of ``cluster.raft`` plus
 ``Forward(to, envelopes)`` (send these entries to member ``to``, which proposes them when it
-leads or passes them on once to its leader). ``apply`` is called by the driver when it reaches an
-``Apply`` action (after every earlier action of the list ran) and returns the effects for the
-queue object and more actions. Sources: Raft paper §5.3, §7, §8; RabbitMQ "Quorum Queues".
+leads or passes them on once to its leader), ``Notify``, ``Status`` and, for consumers outside
+the group, ``shipping.Ship`` / ``shipping.Holding`` (a report passed on once to the leader).
+``apply`` is called by the driver when it reaches an ``Apply`` action (after every earlier action
+of the list ran) and returns the effects for the queue object and more actions.
+Sources: Raft paper §5.3, §7, §8; RabbitMQ "Quorum Queues".
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -28,22 +34,30 @@ from cluster.raft.node import RaftNode
 
 from .machine import (
     Applied,
+    Cancelled,
     Effect,
     Gap,
     QuorumMachine,
+    consumer_origin,
     down_envelope,
     envelope,
     origin_member,
 )
 from .outbox import Outbox
+from .shipping import Holding, Ship, decode_holding, encode_ship, missing
 
-__all__ = ["QuorumGroup", "Forward", "Notify", "Action", "RESEND_MS", "DOWN_RETRY_MS",
-           "SNAPSHOT_MIN_ENTRIES"]
+__all__ = ["QuorumGroup", "Forward", "Notify", "Ship", "Holding", "Status", "Action",
+           "RESEND_MS", "DOWN_RETRY_MS", "SNAPSHOT_MIN_ENTRIES", "STATUS_MS", "encode_status",
+           "decode_status"]
 
 #: A command not applied this long after it was (re)sent is sent again (ms).
 RESEND_MS = 2000
 #: The leader proposes Down for a member out of the view at most this often (ms).
 DOWN_RETRY_MS = 1000
+#: The leader re-checks which members are in sync this often, and tells the others when that
+#: changed (else every ``STATUS_REPEAT`` rounds) (ms).
+STATUS_MS = 1000
+STATUS_REPEAT = 5
 #: A snapshot is taken once this many entries, and twice the live messages, were applied since
 #: the last one.
 SNAPSHOT_MIN_ENTRIES = 8192
@@ -68,7 +82,33 @@ class Notify:
     resend: bool
 
 
-Action = ra.Action | Forward | Notify
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Tell member ``to`` the leader's view of the group: ``payload`` is ``encode_status``."""
+
+    to: str
+    payload: bytes
+
+
+_TERM = struct.Struct(">Q")
+
+
+def encode_status(term: int, in_sync: Iterable[str]) -> bytes:
+    """A ``Status`` payload: ``term`` u64, then the in-sync members, comma-separated utf-8."""
+    return _TERM.pack(term) + ",".join(in_sync).encode()
+
+
+def decode_status(payload: bytes) -> tuple[int, tuple[str, ...]]:
+    """(term, in-sync members) of a ``Status`` payload. Raises ``ValueError`` when malformed."""
+    try:
+        (term,) = _TERM.unpack_from(payload)
+        names = bytes(payload[_TERM.size:]).decode()
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a status payload: {exc}") from exc
+    return term, tuple(n for n in names.split(",") if n)
+
+
+Action = ra.Action | Forward | Notify | Ship | Holding | Status
 
 
 class QuorumGroup:
@@ -86,6 +126,13 @@ class QuorumGroup:
             machine.restore(node.snapshot.data)
         self._down_sent: dict[str, int] = {}
         self._expire_sent = 0
+        self._shipped_term = 0   # the term whose leader re-shipped to consumers outside the group
+        self._remote_of: dict[str, str] = {}   # consumer id -> its member ("" in the group)
+        self._in_sync: tuple[str, ...] = ()
+        self._in_sync_term = 0   # the term whose leader computed or told ``_in_sync``
+        self._sync_mark = 0      # the commit index at the last status round
+        self._sync_ms = -STATUS_MS
+        self._status_rounds = 0
 
     # ------------------------------------------------------------------ queries
     @property
@@ -98,8 +145,47 @@ class QuorumGroup:
         """Whether this replica leads."""
         return self.node.is_leader
 
-    #: Consumers of this member are delivered from its replica.
-    serves_consumers = True
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The group's members (the replica's current configuration)."""
+        return self.node.members
+
+    @property
+    def in_sync(self) -> tuple[str, ...] | None:
+        """The members whose log holds every entry the leader had committed one status round
+        (``STATUS_MS``) earlier (Raft match index >= that commit index; the leader itself):
+        computed here when this replica leads, else as the current term's leader last told
+        (``status``); None when not known (no leader, or not told yet in this term)."""
+        if self._in_sync_term != self.node.term or (not self.node.is_leader and
+                                                    self.node.leader is None):
+            return None
+        return self._in_sync
+
+    def status(self, frm: str, payload: bytes) -> None:
+        """A ``Status`` from member ``frm``: kept when ``frm`` is the leader of our term."""
+        try:
+            term, names = decode_status(payload)
+        except ValueError:
+            return
+        if term == self.node.term and frm == self.node.leader:
+            self._in_sync, self._in_sync_term = names, term
+
+    def _status_round(self, now_ms: int) -> list[Action]:
+        node = self.node
+        mark, self._sync_mark, self._sync_ms = self._sync_mark, node.commit_index, now_ms
+        progress = node.progress
+        sync = tuple(m for m in node.members if m == self.me or
+                     (m in progress and progress[m].match_index >= mark))
+        changed = sync != self._in_sync or self._in_sync_term != node.term
+        self._in_sync, self._in_sync_term = sync, node.term
+        self._status_rounds += 1
+        if not changed and self._status_rounds % STATUS_REPEAT:
+            return []
+        payload = encode_status(node.term, sync)
+        return [Status(m, payload) for m in node.members if m != self.me]
+
+    #: This member holds a replica (Basic.Get is answered from it).
+    holds_replica = True
 
     @property
     def applied(self) -> int:
@@ -149,6 +235,38 @@ class QuorumGroup:
             return [Forward(leader, tuple(envs))]
         return []
 
+    def holding(self, frm: str, payload: bytes) -> list[Action]:
+        """A ``shipping.Holding`` report of a broker outside the group (from it, or passed on
+        by member ``frm``): the leader answers with a ``Ship`` of what is missing there once it
+        applied its term's first entry (before, the report is dropped: it comes again); another
+        member passes it once to the leader it knows."""
+        node = self.node
+        if node.is_leader:
+            if self.machine_index < node.term_start_index:
+                return []
+            try:
+                origin, held = decode_holding(payload)
+            except ValueError:
+                return []
+            deliveries, cancelled = missing(self.machine.fifo, held)
+            return [Ship(origin_member(origin)[0], encode_ship(deliveries, cancelled))]
+        leader = node.leader
+        if leader is not None and leader not in (self.me, frm):
+            return [Holding(leader, payload)]
+        return []
+
+    def _remote(self, consumer: str) -> str:
+        """The member of ``consumer`` when it is outside the group, else ""."""
+        member = self._remote_of.get(consumer)
+        if member is None:
+            if len(self._remote_of) > 4096:
+                self._remote_of.clear()
+            member = origin_member(consumer_origin(consumer))[0]
+            if member in self.node.members:
+                member = ""
+            self._remote_of[consumer] = member
+        return member
+
     def persisted(self, index: int, term: int) -> list[Action]:
         """Storage made the log durable up to (``index``, ``term``)."""
         return list(self.node.persisted(index, term))
@@ -163,10 +281,20 @@ class QuorumGroup:
     def leader_duties(self, now_ms: int, wall_ms: int, view: set[str] | None) -> list[Action]:
         """On the leader: Down for members out of ``view`` that still have consumers (None: the
         view is not known yet, as on a broker that restarted and has not rejoined: no Down);
-        Expire once the head's TTL passed (``wall_ms``: the clock commands carry)."""
+        Expire once the head's TTL passed (``wall_ms``: the clock commands carry); once per
+        term, when its first entry is applied, a ``Ship`` of everything checked out to each
+        broker outside the group that has consumers (the old leader's ships may be lost);
+        every ``STATUS_MS`` the in-sync members (``in_sync``; a ``Status`` to the others when
+        they changed)."""
         node = self.node
         if not node.is_leader or node.commit_index < node.term_start_index:
             return []
+        out: list[Action] = []
+        if self._shipped_term != node.term and self.machine_index >= node.term_start_index:
+            self._shipped_term = node.term
+            out += self._ship_all()
+        if now_ms - self._sync_ms >= STATUS_MS:
+            out += self._status_round(now_ms)
         proposals = []
         members = {c.rpartition("/")[0].rpartition("#")[0] for c in self.machine.fifo.consumers}
         known = view if view is not None else members   # unknown view: nobody is Down
@@ -179,10 +307,22 @@ class QuorumGroup:
         if head is not None and head <= wall_ms and now_ms - self._expire_sent >= 100:
             self._expire_sent = now_ms
             proposals.append(envelope("", 0, f.encode(f.Expire(wall_ms))))
-        if not proposals:
-            return []
-        _results, actions = node.propose_batch(proposals)
-        return list(actions)
+        if proposals:
+            _results, actions = node.propose_batch(proposals)
+            out += actions
+        return out
+
+    def _ship_all(self) -> list[Action]:
+        """A ``Ship`` per broker outside the group of everything checked out to its consumers
+        (an empty one too: it learns who leads)."""
+        per: dict[str, list[f.Deliver]] = {}
+        for cid, c in self.machine.fifo.consumers.items():
+            member = self._remote(cid)
+            if member:
+                per.setdefault(member, []).extend(
+                    f.Deliver(cid, m.msg_id, m.header, m.body, m.delivery_count)
+                    for m in sorted(c.out.values(), key=lambda m: m.msg_id))
+        return [Ship(member, encode_ship(ds)) for member, ds in per.items()]
 
     def state_changed(self, change: ra.StateChanged, now_ms: int) -> list[Action]:
         """The node's role or leader changed: a newly known leader gets every unapplied
@@ -205,6 +345,7 @@ class QuorumGroup:
         mine = self.origin
         gap_from = 0
         remote: dict[str, tuple[int, bool]] = {}   # origins outside the group: (applied, gap)
+        ships: dict[str, tuple[list[f.Deliver], list[str]]] = {}   # their consumers' share
         members = node.members
         for e in entries:
             self.machine_index = e.index
@@ -225,9 +366,23 @@ class QuorumGroup:
                     continue
                 if isinstance(eff, f.DeadLetter) and not (acting and e.index >= start):
                     continue
+                if acting and isinstance(eff, f.Deliver | Cancelled):
+                    member = self._remote(eff.consumer)
+                    if member:
+                        ship = ships.get(member)
+                        if ship is None:
+                            ship = ships[member] = ([], [])
+                        if isinstance(eff, f.Deliver):
+                            ship[0].append(eff)
+                        else:
+                            ship[1].append(eff.consumer)
+                        continue
                 effects.append(eff)
         if gap_from:
             more += self.resend(now_ms)   # everything not applied, from the gap on
+        # ships go before the Notify: a broker sees a delivery before the notice of its settle
+        for member, (deliveries, cancelled) in ships.items():
+            more.append(Ship(member, encode_ship(deliveries, cancelled)))
         for origin, (applied, gap) in remote.items():
             more.append(Notify(origin_member(origin)[0], origin, applied, gap))
         live = machine.live_messages()

@@ -5,9 +5,10 @@ Owns: turning the core's calls into group commands and the group's applied effec
 deliveries on this member. Publishes become ``Enqueue`` commands (confirm token: the command's
 seq, safe once this member's replica applied it -- committed, so a majority holds it); a
 Basic.Consume becomes ``Checkout`` of consumer ``"<origin>/<n>"``; acks, requeues and rejects
-become ``Settle`` / ``Return`` / ``Discard``. Every replica applies the same log; the member hosting
-a consumer delivers the messages the log checks out to it from its own replica (no transfer
-between brokers). Commands are batched: the core's calls queue them and ``dispatch`` (run once per
+become ``Settle`` / ``Return`` / ``Discard``. Every replica applies the same log; a member of the
+group hosting a consumer delivers the messages the log checks out to it from its own replica (no
+transfer between brokers); a broker outside the group receives its consumers' deliveries from the
+leader (``remote.RemoteGroup.received``, fed to ``on_effects`` like applied effects). Commands are batched: the core's calls queue them and ``dispatch`` (run once per
 batch of input) submits them in order. Must not know: sockets, files, Raft messages, the core's
 classes (consumers are duck-typed: ``channel``, ``prefetch``, ``no_ack``, ``can_deliver``,
 ``deliver``).
@@ -18,8 +19,9 @@ from this member's replica and takes the message through the log afterwards (opt
 message two members hand out at once reaches both clients, see ``get``); Queue.Purge
 is proposed by every member the purge reaches (the cluster propagates it), so a purge racing
 publishes may drop messages published just after it; per-message ``expiration`` is ignored (only
-``x-message-ttl``); a broker outside the group (``remote.RemoteGroup``) forwards publishes but
-serves no consumer and reports 0 messages. Sources: RabbitMQ "Quorum Queues" (feature matrix,
+``x-message-ttl``); a broker outside the group (``remote.RemoteGroup``) forwards publishes and
+serves consumers through the leader, but reports 0 messages and only its own consumers, and
+refuses Basic.Get with 406 (``NotServed``: no replica to answer from at once). Sources: RabbitMQ "Quorum Queues" (feature matrix,
 delivery-limit, ``x-delivery-count``), ``rabbit_quorum_queue.erl``, ``rabbit_fifo_client.erl``
 (commands batched per channel, enqueuer seqs).
 """
@@ -34,6 +36,7 @@ from typing import Any
 from cluster.raft import fifo as f
 from queues.dedup import dedup_key
 from queues.entry import QueueEntry
+from queues.errors import NotServed
 from queues.message import Message
 from queues.protocols import PublishResult
 from queues.queue_type import QUORUM, Capabilities, SafeWaiter
@@ -220,13 +223,9 @@ class QuorumQueue:
     def add_consumer(self, consumer: Any) -> None:
         """Basic.Consume: Checkout with the consumer's prefetch (``DEFAULT_CREDIT`` without one,
         ``NO_ACK_CREDIT`` for no-ack). Another member's relay consumers are ignored: members
-        deliver from their own replica."""
+        deliver from their own replica, brokers outside the group from what the leader ships."""
         channel = getattr(consumer, "channel", None)
         if channel is None:
-            return
-        if not self.group.serves_consumers:   # no replica here to deliver from
-            log.warning("quorum queue %r: consumer %s on a broker outside its group gets "
-                        "nothing; consume on a group member", self.name, consumer.tag)
             return
         self.had_consumers = True
         self._next_cid += 1
@@ -293,7 +292,12 @@ class QuorumQueue:
         handed out at once and taken through the log (``Take`` to this member's get consumer;
         settled like a delivery). Optimistic: when another member's consumer or Basic.Get got the
         same message first, the Take does nothing and the message may reach two clients (at
-        least once, never lost). None (Get-Empty) when the replica knows no ready message."""
+        least once, never lost). None (Get-Empty) when the replica knows no ready message.
+        Raises ``NotServed`` (406) on a broker outside the group (no replica here)."""
+        if not self.group.holds_replica:
+            raise NotServed(f"basic.get from quorum queue '{self.name}' is not served on a "
+                            f"broker outside its group ({', '.join(self.group.members)}); "
+                            f"consume, or connect to a member")
         taking = self._taking
         for m in self.group.machine.fifo.ready:
             if m.msg_id not in taking:

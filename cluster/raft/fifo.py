@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "FifoConfig", "FifoQueue", "Enqueue", "Checkout", "Cancel", "Settle", "Return", "Discard",
     "Expire", "Purge", "Take", "Command", "Deliver", "Confirm", "Rejected", "DeadLetter", "Purged",
-    "Effect", "encode", "decode",
+    "Effect", "encode", "decode", "Reader",
 ]
 
 
@@ -184,7 +184,10 @@ def encode(cmd: Command) -> bytes:
     return code
 
 
-class _Reader:
+class Reader:
+    """A cursor over encoded bytes (``take`` a struct, ``raw`` n bytes, ``str``, ``ids``);
+    raises ``ValueError`` / ``struct.error`` past the end. Shared with ``cluster.quorum``."""
+
     __slots__ = ("data", "pos")
 
     def __init__(self, data: bytes) -> None:
@@ -236,7 +239,7 @@ def decode(raw: bytes) -> Command:
             if pos + hlen > len(raw):
                 raise ValueError("fifo command truncated")
             return Enqueue(publisher, seq, key, raw[pos:pos + hlen], raw[pos + hlen:], now)
-        r = _Reader(raw)
+        r = Reader(raw)
         (code,) = r.take(_U8)
         if code == 1:
             publisher = r.str()

@@ -9,10 +9,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.quorum.group import Forward, Notify, QuorumGroup
+from cluster.quorum.group import Forward, Notify, QuorumGroup, Status
 from cluster.quorum.machine import QuorumMachine
 from cluster.quorum.queue import QuorumQueue
 from cluster.quorum.remote import RemoteGroup
+from cluster.quorum.shipping import Holding, Ship
 from cluster.raft import actions as ra
 from cluster.raft.fifo import FifoConfig
 from cluster.raft.node import RaftNode
@@ -93,6 +94,12 @@ class Member:
                 self.net.send(self.name, act.to, ("fwd", act.envelopes))
             elif isinstance(act, Notify):
                 self.net.send(self.name, act.to, ("notify", (act.applied, act.resend)))
+            elif isinstance(act, Ship):
+                self.net.send(self.name, act.to, ("ship", act.payload))
+            elif isinstance(act, Holding):
+                self.net.send(self.name, act.to, ("holding", act.payload))
+            elif isinstance(act, Status):
+                self.net.send(self.name, act.to, ("status", act.payload))
             elif isinstance(act, ra.AppendLog):
                 self.storage.append(act.first_index, act.entries)
                 self.dirty = True
@@ -117,7 +124,8 @@ class Member:
 
 
 class RemoteMember:
-    """A broker outside the group (``RemoteGroup``): forwards, hears notices."""
+    """A broker outside the group (``RemoteGroup``): forwards, hears notices, receives its
+    consumers' deliveries."""
 
     def __init__(self, net: Net, name: str, members: tuple[str, ...]) -> None:
         self.net = net
@@ -131,6 +139,8 @@ class RemoteMember:
         for act in actions:
             if isinstance(act, Forward):
                 self.net.send(self.name, act.to, ("fwd", act.envelopes))
+            elif isinstance(act, Holding):
+                self.net.send(self.name, act.to, ("holding", act.payload))
 
     def publish(self, body: str) -> int:
         self.queue.publish(Message.build("", "q", body.encode()))
@@ -174,9 +184,15 @@ class Net:
                     if kind == "notify":
                         m.run(m.group.notified(frm, payload[0], payload[1], self.now))
                         m.queue.on_effects([])
+                    elif kind == "ship":
+                        m.queue.on_effects(m.group.received(frm, payload))
                     continue
                 if kind == "raft":
                     m.run(m.group.receive(frm, payload, self.now))
+                elif kind == "holding":
+                    m.run(m.group.holding(frm, payload))
+                elif kind == "status":
+                    m.group.status(frm, payload)
                 else:
                     m.run(m.group.forwarded(frm, payload))
             for name, m in self.members.items():
@@ -219,6 +235,7 @@ class Net:
     def add_remote(self, name: str) -> RemoteMember:
         """A broker outside the group."""
         m = self.members[name] = RemoteMember(self, name, self.names)
+        self.view.add(name)
         return m
 
     def leader(self) -> Member | None:
@@ -230,7 +247,8 @@ class Net:
     def kill(self, name: str) -> None:
         """kill -9: the member loses what was not synced."""
         self.down.add(name)
-        self.members[name].storage.crash()
+        if isinstance(self.members[name], Member):
+            self.members[name].storage.crash()
 
     def restart(self, name: str, incarnation: int) -> Member:
         self.down.discard(name)

@@ -2,11 +2,12 @@
 (``cluster.tests.quorum_fake``): the machine's exactly-once commands, the outbox, forwarding to the
 leader and re-forwarding after a leader change, confirm tokens, deliveries on the consumer's
 member, settles, requeues with x-delivery-count, Down of a member, delivery-limit and dead
-letters, suspended consumers. No sockets, no real time."""
+letters, suspended consumers, the in-sync members the leader computes and tells. No sockets, no real time."""
 
 from __future__ import annotations
 
 from cluster.quorum import config as qconfig
+from cluster.quorum.group import decode_status, encode_status
 from cluster.quorum.machine import (
     Applied,
     Cancelled,
@@ -290,10 +291,6 @@ def test_a_broker_outside_the_group_forwards_and_hears_its_confirms():
     assert survivor is not None
     bodies = sorted(m.body.decode() for m in survivor.group.machine.fifo.ready)
     assert bodies == sorted([f"m{i}" for i in range(10)] + [f"n{i}" for i in range(10)])
-    consumer = FakeConsumer()
-    outside.queue.add_consumer(consumer)   # not served outside the group: nothing checked out
-    net.advance(10, 20)
-    assert not consumer.got and survivor.group.machine.consumer_count == 0
 
 
 def test_no_down_before_the_cluster_view_is_known():
@@ -306,3 +303,24 @@ def test_no_down_before_the_cluster_view_is_known():
     net.advance(10, 10)
     assert leader.group.leader_duties(net.now, net.now, None) == []   # view unknown: no Down
     assert leader.group.leader_duties(net.now, net.now, {leader.name}) != []
+
+
+def test_in_sync_members_shrink_when_one_falls_behind_and_grow_back_after_catching_up():
+    assert decode_status(encode_status(7, ("a", "c"))) == (7, ("a", "c"))
+    net = started(seed=25)
+    leader = net.leader()
+    assert leader is not None
+    everyone = tuple(sorted(net.names))
+    net.run_until(lambda: all(m.group.in_sync == everyone for m in net.members.values()), 3000)
+    follower = next(m for m in net.members.values() if m is not leader)
+    net.kill(follower.name)
+    leader.publish("m0")   # the commit index moves on without it
+    rest = tuple(n for n in everyone if n != follower.name)
+    net.run_until(lambda: all(m.group.in_sync == rest for n, m in net.members.items()
+                              if n != follower.name), 3000)
+    for i in range(20):
+        leader.publish(f"n{i}")
+    back = net.restart(follower.name, incarnation=2)
+    assert back.group.in_sync is None   # not told yet in this term
+    net.run_until(lambda: all(m.group.in_sync == everyone for m in net.members.values()), 5000)
+    assert back.queue.message_count == 21

@@ -19,6 +19,7 @@ from pamqp import commands as cmd
 
 from queues.arguments import parse_expiration
 from queues.errors import InvalidArgument as QueueInvalidArgument
+from queues.errors import NotServed
 from queues.message import Message
 from queues.stream.queue import parse_offset_spec
 from routing.errors import InvalidArgument as RoutingInvalidArgument
@@ -227,7 +228,11 @@ def get(ch: Channel, m: cmd.Basic.Get) -> None:
                                   f"vhost '{vhost.name}'",
                                   60, 70)
     vhost.touch(q.name)
-    entry = q.get(m.no_ack)
+    try:
+        entry = q.get(m.no_ack)
+    except NotServed as exc:  # a quorum queue on a broker outside its group
+        raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}",
+                               60, 70) from None
     conn = ch.connection
     if entry is None:
         conn.send_method(ch.id, cmd.Basic.GetEmpty())

@@ -1,6 +1,6 @@
 """Policies, pure (``core.policies``): validation (the management API's 400 reasons), matching
 (pattern, apply-to, priority), the definition -> queue arguments mapping (ha-mode -> quorum),
-and what the equivalence check of a redeclaration sees."""
+what the equivalence check of a redeclaration sees, and re-applying to existing queues."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from amqp_broker.core.policies import (
     declared_arguments,
     effective_definition,
     make_policy,
+    reapplied_arguments,
     validate_definition,
 )
 
@@ -200,3 +201,16 @@ def test_an_explicit_classic_type_is_mirrored_too() -> None:
                        exclusive=False, auto_delete=False, view=VIEW)
     assert out is not None and out["x-queue-type"] == "quorum"
     assert "x-queue-type" not in declared_arguments(out)   # equivalent to classic
+
+
+def test_re_applying_follows_the_policies_keeps_client_arguments_and_never_mirrors() -> None:
+    pols = Policies([policy("cap", "^q", {"max-length": 3, "message-ttl": 500,
+                                         "ha-mode": "all"})])
+    kw = {"durable": True, "exclusive": False, "auto_delete": False}
+    args = reapplied_arguments(pols, "/", "q1", {"x-message-ttl": 100}, **kw)
+    assert args["x-max-length"] == 3 and args["x-message-ttl"] == 100   # the client's wins
+    assert "x-queue-type" not in args and args[POLICY_ARG] == "cap"      # an existing queue
+    assert declared_arguments(args) == {"x-message-ttl": 100}
+    pols.delete("/", "cap")
+    assert reapplied_arguments(pols, "/", "q1", args, **kw) == {"x-message-ttl": 100}
+    assert reapplied_arguments(pols, "/", "q2", None, **kw) == {}
