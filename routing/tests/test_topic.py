@@ -3,8 +3,6 @@ recursive reference matcher."""
 
 from __future__ import annotations
 
-import time
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -129,10 +127,10 @@ def test_many_hashes_do_not_explode() -> None:
     m.bind(queue("q"), ".".join(["#"] * 12 + ["z"]), {})
     m.bind(queue("r"), ".".join(["#", "a"] * 6 + ["#"]), {})
     key = ".".join(["a"] * 40)
-    start = time.perf_counter()
+    # a matcher that backtracks over every way to split the words between the #s would not
+    # finish here (12 #s over 40 words); no timed assertion: the suite would hang instead
     assert routed(m, key) == {queue("r")}
     assert routed(m, key + ".z") == {queue("q"), queue("r")}
-    assert time.perf_counter() - start < 1.0
 
 
 def test_many_bindings_route_quickly() -> None:
@@ -142,10 +140,9 @@ def test_many_bindings_route_quickly() -> None:
         m.bind(queue(f"h{i}"), f"#.{i}", {})
     assert routed(m, "stock.42.nyse") == {queue("q42")}
     assert routed(m, "x.y.42") == {queue("h42")}
-    start = time.perf_counter()
-    for i in range(2000):
-        m._match(["stock", str(i), "nyse"])  # uncached walk
-    assert time.perf_counter() - start < 2.0
+    for i in range(0, 5000, 97):  # uncached walks, each bound pattern found among 10,000
+        assert set(m._match(["stock", str(i), "nyse"])) == {queue(f"q{i}")}
+        assert set(m._match(["x", str(i)])) == {queue(f"h{i}")}
 
 
 # ---------------------------------------------------------------------------------- properties
