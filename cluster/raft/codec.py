@@ -120,6 +120,10 @@ class _Reader:
 
 
 _B = struct.Struct(">B")
+#: EntryKind by value (0, 1, 2...): one lookup per decoded entry instead of the enum's call
+_KINDS = tuple(sorted(EntryKind))
+if [kind.value for kind in _KINDS] != list(range(len(_KINDS))):
+    raise ImportError("EntryKind values must be 0..n-1 for the codec's lookup")
 
 
 def decode(data: bytes | memoryview) -> Message:
@@ -135,9 +139,9 @@ def decode(data: bytes | memoryview) -> Message:
         entries = []
         for _ in range(count):
             index, eterm, ekind, length = r.take(_ENTRY)
-            if ekind > max(EntryKind):
+            if ekind >= len(_KINDS):
                 raise CodecError(f"unknown entry kind {ekind}")
-            entries.append(Entry(index, eterm, EntryKind(ekind), r.raw(length)))
+            entries.append(Entry(index, eterm, _KINDS[ekind], r.raw(length)))
         return AppendEntries(term, leader, prev_index, prev_term, tuple(entries), commit)
     if kind == 4:
         success, match, reject, hint_index, hint_term = r.take(_REPLY)
