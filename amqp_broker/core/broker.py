@@ -207,7 +207,8 @@ class Broker:
 
     def run_dispatch(self) -> None:
         """Dispatch every queue marked in ``needs_dispatch`` (possibly marking more); relayed
-        messages waiting for a queue's local consumers go first (``core.relay_inbox``)."""
+        messages waiting for a queue's local consumers go first, and the acks of relayed
+        messages go back to their senders last (``core.relay_inbox``)."""
         pending = self.needs_dispatch
         inbox = self.relay_inbox
         while pending:
@@ -215,6 +216,8 @@ class Broker:
             if inbox.waiting and q in inbox.waiting:
                 inbox.drain(self, q)
             q.dispatch()
+        if inbox.pending_acks:
+            inbox.flush_acks()
 
     def tick(self) -> None:
         """Periodic work (call every ~100 ms): heartbeats, handshake and close timeouts, TTL,

@@ -24,7 +24,7 @@ from ..protocol.methods import Publish, decode_method, method_ids
 from .confirms import ConfirmTracker
 from .handlers import HANDLERS
 from .handlers.basic import publish_message, settle_unacked
-from .relay_inbox import receive_relayed
+from .relay_inbox import PeerSettles, receive_relayed
 from .stats import fold_channel
 
 if TYPE_CHECKING:
@@ -67,6 +67,8 @@ class Channel:
         #: On a cluster peer link: (shared queue, delivery tag, redelivered) of the next
         #: Basic.Publish, a message another member relays to us (Cluster.Relay).
         self.relay_target: tuple[str, int, bool] | None = None
+        #: On a cluster peer link: its relayed transfers not settled yet (``core.relay_inbox``).
+        self.relay_settles: PeerSettles | None = None
         #: Message counters for the management API and Prometheus (``core.stats``).
         self.n_publish = 0
         self.n_ack = 0

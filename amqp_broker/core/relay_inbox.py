@@ -9,6 +9,12 @@ Basic.Reject when it rejects. The message never enters our copy of the queue, so
 deal it onwards a second time or lose it: the sender requeues whatever we did not settle if we or
 the link die.
 
+Acks are coalesced: the acks of one batch of input (up to ``Broker.run_dispatch``, which calls
+``RelayInbox.flush_acks``) go back as one Basic.Ack(multiple) when every transfer of that link up
+to the highest of them is acked, else one Basic.Ack each (``PeerSettles``); requeues and rejects
+go at once. The sender's tags only grow and a link delivers in order, so "every earlier tag" is
+exact; a link whose tags ever arrive out of order is never coalesced.
+
 When no local consumer can take it at once it waits in ``RelayInbox`` (bounded by the sender's
 credit window) until one can. When the queue has no local consumer at all -- the one it was dealt
 to has gone -- the broker's relay policy decides (``--relay-policy``, the proposal's three):
@@ -40,7 +46,7 @@ if TYPE_CHECKING:
     from .channel import Channel
     from .vhost import VirtualHost
 
-__all__ = ["RelayOrigin", "RelayInbox", "receive_relayed"]
+__all__ = ["RelayOrigin", "RelayInbox", "PeerSettles", "receive_relayed"]
 
 log = logging.getLogger(__name__)
 
@@ -52,32 +58,88 @@ _SETTLE_METHODS = {"ack": ((60 << 16) | 80, 0), "requeue": ((60 << 16) | 120, 2)
                    "reject": ((60 << 16) | 90, 0)}
 
 
-class RelayOrigin:
-    """Where a relayed message came from: the peer link's ``channel`` and the sender's
-    ``delivery_tag``; ``settle(method)`` sends the outcome back once."""
+def _settle_frame(channel: int, outcome: str, tag: int, multiple: bool = False) -> bytes:
+    method, bits = _SETTLE_METHODS[outcome]
+    return _SETTLE_FRAME.pack(c.FRAME_METHOD, channel, 13, method, tag,
+                              bits | (1 if multiple else 0)) + c.FRAME_END_BYTE
 
-    __slots__ = ("channel", "delivery_tag")
 
-    def __init__(self, channel: Channel, delivery_tag: int) -> None:
+class PeerSettles:
+    """One peer link channel's transfers not settled yet (``outstanding``, in arrival order: the
+    sender's tags grow) and the acks waiting for ``RelayInbox.flush_acks`` (``acked``).
+    Lives on the channel (``Channel.relay_settles``), so it goes with the link."""
+
+    __slots__ = ("channel", "outstanding", "acked", "ordered", "last", "flush")
+
+    def __init__(self, channel: Channel, flush: list[PeerSettles]) -> None:
         self.channel = channel
+        self.outstanding: dict[int, None] = {}
+        self.acked: list[int] = []
+        #: False once a tag arrived below an earlier one: then acks are never coalesced
+        self.ordered = True
+        self.last = 0
+        self.flush = flush  # the inbox's list of links with acks to send
+
+    def received(self, tag: int) -> None:
+        """Transfer ``tag`` (> 0) arrived on this link."""
+        if tag <= self.last:
+            self.ordered = False
+        self.last = tag
+        self.outstanding[tag] = None
+
+    def settle(self, tag: int, outcome: str) -> None:
+        """Tell the sender ``outcome`` of ``tag``: acks wait for the flush, the rest go now."""
+        self.outstanding.pop(tag, None)
+        if outcome == "ack" and self.ordered:
+            if not self.acked:
+                self.flush.append(self)
+            self.acked.append(tag)
+            return
+        ch = self.channel
+        ch.connection.write(_settle_frame(ch.id, outcome, tag))
+
+    def send_acks(self) -> None:
+        """The acks since the last flush: one Basic.Ack(multiple) for all of them when no
+        transfer up to the highest is still outstanding here, else one Basic.Ack each."""
+        acked, self.acked = self.acked, []
+        ch = self.channel
+        if not acked or ch.closing or ch.connection.channels.get(ch.id) is not ch:
+            return  # the link is gone: the sender has requeued what we had not settled
+        top = max(acked)
+        first = next(iter(self.outstanding), None)
+        if first is None or first > top:
+            ch.connection.write(_settle_frame(ch.id, "ack", top, multiple=True))
+        else:
+            ch.connection.write(b"".join(_settle_frame(ch.id, "ack", t) for t in acked))
+
+
+class RelayOrigin:
+    """Where a relayed message came from: the peer link's ``channel`` (its ``PeerSettles``) and
+    the sender's ``delivery_tag``; ``settle(outcome)`` sends the outcome back once."""
+
+    __slots__ = ("link", "delivery_tag")
+
+    def __init__(self, link: PeerSettles, delivery_tag: int) -> None:
+        self.link = link
         self.delivery_tag = delivery_tag
+
+    @property
+    def channel(self) -> Channel:
+        """The peer link channel it came over."""
+        return self.link.channel
 
     @property
     def alive(self) -> bool:
         """True while the link it came over is open (else the sender has requeued it)."""
-        ch = self.channel
+        ch = self.link.channel
         return not ch.closing and ch.connection.channels.get(ch.id) is ch
 
     def settle(self, outcome: str) -> None:
         """Tell the sender: "ack", "requeue" or "reject" (nothing when the link is gone): a
-        Basic.Ack, Basic.Nack(requeue) or Basic.Reject frame, encoded here (one per relayed
-        message, so not through pamqp)."""
-        if not self.alive:
-            return
-        method, bits = _SETTLE_METHODS[outcome]
-        ch = self.channel
-        ch.connection.write(_SETTLE_FRAME.pack(c.FRAME_METHOD, ch.id, 13, method,
-                                               self.delivery_tag, bits) + c.FRAME_END_BYTE)
+        Basic.Ack (coalesced, see ``PeerSettles``), Basic.Nack(requeue) or Basic.Reject, encoded
+        here (one per relayed message, so not through pamqp)."""
+        if self.alive:
+            self.link.settle(self.delivery_tag, outcome)
 
 
 class _Waiting:
@@ -95,7 +157,7 @@ class RelayInbox:
     """Relayed messages waiting for a local consumer with credit, per queue, plus each queue's
     turn among its local consumers. ``policy`` is the broker's relay policy."""
 
-    __slots__ = ("policy", "waiting", "_turns", "_local")
+    __slots__ = ("policy", "waiting", "_turns", "_local", "pending_acks")
 
     def __init__(self, policy: RelayPolicy | None = None) -> None:
         self.policy = policy or RelayPolicy()
@@ -103,6 +165,22 @@ class RelayInbox:
         self._turns: dict[Queue, int] = {}
         #: per queue, (its consumers' version, its local consumers): one relayed message each
         self._local: dict[Queue, tuple[int, list[Any]]] = {}
+        #: links with acks to send at the end of this batch of input (``flush_acks``)
+        self.pending_acks: list[PeerSettles] = []
+
+    def link(self, channel: Channel) -> PeerSettles:
+        """The settle state of peer link ``channel`` (made on its first relay)."""
+        link = channel.relay_settles
+        if link is None:
+            link = channel.relay_settles = PeerSettles(channel, self.pending_acks)
+        return link
+
+    def flush_acks(self) -> None:
+        """Send the acks collected since the last flush (``Broker.run_dispatch`` calls it)."""
+        links = self.pending_acks[:]
+        self.pending_acks.clear()
+        for link in links:
+            link.send_acks()
 
     def __len__(self) -> int:
         return sum(len(d) for d in self.waiting.values())
@@ -205,10 +283,12 @@ def receive_relayed(vhost: VirtualHost, channel: Channel, queue_name: str, messa
     if not queue_name:
         route_private(vhost, message)
         return
-    origin = RelayOrigin(channel, delivery_tag)
+    broker = vhost.broker
+    link = broker.relay_inbox.link(channel)
+    link.received(delivery_tag)
+    origin = RelayOrigin(link, delivery_tag)
     q = vhost.queues.get(queue_name)
     if q is None or q.exclusive_owner is not None:
         origin.settle("requeue")
         return
-    broker = vhost.broker
     broker.relay_inbox.receive(broker, q, message, origin, redelivered)

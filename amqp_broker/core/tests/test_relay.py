@@ -143,6 +143,42 @@ def test_receiver_acks_to_the_sender_when_its_consumer_acks(make_client) -> None
     assert q.message_count == 0 and q.unacked_count == 0
 
 
+def test_acks_of_one_batch_go_back_as_one_multiple_ack(make_client) -> None:
+    broker, link, app = _receiver(make_client)
+    app.consume(1, "shared", "c1")
+    for tag in (11, 12, 13):
+        _relay(broker, link, tag, b"m%d" % tag)
+    msgs = app.messages()
+    app.send(1, cmd.Basic.Ack(msgs[-1].method.delivery_tag, True))  # the consumer acks all three
+    ((_ch, ack),) = link.methods()
+    assert (type(ack).__name__, ack.delivery_tag, ack.multiple) == ("Ack", 13, True)
+
+
+def test_acks_are_not_coalesced_over_a_transfer_still_held(make_client) -> None:
+    broker, link, app = _receiver(make_client)
+    app.consume(1, "shared", "c1")
+    for tag in (21, 22, 23):
+        _relay(broker, link, tag, b"x")
+    first, second, third = app.messages()
+    app.send(1, cmd.Basic.Ack(second.method.delivery_tag, False),
+             cmd.Basic.Ack(third.method.delivery_tag, False))  # 21 still held by the consumer
+    assert [(m.delivery_tag, m.multiple) for _ch, m in link.methods()] == [(22, False),
+                                                                          (23, False)]
+    app.send(1, cmd.Basic.Ack(first.method.delivery_tag, False))
+    assert [(m.delivery_tag, m.multiple) for _ch, m in link.methods()] == [(21, True)]
+
+
+def test_tags_out_of_order_are_never_coalesced(make_client) -> None:
+    broker, link, app = _receiver(make_client)
+    app.consume(1, "shared", "c1")
+    _relay(broker, link, 35, b"x")
+    _relay(broker, link, 31, b"y")  # not what a sender does; then each ack goes on its own
+    msgs = app.messages()
+    app.send(1, cmd.Basic.Ack(msgs[-1].method.delivery_tag, True))
+    assert sorted((m.delivery_tag, m.multiple) for _ch, m in link.methods()) == [(31, False),
+                                                                                (35, False)]
+
+
 def test_receiver_passes_back_requeues_and_rejects(make_client) -> None:
     broker, link, app = _receiver(make_client)
     app.consume(1, "shared", "c1")
