@@ -139,7 +139,6 @@ async def put_vhost(request: Request, mgmt: Management, user: Account) -> Respon
     body = await read_json(request)
     desc = str(body.get("description", ""))
     tags = parse_tags(body.get("tags"))
-    mgmt.vhost_meta[name] = (desc, tags)
     new = persist.add_vhost(mgmt.broker, name, desc, tags, creator=user.name)
     return created() if new else no_content()
 
@@ -149,7 +148,6 @@ async def delete_vhost(request: Request, mgmt: Management, user: Account) -> Res
     name = path_vhost(request)
     if not persist.delete_vhost(mgmt.broker, name):
         raise not_found()
-    mgmt.vhost_meta.pop(name, None)
     return no_content()
 
 
