@@ -4,11 +4,13 @@ Owns the glue of the Qpid ClusteringHA proposal: feeding ``membership.Node`` wit
 methods, clock ticks and send failures, and carrying out its actions (send, replay to a joiner and
 Synch, apply a buffered replay in the leader-first order, open the client listener after every
 Synch, publish the view in Connection.Start server properties); propagating a client's change to
-every member and answering the client after the reply policy's number of answers (``all``,
-``majority``, ``none`` or a number); buffering, on a joining node, the methods a member sends until
-its replay may be applied. Sans-IO: the links (``cluster.links``) do the I/O, ``tick(now)`` is called
-by a timer. Must not know: sockets, anyio, the core's internals beyond the broker's cluster seams
-(``peer_handler``, ``cluster_hooks``, ``cluster_properties``, ``accepting_clients``).
+every member (wrapped in Cluster.InVhost for a vhost other than the links' "/") and answering the
+client after the reply policy's number of answers (``all``, ``majority``, ``none`` or a number);
+sending users, permissions, vhosts (Cluster.Definition) and policies as they change; buffering,
+on a joining node, the methods a member sends until its replay may be applied. Sans-IO: the links
+(``cluster.links``) do the I/O, ``tick(now)`` is called by a timer. Must not know: sockets, anyio,
+the core's internals beyond the broker's cluster seams (``peer_handler``, ``cluster_hooks``,
+``cluster_properties``, ``accepting_clients``).
 """
 
 from __future__ import annotations

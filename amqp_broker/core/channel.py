@@ -126,7 +126,9 @@ class Channel:
     def on_method_in_vhost(self, vhost_name: str, payload: bytes) -> None:
         """On a cluster peer link: the method frame ``payload`` a member sent for vhost
         ``vhost_name`` (Cluster.InVhost; the link itself opened "/") runs as if this channel were
-        opened there, and is answered as usual. An unknown vhost closes the channel with 404."""
+        opened there, and is answered as usual. An unknown vhost closes the channel with 404.
+        Members wrap declarations, bindings, deletions and purges only (a message travels with
+        Cluster.Relay, which names its vhost), so no content follows a wrapped method."""
         vhost = self.connection.broker.vhosts.get(vhost_name)
         if vhost is None:
             cid, mid = int.from_bytes(payload[:2]), int.from_bytes(payload[2:4])
