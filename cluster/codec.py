@@ -49,6 +49,17 @@ back negative and be "unknown". Method ids (fields in wire order, AMQP domains i
                   (``amqp_broker.core.policies.Policy.encode``), empty: cleared]: *our addition*
                   (issue 12): a policy set or cleared on one member, sent to every other member
                   and replayed to a joiner; not answered
+120   Definition  kind [shortstr: "user", "permission" or "vhost"], vhost [shortstr], user
+                  [shortstr], body [longstr: JSON, empty: deleted]: *our addition* (issue 13): a
+                  user (user; body ``{"password_hash", "hashing_algorithm", "tags"}``, the salted
+                  hash only, never a password), a permission (vhost, user; body
+                  ``{"configure", "write", "read"}``) or a vhost (vhost; body ``{"description",
+                  "tags"}``) set or deleted on one member, sent to every other member and
+                  replayed to a joiner; not answered
+130   InVhost     vhost [shortstr], method [longstr: an AMQP method frame payload, class-id,
+                  method-id, arguments]: *our addition* (issue 13): the wrapped method (a
+                  propagated or replayed Exchange.Declare, Queue.Bind, ...) applies to ``vhost``
+                  instead of the link's vhost "/"; answered as the wrapped method is
 ====  ==========  ==================================================================================
 
 Members travel as JSON in a longstr rather than a field table because a table is unordered by the
@@ -73,7 +84,7 @@ __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
     "Synch", "Ping", "Vote", "Consumers", "Relay", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
     "QUORUM_NOTIFY", "QUORUM_SHIP", "QUORUM_HOLDING", "QUORUM_STATUS",
-    "Policy",
+    "Policy", "Definition", "DEFINITION_KINDS", "InVhost",
     "register",
 ]
 
@@ -474,8 +485,95 @@ class Policy(ClusterMethod):
             raise ValueError("body must be a str")
 
 
+#: ``Definition.kind`` values.
+DEFINITION_KINDS = ("user", "permission", "vhost")
+
+
+class Definition(ClusterMethod):
+    """Cluster.Definition (our addition, issue 13): a user, a permission or a vhost is now
+    ``body`` (JSON text; empty: deleted), see the module docstring for the keys of each ``kind``.
+    Sent to every member when it changes and replayed to a joiner; a member applies it without
+    sending it on. Passwords travel as RabbitMQ's salted hashes only."""
+
+    __slots__: typing.ClassVar[list[str]] = ["kind", "vhost", "user", "body"]
+    frame_id: typing.ClassVar[int] = 120
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 120
+    name: typing.ClassVar[str] = "Cluster.Definition"
+    _kind = "shortstr"
+    _vhost = "shortstr"
+    _user = "shortstr"
+    _body = "longstr"
+
+    def __init__(self, kind: str = "user", vhost: str = "", user: str = "",
+                 body: str = "") -> None:
+        self.kind = kind
+        self.vhost = vhost
+        self.user = user
+        self.body = body
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for an unknown kind, a bad vhost or user name, or a body that is
+        not a str."""
+        if self.kind not in DEFINITION_KINDS:
+            raise ValueError(f"kind must be one of {DEFINITION_KINDS}")
+        _check_shortstr("vhost", self.vhost)
+        _check_shortstr("user", self.user)
+        if not isinstance(self.body, str):
+            raise ValueError("body must be a str")
+
+
+class InVhost(ClusterMethod):
+    """Cluster.InVhost (our addition, issue 13): the AMQP method whose frame payload is
+    ``payload`` (bytes) applies to vhost ``vhost`` (a peer link opens vhost "/"). Build with
+    ``InVhost(vhost, method_payload)``; the receiver decodes ``payload`` as it would a method frame
+    and answers as for that method. On the wire ``method`` is a longstr holding the payload's
+    bytes as Latin-1 characters in UTF-8 (pamqp encodes only ``str`` longstrs and decodes valid
+    UTF-8 to ``str``): lossless for any bytes."""
+
+    __slots__: typing.ClassVar[list[str]] = ["vhost", "method"]
+    frame_id: typing.ClassVar[int] = 130
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 130
+    name: typing.ClassVar[str] = "Cluster.InVhost"
+    _vhost = "shortstr"
+    _method = "longstr"
+
+    def __init__(self, vhost: str = "/", method: str | bytes = "\0\0\0\0") -> None:
+        self.vhost = vhost
+        self.method: str | bytes = (method.decode("latin-1") if isinstance(method, bytes)
+                                    else method)
+        self.validate()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, InVhost)
+        return self.vhost == other.vhost and self.payload == other.payload
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def payload(self) -> bytes:
+        """The wrapped method frame payload; b"" when ``method`` holds a character above U+00FF
+        (not our encoding: decoding b"" then fails as a malformed frame, 502)."""
+        if isinstance(self.method, bytes):  # not valid UTF-8 on the wire: not ours either
+            return b""
+        try:
+            return self.method.encode("latin-1")
+        except UnicodeEncodeError:
+            return b""
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a bad vhost or a wrapped payload shorter than a method's
+        class and method ids (4 bytes)."""
+        _check_shortstr("vhost", self.vhost)
+        if len(self.payload) < 4:
+            raise ValueError("method must be a method frame payload of at least 4 bytes")
+
+
 METHODS: tuple[type[ClusterMethod], ...] = (Join, Membership, Leave, Suspect, Synch, Ping, Vote,
-                                            Consumers, Relay, Quorum, Policy)
+                                            Consumers, Relay, Quorum, Policy, Definition,
+                                            InVhost)
 
 
 def register(mapping: dict[int, type[base.Frame]] | None = None) -> None:

@@ -4,11 +4,13 @@ Owns the glue of the Qpid ClusteringHA proposal: feeding ``membership.Node`` wit
 methods, clock ticks and send failures, and carrying out its actions (send, replay to a joiner and
 Synch, apply a buffered replay in the leader-first order, open the client listener after every
 Synch, publish the view in Connection.Start server properties); propagating a client's change to
-every member and answering the client after the reply policy's number of answers (``all``,
-``majority``, ``none`` or a number); buffering, on a joining node, the methods a member sends until
-its replay may be applied. Sans-IO: the links (``cluster.links``) do the I/O, ``tick(now)`` is called
-by a timer. Must not know: sockets, anyio, the core's internals beyond the broker's cluster seams
-(``peer_handler``, ``cluster_hooks``, ``cluster_properties``, ``accepting_clients``).
+every member (wrapped in Cluster.InVhost for a vhost other than the links' "/") and answering the
+client after the reply policy's number of answers (``all``, ``majority``, ``none`` or a number);
+sending users, permissions, vhosts (Cluster.Definition) and policies as they change; buffering,
+on a joining node, the methods a member sends until its replay may be applied. Sans-IO: the links
+(``cluster.links``) do the I/O, ``tick(now)`` is called by a timer. Must not know: sockets, anyio,
+the core's internals beyond the broker's cluster seams (``peer_handler``, ``cluster_hooks``,
+``cluster_properties``, ``accepting_clients``).
 """
 
 from __future__ import annotations
@@ -27,10 +29,19 @@ from amqp_broker.protocol.framing import encode_body_frames, encode_frame
 from amqp_broker.protocol.methods import Publish, encode_method
 
 from . import actions as a
-from .codec import ClusterMethod, Consumers, Policy, Relay, Synch, relay_routing_raw
+from .codec import (
+    ClusterMethod,
+    Consumers,
+    Definition,
+    InVhost,
+    Policy,
+    Relay,
+    Synch,
+    relay_routing_raw,
+)
 from .membership import IN_VIEW, Node, Status
 
-__all__ = ["ClusterDriver", "LinkSender", "reply_quorum"]
+__all__ = ["ClusterDriver", "LinkSender", "reply_quorum", "in_vhost"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +85,17 @@ def reply_quorum(policy: str, others: int) -> int:
     if n < 0:
         raise ValueError("sync replies must be >= 0")
     return min(n, others)
+
+
+def in_vhost(vhost: str, method: Any) -> Any:
+    """``method`` as it travels on a peer link for ``vhost``: itself for "/" (the link's vhost),
+    else wrapped in Cluster.InVhost."""
+    if vhost == "/":
+        return method
+    return InVhost(vhost, encode_method(1, method)[7:-1])
+
+
+_NOT_MEMBERSHIP = Consumers | Relay | Policy | Definition | InVhost
 
 
 #: Seconds a propagated change may wait for its answers before the client gets 541.
@@ -121,22 +143,32 @@ class ClusterDriver:
         self.on_view: Callable[[int, a.Members], None] | None = None
         #: ``on_policy(vhost, name, body)``: a member's Cluster.Policy (empty body: cleared).
         self.on_policy: Callable[[str, str, str], None] | None = None
+        #: ``on_definition(kind, vhost, user, body)``: a member's Cluster.Definition.
+        self.on_definition: Callable[[str, str, str, str], None] | None = None
+        #: ``on_in_vhost(channel, vhost, payload)``: run the method frame ``payload`` a member
+        #: sent for ``vhost`` (Cluster.InVhost) on ``channel`` as if it were opened there.
+        self.on_in_vhost: Callable[[Any, str, bytes], None] | None = None
 
     # ------------------------------------------------------------------ broker seams
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
         """``broker.peer_handler``: Cluster methods go to the membership; on a node still joining,
         a member's other methods wait for its replay turn. False: run the ordinary handler."""
         sender = channel.connection.peer_node
-        if isinstance(method, ClusterMethod) and not isinstance(method, Consumers | Relay | Policy):
+        if isinstance(method, ClusterMethod) and not isinstance(method, _NOT_MEMBERSHIP):
             self._run(self.node.receive(sender, method, self.clock()))
             return True
         if self.node.status in (Status.JOINING, Status.SYNCING) and sender not in self._applied:
             self._buffers.setdefault(sender, []).append((channel, payload))
             return True
         if method.__class__ is Relay:  # its content follows: assembled as a publish's
-            channel.relay_target = (method.queue, method.delivery_tag, bool(method.redelivered))
+            channel.relay_target = (method.vhost, method.queue, method.delivery_tag,
+                                    bool(method.redelivered))
             channel.assembler.start(Publish(method.exchange, method.routing_key, False, False,
                                             relay_routing_raw(payload)))
+            return True
+        if isinstance(method, InVhost):
+            if self.on_in_vhost is not None:
+                self.on_in_vhost(channel, method.vhost, method.payload)
             return True
         if isinstance(method, Consumers):
             if self.on_consumers is not None and method.node != self.node.name:
@@ -146,7 +178,19 @@ class ClusterDriver:
             if self.on_policy is not None:
                 self.on_policy(method.vhost, method.policy, method.body)
             return True
+        if isinstance(method, Definition):
+            if self.on_definition is not None:
+                self.on_definition(method.kind, method.vhost, method.user, method.body)
+            return True
         return False
+
+    def definition_changed(self, kind: str, vhost: str, user: str, body: str) -> None:
+        """A user, permission or vhost changed here (``body`` JSON, empty: deleted): tell every
+        member (Cluster.Definition, not answered; a member that misses it gets it in a later
+        replay)."""
+        for member, address in self.node.members:
+            if member != self.node.name:
+                self.links.send(member, address, Definition(kind, vhost, user, body))
 
     def policy_changed(self, vhost: str, name: str, body: str) -> None:
         """A policy was set (``body``, JSON) or cleared (empty) here: tell every member
@@ -204,6 +248,7 @@ class ClusterDriver:
         pid = next(self._ids)
         pending = _Pending(need, {n for n, _ in others}, done, self.clock())
         self._pending[pid] = pending
+        method = in_vhost(vhost, method)
         for name, address in others:
             self.links.send(name, address, method, on_reply=partial(self._answered, pid, name))
         self._check(pid)

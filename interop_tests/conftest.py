@@ -27,6 +27,10 @@ Fixture API (keep these names stable: other interop test modules use them)
 ``rabbitmq`` (session scope) -> :class:`Broker`
     RabbitMQ to compare with: ``AMQP_TEST_RABBITMQ_URI`` or a private node started once
     (``interop_tests/rabbitmq_node.py``); skipped with the reason when there is none.
+``management_broker`` (session scope, parametrised "ours" / "rabbitmq") -> :class:`Broker`
+    Differential management tests: a broker with ``.api_url`` (its management API): ours
+    started once with ``--management-port``, or the RabbitMQ node (its rabbitmq_management
+    plugin, ``interop_tests/rabbitmq_node.py``). Skipped when either is external.
 ``unique_name`` (function scope) -> str
     A queue/exchange name unique to this test (test name + uuid), so tests sharing one
     broker don't interfere.
@@ -54,7 +58,7 @@ from pathlib import Path
 
 import pytest
 
-from interop_tests.rabbitmq_node import RabbitMQUnavailable, rabbitmq_uri
+from interop_tests.rabbitmq_node import RabbitMQUnavailable, rabbitmq_api_url, rabbitmq_uri
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
@@ -128,6 +132,8 @@ class Broker:
     process: subprocess.Popen | None = field(default=None, repr=False)
     server_properties: dict = field(default_factory=dict, repr=False)
     extra_args: tuple = ()
+    #: ``http://127.0.0.1:PORT`` of its management API (``management_broker``), else None
+    api_url: str | None = None
 
     @property
     def pid(self) -> int | None:
@@ -334,6 +340,39 @@ def rabbitmq() -> Broker:
     except RabbitMQUnavailable as exc:
         pytest.skip(str(exc))
     return _external_broker(uri)
+
+
+@pytest.fixture(scope="session", params=["ours", "rabbitmq"])
+def management_broker(request, tmp_path_factory):
+    """A broker with its management API (``.api_url``), once per param (see module docstring)."""
+    if request.param == "rabbitmq":
+        rabbit = request.getfixturevalue("rabbitmq")
+        try:
+            rabbit.api_url = rabbitmq_api_url()
+        except RabbitMQUnavailable as exc:
+            pytest.skip(str(exc))
+        yield rabbit
+        return
+    if os.environ.get(EXTERNAL_ENV):
+        pytest.skip(f"needs our broker's process; {EXTERNAL_ENV} points at an external broker")
+    http = _free_port()
+    b = start_broker(tmp_path_factory.mktemp("mgmt-broker-data"), "--management-port", str(http))
+    b.api_url = f"http://127.0.0.1:{http}"
+    _SESSION_BROKERS.append(b)
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while True:  # the HTTP listener opens beside the AMQP one: wait for it, bounded
+        try:
+            with socket.create_connection(("127.0.0.1", http), timeout=1.0):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    try:
+        yield b
+    finally:
+        b.stop()
+        _SESSION_BROKERS.remove(b)
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """The management API, Prometheus metrics, ``amqp-broker ctl`` and the web page against a real
 broker process, with real tools (issue 13):
 
-- RabbitMQ's own ``rabbitmqadmin`` (Debian's rabbitmq-server package, run with the system
-  python3): list, declare, publish, get, export, import;
+- (``rabbitmqadmin``, the API's status codes and Flower run against both brokers in
+  ``test_management_differential``);
 - ``promtool check metrics`` (Debian's prometheus) on /metrics and /metrics/per-object, and the
   rabbitmq_prometheus names a Grafana dashboard joins on; message counters grow with traffic;
 - ``amqp-broker ctl`` (add_user, set_permissions, list_queues, export/import_definitions);
@@ -32,8 +32,6 @@ from interop_tests.conftest import REPO_ROOT, _free_port
 
 pytestmark = pytest.mark.interop
 
-RABBITMQADMIN = shutil.which("rabbitmqadmin") or "/usr/bin/rabbitmqadmin"
-SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 
 
 def _start(broker_factory, *extra: str, data_dir: Path | None = None):
@@ -65,44 +63,6 @@ def _api(url: str, method: str = "GET", body=None, user: str = "guest", password
     with urllib.request.urlopen(req, timeout=10) as resp:
         raw = resp.read()
         return json.loads(raw) if raw.strip() else None
-
-
-def _admin(port: int, *args: str) -> str:
-    out = subprocess.run([SYSTEM_PYTHON, RABBITMQADMIN, "-H", "127.0.0.1", "-P", str(port),
-                          "-u", "guest", "-p", "guest", *args], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0, f"rabbitmqadmin {args}: {out.stdout}\n{out.stderr}"
-    return out.stdout
-
-
-@pytest.mark.skipif(not os.path.exists(RABBITMQADMIN), reason="rabbitmqadmin not installed "
-                    "(Debian rabbitmq-server; interop_tests/setup.sh installs it)")
-def test_rabbitmqadmin_against_our_api(broker_factory, tmp_path):
-    broker, http, _ = _start(broker_factory)
-    _admin(http, "declare", "queue", "name=adm.q", "durable=true")
-    _admin(http, "declare", "exchange", "name=adm.x", "type=fanout")
-    _admin(http, "declare", "binding", "source=adm.x", "destination=adm.q")
-    _admin(http, "publish", "exchange=adm.x", "routing_key=any", "payload=hello-admin")
-    _admin(http, "publish", "exchange=amq.default", "routing_key=adm.q", "payload=second")
-    listing = _admin(http, "-f", "tsv", "-q", "list", "queues", "name", "messages")
-    assert "adm.q\t2" in listing
-    got = json.loads(_admin(http, "-f", "raw_json", "get", "queue=adm.q", "count=2",
-                            "ackmode=ack_requeue_false"))
-    assert [m["payload"] for m in got] == ["hello-admin", "second"]
-    assert "adm.x" in _admin(http, "list", "exchanges")
-    assert "adm.q" in _admin(http, "list", "bindings")
-    export = tmp_path / "defs.json"
-    _admin(http, "export", str(export))
-    defs = json.loads(export.read_text())
-    assert {q["name"] for q in defs["queues"]} == {"adm.q"}
-    assert defs["users"][0]["hashing_algorithm"] == "rabbit_password_hashing_sha256"
-    # import into a second broker: the queue, exchange and binding come back
-    _, http2, _ = _start(broker_factory)
-    _admin(http2, "import", str(export))
-    assert "adm.q" in _admin(http2, "list", "queues", "name")
-    assert "adm.x" in _admin(http2, "list", "bindings", "source")
-    _admin(http, "delete", "queue", "name=adm.q")
-    assert "adm.q" not in _admin(http, "list", "queues", "name")
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed "

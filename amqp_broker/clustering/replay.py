@@ -2,11 +2,11 @@
 
 Owns turning the broker's state into the AMQP methods that carry it (the Qpid proposal replays
 state as ordinary Exchange.Declare / Queue.Declare / Queue.Bind methods, "Cluster.Join"): the leader
-replays policies (Cluster.Policy), exchanges, shared (non-exclusive) queues and their bindings;
-every member would replay its private queues (proxies are not built yet, so nothing else is
-replayed). Replayed methods carry
-``nowait`` so the joiner need not answer them; vhost "/" only for now. Lives beside ``app`` because
-it knows both the core and the cluster package.
+replays vhosts, users and permissions (Cluster.Definition), policies (Cluster.Policy), then every
+vhost's exchanges, shared (non-exclusive) queues and their bindings; every member replays its
+private queues (the joiner makes proxies of them) and its consumer counts. Replayed methods carry
+``nowait`` so the joiner need not answer them; a vhost other than "/" wraps them in
+Cluster.InVhost. Lives beside ``app`` because it knows both the core and the cluster package.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands as cmd
 
-from cluster.codec import Consumers, Policy
+from cluster.codec import Consumers, Definition, Policy
+from cluster.driver import in_vhost
 
+from ..core import access_store
 from ..core.broker import Broker
 from ..core.proxies import HOME_ARGUMENT
 from ..core.relay import local_consumer_count
@@ -24,31 +26,51 @@ from ..core.relay import local_consumer_count
 if TYPE_CHECKING:
     from pamqp.common import FieldTable
 
+    from ..core.vhost import VirtualHost
+
 __all__ = ["replay_methods", "load_figures"]
 
 
 def replay_methods(broker: Broker, shared: bool, me: str) -> list[Any]:
     """The methods replaying our part of the state to a joiner (see module docstring); every
     member ends with its consumer counts on shared queues (Cluster.Consumers)."""
-    vhost = broker.vhosts.get("/")
-    if vhost is None:
-        return []
-    counts: list[Any] = [Consumers("/", q.name, me, n) for q in vhost.queues.values()
-                         if q.exclusive_owner is None and (n := local_consumer_count(q))]
-    for q in vhost.queues.values():  # our private queues become proxies on the joiner
-        if q.exclusive_owner is None:
-            continue
-        counts.append(cmd.Queue.Declare(queue=q.name, nowait=True,
-                                        arguments={HOME_ARGUMENT: me}))
-        for b in vhost.routing.bindings_of_queue(q.name):
-            counts.append(cmd.Queue.Bind(queue=q.name, exchange=b.source,
-                                         routing_key=b.binding_key, nowait=True,
-                                         arguments=dict(b.arguments)))
+    counts: list[Any] = []
+    for vhost in broker.vhosts.values():
+        counts += _private_part(vhost, me)
     if not shared:
         return counts
-    # policies first (every vhost: they are cluster-wide), so the joiner applies them to the
-    # classic queues declared later; replicated queues travel with what was applied
-    out: list[Any] = [Policy(p.vhost, p.name, p.encode()) for p in broker.policies.list()]
+    # vhosts, users, permissions first (declarations need their vhost); then policies (every
+    # vhost: they are cluster-wide), so the joiner applies them to the classic queues declared
+    # later; replicated queues travel with what was applied
+    out: list[Any] = [Definition(*item) for item in access_store.replay_items(broker)]
+    out += [Policy(p.vhost, p.name, p.encode()) for p in broker.policies.list()]
+    for vhost in broker.vhosts.values():
+        out += _shared_part(vhost)
+    return out + counts
+
+
+def _private_part(vhost: VirtualHost, me: str) -> list[Any]:
+    """Our consumer counts on shared queues and our private queues (they become proxies on the
+    joiner) with their bindings, in ``vhost``."""
+    name = vhost.name
+    out: list[Any] = [Consumers(name, q.name, me, n) for q in vhost.queues.values()
+                      if q.exclusive_owner is None and (n := local_consumer_count(q))]
+    for q in vhost.queues.values():
+        if q.exclusive_owner is None:
+            continue
+        out.append(in_vhost(name, cmd.Queue.Declare(queue=q.name, nowait=True,
+                                                    arguments={HOME_ARGUMENT: me})))
+        for b in vhost.routing.bindings_of_queue(q.name):
+            out.append(in_vhost(name, cmd.Queue.Bind(queue=q.name, exchange=b.source,
+                                                     routing_key=b.binding_key, nowait=True,
+                                                     arguments=dict(b.arguments))))
+    return out
+
+
+def _shared_part(vhost: VirtualHost) -> list[Any]:
+    """``vhost``'s exchanges, shared queues and the bindings between them, as declarations."""
+    name = vhost.name
+    out: list[Any] = []
     routing = vhost.routing
     for ex in routing.exchanges():
         if not ex.name or routing.is_reserved(ex.name):
@@ -76,7 +98,7 @@ def replay_methods(broker: Broker, shared: bool, me: str) -> list[Any]:
             out.append(cmd.Exchange.Bind(destination=b.destination.name, source=b.source,
                                          routing_key=b.binding_key, nowait=True,
                                          arguments=dict(b.arguments)))
-    return out + counts
+    return [in_vhost(name, m) for m in out]
 
 
 def load_figures(broker: Broker) -> dict[str, int]:

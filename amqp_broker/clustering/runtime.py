@@ -24,7 +24,7 @@ from cluster.membership import Node
 
 from .. import __version__
 from ..config import Config
-from ..core import policy_store, proxies, relay
+from ..core import access_store, policy_store, proxies, relay
 from ..core.broker import Broker
 from . import discovery
 from .replay import load_figures, replay_methods
@@ -163,6 +163,9 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     broker.cluster_hooks = driver
     driver.on_policy = lambda vhost, name, body: policy_store.apply_remote(broker, vhost, name,
                                                                            body)
+    driver.on_definition = lambda kind, vhost, user, body: access_store.apply_remote(
+        broker, kind, vhost, user, body)
+    driver.on_in_vhost = lambda channel, vhost, payload: channel.on_method_in_vhost(vhost, payload)
     broker.cluster_properties.update({"cluster_name": node.cluster_name,
                                       "cluster_view": 0, "cluster_members": [me]})
 

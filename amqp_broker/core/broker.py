@@ -148,6 +148,8 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {n: VirtualHost(self, n) for n in self.settings.vhosts}
         #: Users and permissions (``core.access``); the management API and definitions change it.
         self.access = AccessControl.from_settings(self.settings.users, self.settings.vhosts)
+        #: vhost name -> (description, tags) (``core.access_store``; definitions.db keeps them).
+        self.vhost_meta: dict[str, tuple[str, tuple[str, ...]]] = {}
         #: Message counts of released channels (``core.stats``; live channels keep their own).
         self.message_totals = MessageTotals()
         self.connections: dict[int, Connection] = {}

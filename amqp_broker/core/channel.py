@@ -64,9 +64,9 @@ class Channel:
         self.confirms: ConfirmTracker | None = None
         self.tx: list[tuple[str, Any]] | None = None
         self.last_queue = ""  # "the last queue declared on this channel" (spec: empty queue name)
-        #: On a cluster peer link: (shared queue, delivery tag, redelivered) of the next
+        #: On a cluster peer link: (vhost, shared queue, delivery tag, redelivered) of the next
         #: Basic.Publish, a message another member relays to us (Cluster.Relay).
-        self.relay_target: tuple[str, int, bool] | None = None
+        self.relay_target: tuple[str, str, int, bool] | None = None
         #: On a cluster peer link: its relayed transfers not settled yet (``core.relay_inbox``).
         self.relay_settles: PeerSettles | None = None
         #: Message counters for the management API and Prometheus (``core.stats``).
@@ -125,6 +125,24 @@ class Channel:
             cid, mid = method_ids(method)
             raise exc.for_method(cid, mid) from None
 
+    def on_method_in_vhost(self, vhost_name: str, payload: bytes) -> None:
+        """On a cluster peer link: the method frame ``payload`` a member sent for vhost
+        ``vhost_name`` (Cluster.InVhost; the link itself opened "/") runs as if this channel were
+        opened there, and is answered as usual. An unknown vhost closes the channel with 404.
+        Members wrap declarations, bindings, deletions and purges only (a message travels with
+        Cluster.Relay, which names its vhost), so no content follows a wrapped method."""
+        vhost = self.connection.broker.vhosts.get(vhost_name)
+        if vhost is None:
+            cid, mid = int.from_bytes(payload[:2]), int.from_bytes(payload[2:4])
+            self.close_with(ChannelException(c.NOT_FOUND, f"NOT_FOUND - no vhost '{vhost_name}'",
+                                             cid, mid))
+            return
+        home, self.vhost = self.vhost, vhost
+        try:
+            self.on_method(payload)
+        finally:
+            self.vhost = home
+
     def on_header(self, payload: bytes) -> None:
         """Handle a content header frame payload."""
         if self.closing:
@@ -158,8 +176,9 @@ class Channel:
             # the named queue's local consumers, never through routing again.
             msg = Message(publish.exchange, publish.routing_key, header, body)
             msg.routing_raw = publish.routing_raw
-            (queue, tag, redelivered), self.relay_target = self.relay_target, None
-            receive_relayed(self.vhost, self, queue, msg, tag, redelivered)
+            (vhost, queue, tag, redelivered), self.relay_target = self.relay_target, None
+            receive_relayed(self.connection.broker.vhosts.get(vhost), self, queue, msg, tag,
+                            redelivered)
             return
         try:
             publish_message(self, publish, header, body)

@@ -275,19 +275,21 @@ class RelayInbox:
         return False
 
 
-def receive_relayed(vhost: VirtualHost, channel: Channel, queue_name: str, message: Message,
-                    delivery_tag: int, redelivered: bool) -> None:
-    """A message relayed to us over peer ``channel`` (see module docstring). ``queue_name`` ""
-    is a relay for our private queues (not settled: routed here at once). A shared queue we do
-    not have (deleted meanwhile) gives the message back to the sender."""
+def receive_relayed(vhost: VirtualHost | None, channel: Channel, queue_name: str,
+                    message: Message, delivery_tag: int, redelivered: bool) -> None:
+    """A message relayed to us over peer ``channel`` for a queue of ``vhost`` (see module
+    docstring). ``queue_name`` "" is a relay for our private queues (not settled: routed here at
+    once). A shared queue we do not have (deleted meanwhile, or its vhost: None) gives the
+    message back to the sender."""
     if not queue_name:
-        route_private(vhost, message)
+        if vhost is not None:
+            route_private(vhost, message)
         return
-    broker = vhost.broker
+    broker = channel.connection.broker
     link = broker.relay_inbox.link(channel)
     link.received(delivery_tag)
     origin = RelayOrigin(link, delivery_tag)
-    q = vhost.queues.get(queue_name)
+    q = vhost.queues.get(queue_name) if vhost is not None else None
     if q is None or q.exclusive_owner is not None:
         origin.settle("requeue")
         return

@@ -461,7 +461,7 @@ class VirtualHost:
         hooks = self.broker.cluster_hooks
         for q in list(conn.exclusive_queues):
             self.delete_queue(q, notify=False)
-            if hooks is not None and self.name == "/":
+            if hooks is not None:
                 hooks.propagate(self.name, cmd.Queue.Delete(queue=q.name), lambda _error: None)
         conn.exclusive_queues.clear()
 
@@ -489,7 +489,7 @@ class VirtualHost:
     def _consumers_changed(self, q: Queue) -> None:
         """Tell the cluster our consumer count of a shared queue changed (Cluster.Consumers)."""
         hooks = self.broker.cluster_hooks
-        if hooks is not None and q.exclusive_owner is None and self.name == "/":
+        if hooks is not None and q.exclusive_owner is None:
             hooks.consumers_changed(self.name, q.name, local_consumer_count(q))
 
     # ------------------------------------------------------------------------ publish

@@ -38,7 +38,9 @@ STATIC = Path(__file__).resolve().parent / "static"
 
 class RawPath:
     """ASGI middleware: route on ``raw_path`` (percent-encoding kept) instead of the decoded
-    ``path``, so "%2F" inside a segment is not a separator."""
+    ``path``, so "%2F" inside a segment is not a separator; one trailing slash under /api is
+    dropped (RabbitMQ answers ``/api/queues/`` as ``/api/queues``: Flower's broker page asks
+    for that when the broker URL names vhost "/" as ``amqp://host//``)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -46,7 +48,10 @@ class RawPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("raw_path"):
             scope = dict(scope)
-            scope["path"] = scope["raw_path"].decode("latin-1").split("?", 1)[0]
+            path = scope["raw_path"].decode("latin-1").split("?", 1)[0]
+            if path.startswith("/api/") and path.endswith("/") and len(path) > 5:
+                path = path[:-1]
+            scope["path"] = path
         await self.app(scope, receive, send)
 
 

@@ -89,23 +89,28 @@ class Sampler:
 @dataclass
 class Management:
     """Everything the HTTP apps need: ``broker``, this node's ``listeners``, ``sampler``,
-    ``data_dir`` (for disk figures), ``started_at`` (wall seconds), ``vhost_meta``."""
+    ``data_dir`` (for disk figures), ``started_at`` (wall seconds); ``vhost_meta`` reads the
+    broker's."""
 
     broker: Broker
     listeners: list[Listener] = field(default_factory=list)
     data_dir: str | None = None
     sampler: Sampler | None = None
     started_at: float = field(default_factory=time.time)
-    #: vhost -> (description, tags), from definitions.db and the API
-    vhost_meta: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.sampler is None:
             self.sampler = Sampler(self.broker)
         store = self.broker.durability.definitions
-        if store is not None and not self.vhost_meta:
-            self.vhost_meta = {v.name: (v.description, tuple(v.tags))
-                               for v in store.load().vhosts}
+        if store is not None and not self.broker.vhost_meta:
+            self.broker.vhost_meta.update({v.name: (v.description, tuple(v.tags))
+                                           for v in store.load().vhosts})
+
+    @property
+    def vhost_meta(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """vhost -> (description, tags): the broker's (``Broker.vhost_meta``), kept in
+        definitions.db and replicated with the vhosts (``core.access_store``)."""
+        return self.broker.vhost_meta
 
     @property
     def amqp_address(self) -> tuple[str, int]:

@@ -173,7 +173,11 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         print(f"Changing password for user \"{args[0]}\" ...")
     elif cmd == "set_user_tags":
         need(1)
-        api.request("PUT", f"/users/{_q(args[0])}", {"tags": args[1:]})
+        # the API (as RabbitMQ's) clears the password of a PUT without one: keep the hash
+        user = api.request("GET", f"/users/{_q(args[0])}")
+        api.request("PUT", f"/users/{_q(args[0])}", {
+            "password_hash": user.get("password_hash", ""),
+            "hashing_algorithm": user.get("hashing_algorithm", ""), "tags": args[1:]})
     elif cmd == "set_permissions":
         need(4)
         api.request("PUT", f"/permissions/{_q(v)}/{_q(args[0])}",

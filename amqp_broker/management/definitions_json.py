@@ -119,7 +119,6 @@ async def import_definitions(mgmt: Management, defs: dict[str, Any],
             meta = v.get("metadata") or {}
             desc = str(meta.get("description", v.get("description", "")))
             tags = parse_tags(meta.get("tags", v.get("tags")))
-            mgmt.vhost_meta[str(v["name"])] = (desc, tags)
             persist.add_vhost(broker, str(v["name"]), desc, tags)
         for p in _list(defs, "permissions"):
             try:

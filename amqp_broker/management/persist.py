@@ -1,13 +1,11 @@
-"""Users, permissions and vhosts changed through the API: applied to the broker (``core.access``,
-``Broker.vhosts``) and written to the definitions store (definitions.db) so they survive a
-restart; ``load_access`` restores them at start.
+"""Restoring users, permissions and vhost metadata at start (``load_access``). Changing them
+(applied, stored in definitions.db and sent to the cluster) is ``core.access_store``, re-exported
+here for the API's routes.
 
 Rules (RabbitMQ "Access Control" / "Virtual Hosts"): users from the configuration file are created
 at start when the store does not know them yet (so a password changed through the API stays
 changed); a configured user with vhosts "*" gets full permissions on every vhost it has none in.
-A new vhost gets full permissions for the user who created it (as the management UI does); deleting
-a vhost closes its connections (320), deletes its queues (their stored messages go too) and its
-permissions. Must not know: HTTP. Errors: ``KeyError`` for an unknown user or vhost.
+Must not know: HTTP.
 """
 
 from __future__ import annotations
@@ -16,7 +14,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..core.access import FULL, Account, Grant
-from ..core.vhost import VirtualHost
+from ..core.access_store import (
+    add_vhost,
+    delete_permission,
+    delete_user,
+    delete_vhost,
+    save_permission,
+    save_user,
+)
 
 if TYPE_CHECKING:
     from ..core.broker import Broker
@@ -42,6 +47,7 @@ def load_access(broker: Broker) -> None:
     if store is None:
         return
     defs = store.load()
+    broker.vhost_meta.update({v.name: (v.description, tuple(v.tags)) for v in defs.vhosts})
     with store.transaction():
         stored = {u.name for u in defs.users}
         for u in defs.users:
@@ -61,76 +67,3 @@ def load_access(broker: Broker) -> None:
         for (user, vhost), grant in access.permissions.items():
             if vhost in broker.vhosts:
                 store.save_permission(user, vhost, grant.configure, grant.write, grant.read)
-
-
-def save_user(broker: Broker, account: Account) -> None:
-    """Create or replace a user (its permissions stay)."""
-    broker.access.put_user(account)
-    store = _store(broker)
-    if store is not None:
-        store.save_user(account.name, account.password_hash, account.hashing_algorithm,
-                        account.tags)
-
-
-def delete_user(broker: Broker, name: str) -> bool:
-    """Delete a user and its permissions (its open connections stay, as RabbitMQ)."""
-    gone = broker.access.delete_user(name)
-    store = _store(broker)
-    if store is not None:
-        store.delete_user(name)
-    return gone
-
-
-def save_permission(broker: Broker, user: str, vhost: str, grant: Grant) -> None:
-    """Set ``user``'s permissions in ``vhost``; KeyError for an unknown user or vhost."""
-    if user not in broker.access.users:
-        raise KeyError(user)
-    if vhost not in broker.vhosts:
-        raise KeyError(vhost)
-    broker.access.set_permission(user, vhost, grant)
-    store = _store(broker)
-    if store is not None:
-        store.save_permission(user, vhost, grant.configure, grant.write, grant.read)
-
-
-def delete_permission(broker: Broker, user: str, vhost: str) -> bool:
-    """Clear ``user``'s permissions in ``vhost``."""
-    gone = broker.access.clear_permission(user, vhost)
-    store = _store(broker)
-    if store is not None:
-        store.delete_permission(user, vhost)
-    return gone
-
-
-def add_vhost(broker: Broker, name: str, description: str = "", tags: tuple[str, ...] = (),
-              creator: str | None = None) -> bool:
-    """Create vhost ``name`` (with the default exchanges); True when it is new. ``creator``
-    gets full permissions in it."""
-    new = name not in broker.vhosts
-    if new:
-        broker.vhosts[name] = VirtualHost(broker, name)
-    store = _store(broker)
-    if store is not None:
-        store.save_vhost(name, description, tags)
-    if new and creator is not None and creator in broker.access.users:
-        save_permission(broker, creator, name, FULL)
-    return new
-
-
-def delete_vhost(broker: Broker, name: str) -> bool:
-    """Delete vhost ``name`` and everything in it; False when there was none."""
-    vhost = broker.vhosts.get(name)
-    if vhost is None:
-        return False
-    for conn in list(broker.connections.values()):
-        if conn.vhost is vhost:
-            conn.close_forced(f"CONNECTION_FORCED - vhost '{name}' is deleted")
-    for q in list(vhost.queues.values()):
-        vhost.delete_queue(q)
-    del broker.vhosts[name]
-    broker.access.vhost_deleted(name)
-    store = _store(broker)
-    if store is not None:
-        store.delete_vhost(name)
-    log.info("vhost %r deleted", name)
-    return True

@@ -2,13 +2,15 @@
 policy / parameter lists (empty: this broker has none, so they answer ``[]`` as a fresh
 RabbitMQ does; policies are ``routes_policies``). Every change needs the ``administrator`` tag and is kept in definitions.db
 (``persist``). Bodies as RabbitMQ's: user ``{"password" | "password_hash" [+
-"hashing_algorithm"], "tags": "a,b" | ["a", "b"]}``, vhost ``{"description", "tags"}``,
+"hashing_algorithm"], "tags": "a,b" | ["a", "b"]}`` (tags required; without a password an
+existing user's is cleared and a new user gets a random one, as RabbitMQ 3.10), vhost ``{"description", "tags"}``,
 permission ``{"configure", "write", "read"}``. Answers: 201 created, 204 updated or deleted,
 404 unknown, 400 missing keys. Source: "Management HTTP API".
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from starlette.requests import Request
@@ -28,6 +30,7 @@ from .http import (
     not_found,
     path_vhost,
     read_json,
+    require_keys,
 )
 from .shapes import permission_json, user_json
 
@@ -67,16 +70,18 @@ async def put_user(request: Request, mgmt: Management, user: Account) -> Respons
     body = await read_json(request)
     access = mgmt.broker.access
     old = access.users.get(name)
+    if "tags" not in body:
+        raise HTTPError(400, "bad_request", "tags_not_present")
     if "password" in body:
         pw_hash, algorithm = hash_password(str(body["password"])), SHA256
     elif "password_hash" in body:
         pw_hash = str(body["password_hash"])
         algorithm = str(body.get("hashing_algorithm") or SHA256)
-    elif old is not None:
-        pw_hash, algorithm = old.password_hash, old.hashing_algorithm
-    else:
-        raise HTTPError(400, "bad_request", "key_missing: password or password_hash")
-    tags = parse_tags(body["tags"]) if "tags" in body else (old.tags if old else ())
+    elif old is not None:  # RabbitMQ 3.10: an update without a password clears it
+        pw_hash, algorithm = "", old.hashing_algorithm
+    else:  # a new user without a password: none anyone knows
+        pw_hash, algorithm = hash_password(secrets.token_urlsafe(24)), SHA256
+    tags = parse_tags(body["tags"])
     persist.save_user(mgmt.broker, Account(name, pw_hash, algorithm, tags,
                                            old.loopback_only if old else False))
     return no_content() if old is not None else created()
@@ -109,7 +114,7 @@ def vhost_json(mgmt: Management, name: str) -> dict[str, Any]:
     unacked = sum(q.unacked_count for q in vhost.queues.values())
     return {"name": name, "description": desc, "tags": list(tags), "tracing": False,
             "metadata": {"description": desc, "tags": list(tags)},
-            "default_queue_type": "classic", "messages": ready + unacked,
+            "default_queue_type": "undefined", "messages": ready + unacked,
             "messages_ready": ready, "messages_unacknowledged": unacked,
             "cluster_state": {mgmt.broker.settings.node_name: "running"}}
 
@@ -139,7 +144,6 @@ async def put_vhost(request: Request, mgmt: Management, user: Account) -> Respon
     body = await read_json(request)
     desc = str(body.get("description", ""))
     tags = parse_tags(body.get("tags"))
-    mgmt.vhost_meta[name] = (desc, tags)
     new = persist.add_vhost(mgmt.broker, name, desc, tags, creator=user.name)
     return created() if new else no_content()
 
@@ -149,7 +153,6 @@ async def delete_vhost(request: Request, mgmt: Management, user: Account) -> Res
     name = path_vhost(request)
     if not persist.delete_vhost(mgmt.broker, name):
         raise not_found()
-    mgmt.vhost_meta.pop(name, None)
     return no_content()
 
 
@@ -187,11 +190,12 @@ async def show_permission(request: Request, mgmt: Management, user: Account) -> 
 
 @endpoint("administrator")
 async def put_permission(request: Request, mgmt: Management, user: Account) -> Response:
-    name, vhost = _perm_key(request, mgmt)
+    """RabbitMQ 3.10's answers: 400 for missing keys, 400 ``vhost_or_user_not_found``."""
     body = await read_json(request)
-    for key in ("configure", "write", "read"):
-        if key not in body:
-            raise HTTPError(400, "bad_request", f"key_missing: {key}")
+    require_keys(body, ("configure", "write", "read"))
+    vhost, name = path_vhost(request), path_vhost(request, "user")
+    if vhost not in mgmt.broker.vhosts or name not in mgmt.broker.access.users:
+        raise HTTPError(400, "bad_request", "vhost_or_user_not_found")
     existed = (name, vhost) in mgmt.broker.access.permissions
     persist.save_permission(mgmt.broker, name, vhost, Grant(str(body["configure"]),
                                                             str(body["write"]), str(body["read"])))

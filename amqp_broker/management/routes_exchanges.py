@@ -24,9 +24,11 @@ from routing.binding import Binding
 from routing.destination import Destination
 
 from ..core.access import Account
+from ..protocol import constants as c
 from . import auth
 from .api import amqp, endpoint, vhost_of
 from .context import Management
+from .direct import AMQPError
 from .http import (
     HTTPError,
     created,
@@ -37,6 +39,7 @@ from .http import (
     not_found,
     path_vhost,
     read_json,
+    require_keys,
 )
 from .shapes import binding_json, exchange_json
 
@@ -90,13 +93,12 @@ async def put_exchange(request: Request, mgmt: Management, user: Account) -> Res
     vhost = vhost_of(request, mgmt, user)
     name = _name(request)
     body = await read_json(request)
-    if "type" not in body:
-        raise HTTPError(400, "bad_request", "key_missing: type")
     existed = mgmt.broker.vhosts[vhost].routing.get_exchange(name) is not None
     with amqp(request, mgmt, user, vhost) as ch:
         await ch.open()
         await ch.call(cmd.Exchange.Declare(
-            exchange=name, exchange_type=str(body["type"]), durable=flag(body, "durable", True),
+            # no type: "direct", as RabbitMQ 3.10 answers
+            exchange=name, exchange_type=str(body.get("type") or "direct"), durable=flag(body, "durable", True),
             auto_delete=flag(body, "auto_delete", False),
             internal=flag(body, "internal", False), arguments=body.get("arguments") or {}),
             cmd.Exchange.DeclareOk)
@@ -132,11 +134,15 @@ def properties_from_json(props: dict[str, Any]) -> cmd.Basic.Properties:
 
 @endpoint()
 async def publish(request: Request, mgmt: Management, user: Account) -> Response:
-    vhost, ex = _exchange(request, mgmt, user)
+    """RabbitMQ 3.10's answers: 400 for a missing key, and 400 with the channel's "404
+    NOT_FOUND - no exchange ..." for an exchange that does not exist."""
+    vhost = vhost_of(request, mgmt, user)
     body = await read_json(request)
-    for key in ("routing_key", "payload", "payload_encoding"):
-        if key not in body:
-            raise HTTPError(400, "bad_request", f"key_missing: {key}")
+    require_keys(body, ("routing_key", "properties", "payload", "payload_encoding"))
+    ex = mgmt.broker.vhosts[vhost].routing.get_exchange(_name(request))
+    if ex is None:
+        raise HTTPError(400, "bad_request", f"404 NOT_FOUND - no exchange "
+                        f"'{path_vhost(request, 'name')}' in vhost '{vhost}'")
     payload = body["payload"]
     if body["payload_encoding"] == "base64":
         try:
@@ -217,7 +223,12 @@ async def create_binding(request: Request, mgmt: Management, user: Account) -> R
     body = await read_json(request)
     key = str(body.get("routing_key", ""))
     args = body.get("arguments") or {}
-    await _bind(request, mgmt, user, vhost, source, dest, key, args, unbind=False)
+    try:
+        await _bind(request, mgmt, user, vhost, source, dest, key, args, unbind=False)
+    except AMQPError as exc:  # RabbitMQ 3.10: {"error": "not_found", "reason": "no queue ..."}
+        if exc.code != c.NOT_FOUND:
+            raise
+        raise HTTPError(404, "not_found", exc.text.split(" - ", 1)[-1]) from None
     props = binding_json(vhost, Binding(source, dest, key, args))["properties_key"]
     e = "amq.default" if not source else source
     location = (f"/api/bindings/{quote(vhost, safe='')}/e/{quote(e, safe='')}/"

@@ -81,7 +81,7 @@ async def check_port(request: Request, mgmt: Management, user: Account) -> Respo
     ports = [x.port for x in mgmt.listeners]
     if port in ports:
         return json_response({"status": "ok", "port": port})
-    return _failed(f"No active listener on port {port}", missing=port, ports=ports)
+    return _failed("No active listener", missing=port, ports=ports)
 
 
 @endpoint("monitoring")

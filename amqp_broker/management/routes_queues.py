@@ -32,6 +32,7 @@ from .http import (
     not_found,
     path_vhost,
     read_json,
+    require_keys,
 )
 from .shapes import binding_json, jsonable, queue_json
 
@@ -131,17 +132,21 @@ def _payload(body: bytes, encoding: str, truncate: int | None) -> tuple[str, str
 
 @endpoint()
 async def get_messages(request: Request, mgmt: Management, user: Account) -> Response:
-    vhost, q = _queue(request, mgmt, user)
+    """RabbitMQ 3.10's answers: 400 unless count, ackmode and encoding are given; 404
+    ``{"error": "not_found", "reason": "NOT_FOUND - no queue ..."}`` for a missing queue."""
+    vhost = vhost_of(request, mgmt, user)
     body = await read_json(request)
+    require_keys(body, ("count", "ackmode", "encoding"))
+    q = mgmt.broker.vhosts[vhost].queues.get(path_vhost(request, "name"))
+    if q is None:
+        raise HTTPError(404, "not_found", f"NOT_FOUND - no queue '{path_vhost(request, 'name')}'"
+                        f" in vhost '{vhost}'")
     try:
         count = int(body.get("count", 1))
         truncate = int(body["truncate"]) if body.get("truncate") not in (None, "") else None
     except (TypeError, ValueError):
         raise HTTPError(400, "bad_request", "count and truncate must be integers") from None
-    ackmode = body.get("ackmode", "ack_requeue_true")
-    if body.get("requeue") is not None and "ackmode" not in body:  # RabbitMQ < 3.7 clients
-        ackmode = "ack_requeue_true" if flag(body, "requeue", True) else "ack_requeue_false"
-    encoding = body.get("encoding", "auto")
+    ackmode, encoding = body["ackmode"], body["encoding"]
     if ackmode not in _ACKMODES:
         raise HTTPError(400, "bad_request", f"Unknown ackmode: {ackmode}")
     if encoding not in ("auto", "base64"):

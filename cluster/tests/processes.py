@@ -8,6 +8,8 @@ bounded. Network rule (DESIGN.md §6): only 127.0.0.0/8.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import secrets
 import signal
@@ -15,6 +17,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,3 +180,24 @@ def wait_for(check: Callable[[], bool], timeout: float, message: str = "conditio
             return time.monotonic() - start
         time.sleep(interval)
     raise AssertionError(message)
+
+
+_GUEST = "Basic " + base64.b64encode(b"guest:guest").decode()
+
+
+def start_with_api(cluster: Cluster, octet: int, seed: Member | None) -> tuple[Member, str]:
+    """Start broker ``n<octet>`` with its management API on a free port; (member, API base URL)."""
+    port = free_port(f"127.0.0.{octet}")
+    member = cluster.start(octet, seed, "--management-port", str(port))
+    return member, f"http://127.0.0.{octet}:{port}"
+
+
+def api_get(url: str, path: str) -> object:
+    """GET ``url``/api``path`` as guest: the decoded JSON, None for an error status or an API
+    that does not answer."""
+    req = urllib.request.Request(url + "/api" + path, headers={"Authorization": _GUEST})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+    except (urllib.error.HTTPError, OSError):
+        return None

@@ -30,6 +30,14 @@ SAMPLES = [
     codec.Relay("/", "orders", 5, True, "amq.topic", "a.b.c"),
     codec.Relay("vh", "x" * 255, (1 << 63) - 1, False, "e" * 255, "k" * 255),
     codec.Relay("\u00e9t\u00e9", "", 0, False, "", "\u00e9"),
+    codec.Definition("user", "", "alice", '{"password_hash":"abc=","hashing_algorithm":"x",'
+                                          '"tags":["management"]}'),
+    codec.Definition("permission", "shop", "alice", ""),
+    codec.Definition("vhost", "shop", "", '{"description":"","tags":[]}'),
+    # a wrapped Queue.Declare whose arguments are not UTF-8 (pamqp then decodes bytes)
+    codec.InVhost("shop", encode_method(1, commands.Queue.Declare(
+        queue="q", arguments={"x-n": -1}))[7:-1]),
+    codec.InVhost("shop", encode_method(1, commands.Queue.Bind(queue="q", exchange="e"))[7:-1]),
 ]
 
 
@@ -118,6 +126,21 @@ def test_field_validation() -> None:
     with pytest.raises(ValueError):
         Ping(True, 1, {"cpu": 0.5})  # type: ignore[dict-item]
     assert Ping().load == {"connections": 0, "queues": 0, "messages": 0, "cpu": 0}
+    with pytest.raises(ValueError):
+        codec.Definition("queue", "/", "x", "")
+    with pytest.raises(ValueError):
+        codec.InVhost("/", b"\x00")
+
+
+def test_in_vhost_wraps_a_method_for_its_vhost_only() -> None:
+    from cluster.driver import in_vhost
+    declare = commands.Queue.Declare(queue="orders", durable=True)
+    assert in_vhost("/", declare) is declare
+    wrapped = in_vhost("shop", declare)
+    assert isinstance(wrapped, codec.InVhost) and wrapped.vhost == "shop"
+    back = decode_method(decode_method(encode_method(1, wrapped)[7:-1]).payload)
+    assert isinstance(back, commands.Queue.Declare)
+    assert (back.queue, back.durable) == ("orders", True)
 
 
 def test_malformed_membership_json_surfaces_as_value_error_after_decode() -> None:

@@ -31,7 +31,7 @@ def reply(ch: Channel, method: Frame, ok: Frame | None, *, local_only: bool = Fa
     RabbitMQ sends after Queue.Delete-Ok."""
     conn = ch.connection
     hooks = conn.broker.cluster_hooks
-    if hooks is None or conn.is_peer or local_only or ch.vhost.name != "/":
+    if hooks is None or conn.is_peer or local_only:
         if ok is not None:
             conn.send_method(ch.id, ok)
         if then is not None:
