@@ -175,6 +175,21 @@ class RaftNode(LeaderRole):
         return self.log.members
 
     @property
+    def learners(self) -> tuple[str, ...]:
+        """Servers being caught up as non-voters before their CONFIG entry is appended (thesis
+        §4.2.1); empty except on a leader running ``add_member``."""
+        return tuple(self.catching_up)
+
+    @property
+    def committed_config(self) -> tuple[int, tuple[str, ...]]:
+        """(log index, members) of the newest configuration at or below the commit index: the
+        one no later leader can undo (thesis §4.1). Index 0 for a log with none."""
+        for at, members in reversed(self.log.configs):
+            if at <= self.commit_index:
+                return at, members
+        return self.log.configs[0]
+
+    @property
     def is_leader(self) -> bool:
         """Whether this node is the leader of its current term."""
         return self.role is a.Role.LEADER
