@@ -8,6 +8,8 @@ bounded. Network rule (DESIGN.md §6): only 127.0.0.0/8.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import secrets
 import signal
@@ -15,9 +17,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pika
 from pamqp import commands, frame
@@ -165,6 +169,23 @@ class Cluster:
                     pass
                 proc.kill()
                 proc.wait(10)
+
+
+API_AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
+
+
+def start_managed(cluster: Cluster, octet: int, seed: Member | None) -> tuple[Member, str]:
+    """Start broker ``n<octet>`` with a management API; (member, the API's base URL)."""
+    port = free_port(f"127.0.0.{octet}")
+    member = cluster.start(octet, seed, "--management-port", str(port))
+    return member, f"http://127.0.0.{octet}:{port}"
+
+
+def api_get(url: str, path: str) -> Any:
+    """GET ``url`` + ``/api`` + ``path`` as guest: the decoded JSON."""
+    req = urllib.request.Request(url + "/api" + path, headers={"Authorization": API_AUTH})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
 
 
 def wait_for(check: Callable[[], bool], timeout: float, message: str = "condition not met",

@@ -114,6 +114,7 @@ class RaftSim:
         self.counter = itertools.count()
         self.incarnations = itertools.count(1)
         self.max_delay = self.net.latency[1]
+        self.vote_floors: dict[str, int] = {}
         for node_id in self.ids:
             self.storages[node_id] = MemoryStorage()
             self._start(node_id, bootstrap=tuple(self.ids))
@@ -125,7 +126,8 @@ class RaftSim:
         offset = self.rng.uniform(0, 10_000)
         state = storage.load()
         node = RaftNode(node_id, state, offset + rate * self.now, self.timing,
-                        random.Random(self.rng.random()), bootstrap=bootstrap)
+                        random.Random(self.rng.random()), bootstrap=bootstrap,
+                        vote_floor=self.vote_floors.get(node_id, 0))
         rep = Replica(node, storage, rate, offset, incarnation=next(self.incarnations))
         if state.snapshot.index:
             self._restore(node_id, rep, state.snapshot.index, state.snapshot.data)
@@ -138,11 +140,13 @@ class RaftSim:
         self.storages[node_id] = MemoryStorage()
         self._start(node_id)
 
-    def recreate(self, node_id: str, term: int) -> None:
+    def recreate(self, node_id: str, term: int, vote_floor: int = 0) -> None:
         """A broker's ``delete_member`` then ``add_member`` of the same node: the old replica
         (running or crashed) and its files are gone; a fresh, empty one starts with ``term``, the
-        term of the leader that asked (as the runtime starts a joining replica), not yet a member
-        again (a leader must ``add_member`` it)."""
+        term of the leader that asked (as the runtime starts a joining replica), voting only
+        once its log reaches ``vote_floor`` (that leader's commit index), not yet a member again
+        (a leader must ``add_member`` it)."""
+        self.vote_floors[node_id] = vote_floor
         self.replicas.pop(node_id, None)
         self.crashed.discard(node_id)
         self.pending.pop(node_id, None)

@@ -7,30 +7,15 @@ engine (replicas on every member), a client on another member redeclares it plai
 
 from __future__ import annotations
 
-import base64
-import json
-import urllib.request
-
 import pytest
 
 from amqp_broker.management import ctl
-from cluster.tests.processes import Cluster, Member, free_port, wait_for
+from cluster.tests.processes import api_get, start_managed, wait_for
 from cluster.tests.quorum_scenarios import Publisher, drain, wait_leader
 
 pytestmark = pytest.mark.timeout(180)
-_AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
-
-
-def _start(cluster: Cluster, octet: int, seed: Member | None) -> tuple[Member, str]:
-    port = free_port(f"127.0.0.{octet}")
-    member = cluster.start(octet, seed, "--management-port", str(port))
-    return member, f"http://127.0.0.{octet}:{port}"
-
-
-def _get(url: str, path: str) -> object:
-    req = urllib.request.Request(url + "/api" + path, headers={"Authorization": _AUTH})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
+_start = start_managed
+_get = api_get
 
 
 def _policies(url: str) -> list:

@@ -361,7 +361,7 @@ def test_a_removed_server_readded_with_fresh_storage_catches_up() -> None:
         sim.run_until(sim.now + 3)
     sim.run_until(sim.now + 2 * E)
     assert gone not in lnode.committed_config[1]
-    sim.recreate(gone, lnode.term)
+    sim.recreate(gone, lnode.term, lnode.commit_index)
     ok, acts = lnode.add_member(gone)
     assert ok
     sim._execute(leader, acts)

@@ -79,7 +79,7 @@ def member_change(sim: RaftSim, rng: random.Random) -> str:
     if rng.random() < 0.5 or len(node.members) <= 2:
         if outside and rng.random() < 0.5:
             new = rng.choice(outside)
-            sim.recreate(new, node.term)
+            sim.recreate(new, node.term, node.commit_index)
             how = "re-add"
         else:
             new = f"x{len(sim.ids)}"
