@@ -83,8 +83,8 @@ from amqp_broker.protocol.methods import register_fast_decoder
 __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
     "Synch", "Ping", "Vote", "Consumers", "Relay", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
-    "QUORUM_NOTIFY", "QUORUM_SHIP", "QUORUM_HOLDING", "QUORUM_STATUS",
-    "Policy", "Definition", "DEFINITION_KINDS", "InVhost",
+    "QUORUM_NOTIFY", "QUORUM_SHIP", "QUORUM_HOLDING", "QUORUM_STATUS", "QUORUM_CHANGE",
+    "QUORUM_MEMBERS", "Policy", "Definition", "DEFINITION_KINDS", "InVhost",
     "register",
 ]
 
@@ -414,13 +414,15 @@ class Relay(ClusterMethod):
 
 #: ``Quorum.kind`` values: a Raft message, entries forwarded to the leader, a notice of applied
 #: commands, deliveries shipped to a consumer's broker outside the group, its holding report,
-#: the leader's in-sync members.
+#: the leader's in-sync members, a replica change request, the leader's members notice.
 QUORUM_RAFT = 1
 QUORUM_FORWARD = 2
 QUORUM_NOTIFY = 3
 QUORUM_SHIP = 4
 QUORUM_HOLDING = 5
 QUORUM_STATUS = 6
+QUORUM_CHANGE = 7
+QUORUM_MEMBERS = 8
 
 
 class Quorum(ClusterMethod):
@@ -432,7 +434,9 @@ class Quorum(ClusterMethod):
     ``QUORUM_SHIP`` (the leader sends a member outside the group its consumers' deliveries) or
     ``QUORUM_HOLDING`` (that member reports what its consumers hold; see
     ``cluster.quorum.shipping``) or ``QUORUM_STATUS`` (the leader tells the other members which
-    are in sync: ``cluster.quorum.group.Status``)."""
+    are in sync: ``cluster.quorum.group.Status``), ``QUORUM_CHANGE`` (add or delete a replica,
+    passed to the leader) or ``QUORUM_MEMBERS`` (the leader tells every broker the committed
+    members and the learners: ``cluster.quorum.members``)."""
 
     __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "group", "kind"]
     frame_id: typing.ClassVar[int] = 100

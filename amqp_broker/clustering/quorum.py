@@ -34,14 +34,17 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from cluster.codec import (
+    QUORUM_CHANGE,
     QUORUM_FORWARD,
     QUORUM_HOLDING,
+    QUORUM_MEMBERS,
     QUORUM_NOTIFY,
     QUORUM_RAFT,
     QUORUM_SHIP,
@@ -49,7 +52,15 @@ from cluster.codec import (
     Quorum,
 )
 from cluster.quorum import config as qconfig
-from cluster.quorum.group import Action, Forward, Notify, QuorumGroup, Status
+from cluster.quorum.group import (
+    Action,
+    Change,
+    Forward,
+    Members,
+    Notify,
+    QuorumGroup,
+    Status,
+)
 from cluster.quorum.machine import QuorumMachine
 from cluster.quorum.queue import QuorumQueue
 from cluster.quorum.remote import RemoteGroup
@@ -57,6 +68,7 @@ from cluster.quorum.shipping import Holding, Ship
 from cluster.raft import actions as ra
 from cluster.raft import codec as raft_codec
 from cluster.raft.disklog import DiskLog
+from cluster.raft.fifo import FifoConfig
 from cluster.raft.node import RaftNode
 from queues.dead_letter import make_dead_letter
 from queues.message import Message
@@ -64,6 +76,7 @@ from queues.message import Message
 from ..protocol import constants as c
 from ..protocol.framing import encode_body_frames, encode_frame
 from ..protocol.methods import encode_method
+from .quorum_members import ReplicaManagement, has_log, read_members
 
 __all__ = ["QuorumRuntime", "TIMING", "TICK_MS", "install"]
 
@@ -82,31 +95,37 @@ _RECONNECT_MS = 500   # a link to a member that is down is retried at most this 
 
 
 class _Replica:
-    """One queue's replica on this broker and the I/O state around it."""
+    """One quorum queue on this broker and the I/O state around it: ``raft`` (the replica, with
+    its ``log``) when this broker holds one, ``remote`` when it serves the queue from outside the
+    group (both while a new replica catches up), ``group`` the one the queue object uses."""
 
-    __slots__ = ("uid", "vhost", "name", "members", "log", "group", "queue", "blocked",
-                 "backlog", "closed", "prefix", "directory")
+    __slots__ = ("uid", "vhost", "name", "members", "log", "group", "raft", "remote", "queue",
+                 "blocked", "backlog", "closed", "prefix", "directory", "config", "notice_key")
 
     def __init__(self, uid: str, vhost: str, name: str, members: tuple[str, ...],
-                 directory: Path, log_: DiskLog | None, group: QuorumGroup | RemoteGroup
-                 ) -> None:
+                 directory: Path, config: FifoConfig) -> None:
         self.uid = uid
         self.vhost = vhost
         self.name = name
         self.members = members
         self.directory = directory
-        self.log = log_
-        self.group = group
+        self.config = config
+        self.log: DiskLog | None = None
+        self.raft: QuorumGroup | None = None
+        self.remote: RemoteGroup | None = None
+        self.group: QuorumGroup | RemoteGroup | None = None
         self.queue: QuorumQueue | None = None
         self.blocked = False
         self.backlog: deque[Action] = deque()
         self.closed = False
+        self.notice_key = (0, 0)   # (term, index) of the newest members notice taken
         self.prefix = {kind: encode_method(1, Quorum(vhost, name, uid, kind))[7:-1]
                        for kind in (QUORUM_RAFT, QUORUM_FORWARD, QUORUM_NOTIFY, QUORUM_SHIP,
-                                    QUORUM_HOLDING, QUORUM_STATUS)}
+                                    QUORUM_HOLDING, QUORUM_STATUS, QUORUM_CHANGE,
+                                    QUORUM_MEMBERS)}
 
 
-class QuorumRuntime:
+class QuorumRuntime(ReplicaManagement):
     """Quorum queues of one broker (see the module docstring). ``me``: this broker's node name;
     ``data_dir``: the broker's data directory; ``fsync``: False under ``--sync-policy none``."""
 
@@ -173,26 +192,23 @@ class QuorumRuntime:
         if old is not None:   # declared again (recovery, a replay): one replica per group
             self._close(old, delete_files=False)
         directory = self.root / uid
-        machine = QuorumMachine(qconfig.fifo_config(settings, arguments))
-        if self.me not in members:   # no replica here: forward to the group (cluster.quorum.remote)
-            remote = RemoteGroup(self.me, self.origin, members, machine)
-            rep = _Replica(uid, vhost.name, name, members, directory, None, remote)
-            rep.queue = QuorumQueue(name, settings, arguments, remote,
-                                    execute=lambda actions: self.execute(rep, actions),
-                                    wake=self._wake, wall_ms=self.wall_ms,
-                                    on_delete=lambda _q: self._close(rep, delete_files=False))
-            self.replicas[uid] = rep
-            log.info("quorum queue %r of vhost %r: no replica here, forwarding to group %s (%s)",
-                     name, vhost.name, uid, ", ".join(members))
-            return rep.queue
-        disk = DiskLog(directory, fsync=self.fsync)
-        state = disk.load()
-        node = RaftNode(self.me, state, self.now_ms(), self.timing,
-                        random.Random(self._rng.random()),
-                        bootstrap=members if not state.entries and not state.snapshot.index
-                        else ())
-        group = QuorumGroup(self.me, self.origin, node, machine)
-        rep = _Replica(uid, vhost.name, name, members, directory, disk, group)
+        known = read_members(directory)   # the newest configuration this broker was told
+        if known is not None:
+            members = known[1]
+        rep = _Replica(uid, vhost.name, name, members, directory,
+                       qconfig.fifo_config(settings, arguments))
+        if has_log(directory):            # a replica: member, catching up, or stale
+            self._open_replica(rep, bootstrap=())
+        elif known is None and self.me in members:   # a new group: every member bootstraps
+            self._open_replica(rep, bootstrap=members)
+        raft = rep.raft
+        if raft is not None and self.me in raft.members:
+            rep.group = raft
+        else:   # no replica here (or not a member yet): forward to the group
+            rep.remote = RemoteGroup(self.me, self.origin, members,
+                                     QuorumMachine(rep.config),
+                                     raft.outbox if raft is not None else None)
+            rep.group = rep.remote
         dlx = settings.dead_letter_exchange
 
         def dead_letter(message: Message, reason: str) -> None:
@@ -204,16 +220,42 @@ class QuorumRuntime:
                                          now=self.wall())
             vhost._dead_letter(new, dlx, keys)
 
-        rep.queue = QuorumQueue(name, settings, arguments, group,
+        rep.queue = QuorumQueue(name, settings, arguments, rep.group,
                                 execute=lambda actions: self.execute(rep, actions),
                                 wake=self._wake, wall_ms=self.wall_ms,
                                 dead_letter=dead_letter,
                                 on_delete=lambda _q: self._close(rep, delete_files=True))
         self.replicas[uid] = rep
-        self.execute(rep, node.tick(self.now_ms()))   # the bootstrap entry, when new
-        log.info("quorum queue %r of vhost %r: replica of group %s (%s), log at index %d",
-                 name, vhost.name, uid, ", ".join(members), node.log.last_index)
+        if raft is not None:
+            self.execute(rep, raft.node.tick(self.now_ms()))   # the bootstrap entry, when new
+            log.info("quorum queue %r of vhost %r: replica of group %s (%s), log at index %d",
+                     name, vhost.name, uid, ", ".join(raft.members), raft.node.log.last_index)
+        else:
+            log.info("quorum queue %r of vhost %r: no replica here, forwarding to group %s (%s)",
+                     name, vhost.name, uid, ", ".join(members))
         return rep.queue
+
+    def _open_replica(self, rep: _Replica, bootstrap: tuple[str, ...], term: int = 0,
+                      vote_floor: int = 0) -> QuorumGroup:
+        """Open (or create) ``rep``'s replica: its disk log, Raft node and machine. A joining
+        replica starts empty at ``term``, the term of the leader that asked for it, so that it
+        can vote in no older term, and votes only once its log reaches ``vote_floor`` (that
+        leader's commit index: its files were deleted if it was a member before)."""
+        disk = DiskLog(rep.directory, fsync=self.fsync)
+        state = disk.load()
+        empty = not state.entries and not state.snapshot.index
+        stored = state.term
+        if term > stored:
+            state = replace(state, term=term, voted_for=None)
+        node = RaftNode(self.me, state, self.now_ms(), self.timing,
+                        random.Random(self._rng.random()),
+                        bootstrap=bootstrap if empty else (), vote_floor=vote_floor)
+        outbox = rep.remote.outbox if rep.remote is not None else None
+        rep.raft = QuorumGroup(self.me, self.origin, node, QuorumMachine(rep.config), outbox)
+        rep.log = disk
+        if term > stored:
+            self.execute(rep, [ra.PersistState(term, None)])
+        return rep.raft
 
     def _wake(self, queue: QuorumQueue) -> None:
         self.broker.needs_dispatch.add(queue)
@@ -244,8 +286,8 @@ class QuorumRuntime:
         self._drain(rep, deque(actions))
 
     def _drain(self, rep: _Replica, todo: deque[Action]) -> None:
-        group = rep.group
-        if isinstance(group, RemoteGroup):   # only forwards and holding reports
+        group = rep.raft
+        if group is None:   # no replica: only forwards and holding reports
             for act in todo:
                 if isinstance(act, Forward):
                     self._forward(rep, act)
@@ -288,6 +330,12 @@ class QuorumRuntime:
             elif kind is ra.Restore:
                 snap = act.snapshot  # type: ignore[union-attr]
                 group.restore(snap.index, snap.data)
+            elif kind is ra.MembershipChanged:
+                self._membership_changed(rep, act)  # type: ignore[arg-type]
+            elif kind is Members:
+                self._send(rep, act.to, QUORUM_MEMBERS, act.payload)  # type: ignore[union-attr]
+            elif kind is Change:
+                self._send(rep, act.to, QUORUM_CHANGE, act.payload)  # type: ignore[union-attr]
             elif kind is ra.PersistState or kind is ra.PersistSnapshot:
                 if self._tg is None:
                     self._persist(rep, act)
@@ -331,8 +379,8 @@ class QuorumRuntime:
             pending, newest = rep.log.flush()
             pending.run()
             self._dirty.discard(rep)
-            if newest is not None and isinstance(rep.group, QuorumGroup):
-                self.execute(rep, rep.group.persisted(*newest))
+            if newest is not None and rep.raft is not None:
+                self.execute(rep, rep.raft.persisted(*newest))
 
     # ------------------------------------------------------------------ the network
     def attach(self, links: Any, addresses: Callable[[], dict[str, str]]) -> None:
@@ -392,21 +440,32 @@ class QuorumRuntime:
         if rep is None or rep.closed:
             return
         frm = channel.connection.peer_node
-        group = rep.group
-        if isinstance(group, RemoteGroup):
-            if method.kind == QUORUM_SHIP:
-                effects = group.received(frm, body)
+        kind = method.kind
+        if kind == QUORUM_MEMBERS:
+            self.on_notice(rep, frm, body)
+            return
+        remote = rep.remote
+        if kind == QUORUM_SHIP or kind == QUORUM_NOTIFY:
+            if remote is None:
+                return
+            if kind == QUORUM_SHIP:
+                effects = remote.received(frm, body)
                 if effects and rep.queue is not None and not rep.queue.deleted:
                     rep.queue.on_effects(effects)
-            elif method.kind == QUORUM_NOTIFY and len(body) >= 2:
+            elif len(body) >= 2:
                 n = struct.unpack_from(">H", body)[0]
-                if len(body) >= 2 + n + _NOTICE.size and body[2:2 + n] == group.origin.encode():
+                if len(body) >= 2 + n + _NOTICE.size and body[2:2 + n] == remote.origin.encode():
                     applied, resend = _NOTICE.unpack_from(body, 2 + n)
-                    self.execute(rep, group.notified(frm, applied, bool(resend), self.now_ms()))
+                    self.execute(rep, remote.notified(frm, applied, bool(resend), self.now_ms()))
                     if rep.queue is not None:
                         rep.queue.on_effects([])   # confirms that waited for it
             return
-        if method.kind == QUORUM_RAFT:
+        group = rep.raft
+        if group is None:
+            return
+        if kind == QUORUM_CHANGE:
+            self.on_change(rep, frm, body)
+        elif method.kind == QUORUM_RAFT:
             try:
                 msg = raft_codec.decode(body)
             except ValueError as exc:
@@ -445,12 +504,16 @@ class QuorumRuntime:
             # a clustered broker knows who left only once it is in a view
             view = self.view if self.links is None or self.view_number else None
             for rep in list(self.replicas.values()):
-                group = rep.group
                 if rep.closed or rep.blocked:
                     continue
-                if isinstance(group, RemoteGroup):
-                    if group.outbox.pending or group.checkouts:
-                        self.execute(rep, group.tick(now))
+                remote, group = rep.remote, rep.raft
+                if remote is not None and rep.group is remote:   # outside (or catching up)
+                    if remote.outbox.pending or remote.checkouts:
+                        self.execute(rep, remote.tick(now))
+                    if group is not None and now >= group.node.next_deadline():
+                        self.execute(rep, group.node.tick(now))   # Raft timers only
+                    continue
+                if group is None:
                     continue
                 if now >= group.node.next_deadline() or group.outbox.pending:
                     self.execute(rep, group.tick(now))
@@ -477,8 +540,8 @@ class QuorumRuntime:
                 log.critical("quorum queues: fsync failed: %s; stopping", exc)
                 raise
             for rep, _p, newest in flushed:
-                if newest is not None and not rep.closed and isinstance(rep.group, QuorumGroup):
-                    self.execute(rep, rep.group.persisted(*newest))
+                if newest is not None and not rep.closed and rep.raft is not None:
+                    self.execute(rep, rep.raft.persisted(*newest))
             self.broker.run_dispatch()
 
     async def hand_over(self, grace: float = 1.0) -> int:
@@ -486,8 +549,8 @@ class QuorumRuntime:
         follower (Raft thesis §3.10: no election timeout for the others to wait out); waits up to
         ``grace`` seconds for them to step down. Returns how many still lead."""
         for rep in list(self.replicas.values()):
-            group = rep.group
-            if isinstance(group, QuorumGroup) and group.is_leader and not rep.closed:
+            group = rep.raft
+            if group is not None and group.is_leader and not rep.closed:
                 self.execute(rep, group.node.transfer_leadership())
         with anyio.move_on_after(grace):
             while self._leading():
@@ -495,7 +558,8 @@ class QuorumRuntime:
         return self._leading()
 
     def _leading(self) -> int:
-        return sum(1 for r in self.replicas.values() if r.group.is_leader and not r.closed)
+        return sum(1 for r in self.replicas.values()
+                   if r.raft is not None and r.raft.is_leader and not r.closed)
 
     def close(self) -> None:
         """Sync and close every replica's log (broker stop)."""

@@ -27,6 +27,7 @@ from . import (
     routes_node,
     routes_policies,
     routes_queues,
+    routes_replicas,
 )
 from .context import Management
 from .http import HTTPError, not_found
@@ -76,7 +77,8 @@ async def _http_error(request: Request, exc: Any) -> Response:
 
 def build_app(mgmt: Management) -> ASGIApp:
     """The ASGI app serving ``mgmt``'s broker."""
-    routes = [*routes_node.ROUTES, *routes_queues.ROUTES, *routes_exchanges.ROUTES,
+    routes = [*routes_node.ROUTES, *routes_replicas.ROUTES, *routes_queues.ROUTES,
+              *routes_exchanges.ROUTES,
               *routes_conns.ROUTES, *routes_access.ROUTES, *routes_policies.ROUTES,
               *definitions_json.ROUTES,
               Route("/api/{rest:path}", api_not_found, methods=["GET", "PUT", "POST", "DELETE"]),

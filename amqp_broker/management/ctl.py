@@ -11,7 +11,10 @@ clear_permissions [-p VHOST] USER, add_vhost NAME, delete_vhost NAME, export_def
 ("-" for stdout), import_definitions FILE, close_connection NAME [REASON], purge_queue [-p
 VHOST] NAME, delete_queue [-p VHOST] NAME, set_policy [-p VHOST] [--priority N] [--apply-to
 queues|classic_queues|quorum_queues|exchanges|all] NAME PATTERN DEFINITION (JSON), clear_policy
-[-p VHOST] NAME, list_policies [-p VHOST], cluster_status. Lists print tab-separated columns
+[-p VHOST] NAME, list_policies [-p VHOST], cluster_status, and rabbitmq-queues' replica commands:
+add_member [-p VHOST] QUEUE NODE, delete_member [-p VHOST] QUEUE NODE, grow NODE all|even
+[--vhost-pattern RE] [--queue-pattern RE], shrink NODE (grow and shrink print vhost, name,
+size and result per queue, as rabbitmq-queues does). Lists print tab-separated columns
 with a header line, as rabbitmqctl does; any field of the API's objects is a column (e.g.
 ``list_queues name type leader members online members_in_sync`` for replicated queues).
 ``cluster_status`` adds ``replicated_queues``: each replicated queue's vhost, name, type,
@@ -135,15 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority", type=int, default=0, help="set_policy: the policy's priority")
     p.add_argument("--apply-to", default="queues", help="set_policy: queues (default), "
                    "classic_queues, quorum_queues, exchanges or all")
+    p.add_argument("--vhost-pattern", default=".*", help="grow: the vhosts (regex)")
+    p.add_argument("--queue-pattern", default=".*", help="grow: the queues (regex)")
     p.add_argument("command")
     p.add_argument("args", nargs="*")
     return p
 
 
 def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
-        priority: int = 0, apply_to: str = "queues") -> None:
+        priority: int = 0, apply_to: str = "queues",
+        patterns: tuple[str, str] = (".*", ".*")) -> None:
     """Run one command (see module docstring); raises ``ApiError`` or ``ValueError`` (usage).
-    ``priority`` and ``apply_to``: set_policy's ``--priority`` and ``--apply-to``."""
+    ``priority`` and ``apply_to``: set_policy's ``--priority`` and ``--apply-to``;
+    ``patterns``: grow's ``--vhost-pattern`` and ``--queue-pattern``."""
     v = vhost or "/"
 
     def need(n: int) -> None:
@@ -230,6 +237,26 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         print(f"Clearing policy \"{args[0]}\" on vhost \"{v}\" ...")
     elif cmd == "list_policies":
         _print_table(api.request("GET", f"/policies/{_q(v)}"), args or COLUMNS[cmd], as_json)
+    elif cmd in ("add_member", "delete_member"):
+        need(2)
+        adding = cmd == "add_member"
+        print(f"{'Adding' if adding else 'Removing'} a replica for queue {args[0]} in vhost {v} "
+              f"{'on' if adding else 'from'} node {args[1]}...")
+        api.request("POST" if adding else "DELETE", f"/queues/quorum/{_q(v)}/{_q(args[0])}"
+                    f"/replicas/{'add' if adding else 'delete'}", {"node": args[1]})
+    elif cmd == "grow":
+        need(2)
+        print(f"Growing quorum queues matching {patterns[1]!r} in vhosts matching "
+              f"{patterns[0]!r} to {args[0]}...")
+        _print_table(api.request("POST", f"/queues/quorum/replicas/on/{_q(args[0])}/grow",
+                                 {"strategy": args[1], "vhost_pattern": patterns[0],
+                                  "queue_pattern": patterns[1]}),
+                     ["vhost", "name", "size", "result"], as_json)
+    elif cmd == "shrink":
+        need(1)
+        print(f"Shrinking quorum queues on {args[0]}...")
+        _print_table(api.request("DELETE", f"/queues/quorum/replicas/on/{_q(args[0])}/shrink"),
+                     ["vhost", "name", "size", "result"], as_json)
     elif cmd == "cluster_status":
         status = api.request("GET", "/cluster-status")
         nodes = api.request("GET", "/nodes")
@@ -247,10 +274,11 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (see module docstring)."""
     args = build_parser().parse_intermixed_args(argv)  # "-p VHOST" may follow the command
-    api = Api(args.url, args.username, args.password)
+    # replica changes wait for the committed configuration (the API gives up after 30 s)
+    api = Api(args.url, args.username, args.password, timeout=90.0)
     try:
         run(api, args.command, args.args, args.vhost, args.formatter == "json", args.priority,
-            args.apply_to)
+            args.apply_to, (args.vhost_pattern, args.queue_pattern))
     except ValueError as exc:
         print(f"amqp-broker ctl: {exc}", file=sys.stderr)
         return 2

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cluster.raft import actions as ra
 from cluster.raft import fifo as f
@@ -43,10 +43,19 @@ from .machine import (
     envelope,
     origin_member,
 )
+from .members import (
+    ADD,
+    CHANGE_IN_PROGRESS,
+    NO_LEADER,
+    MembersNotice,
+    encode_change,
+    encode_notice,
+)
 from .outbox import Outbox
 from .shipping import Holding, Ship, decode_holding, encode_ship, missing
 
-__all__ = ["QuorumGroup", "Forward", "Notify", "Ship", "Holding", "Status", "Action",
+__all__ = ["QuorumGroup", "Forward", "Notify", "Ship", "Holding", "Status", "Change", "Members",
+           "Action",
            "RESEND_MS", "DOWN_RETRY_MS", "SNAPSHOT_MIN_ENTRIES", "STATUS_MS", "encode_status",
            "decode_status"]
 
@@ -90,6 +99,23 @@ class Status:
     payload: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """Pass a change request (``members.encode_change``) to member ``to``, the leader."""
+
+    to: str
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Members:
+    """Tell broker ``to`` (any broker of the cluster view) the group's configuration:
+    ``payload`` is ``members.encode_notice``."""
+
+    to: str
+    payload: bytes
+
+
 _TERM = struct.Struct(">Q")
 
 
@@ -108,19 +134,21 @@ def decode_status(payload: bytes) -> tuple[int, tuple[str, ...]]:
     return term, tuple(n for n in names.split(",") if n)
 
 
-Action = ra.Action | Forward | Notify | Ship | Holding | Status
+Action = ra.Action | Forward | Notify | Ship | Holding | Status | Change | Members
 
 
 class QuorumGroup:
     """Member ``me`` (origin ``origin``) of a group whose replica is ``node`` with state machine
-    ``machine``. ``timing`` is the Raft node's (for the leader's expiry pacing)."""
+    ``machine``; ``outbox``: this broker's commands so far (a broker joining the group keeps the
+    one it used from outside), default a new one."""
 
-    def __init__(self, me: str, origin: str, node: RaftNode, machine: QuorumMachine) -> None:
+    def __init__(self, me: str, origin: str, node: RaftNode, machine: QuorumMachine,
+                 outbox: Outbox | None = None) -> None:
         self.me = me
         self.origin = origin
         self.node = node
         self.machine = machine
-        self.outbox = Outbox(origin)
+        self.outbox = outbox or Outbox(origin)
         self.machine_index = node.snapshot.index
         if node.snapshot.index:
             machine.restore(node.snapshot.data)
@@ -133,6 +161,8 @@ class QuorumGroup:
         self._sync_mark = 0      # the commit index at the last status round
         self._sync_ms = -STATUS_MS
         self._status_rounds = 0
+        self._notice: MembersNotice | None = None   # the last one this leader sent
+        self._noticed: set[str] = set()             # ... and to whom
 
     # ------------------------------------------------------------------ queries
     @property
@@ -255,17 +285,62 @@ class QuorumGroup:
             return [Holding(leader, payload)]
         return []
 
-    def _remote(self, consumer: str) -> str:
-        """The member of ``consumer`` when it is outside the group, else ""."""
+    def _remote(self, consumer: str, members: tuple[str, ...] | None = None) -> str:
+        """The broker of ``consumer`` when it is outside the group of ``members`` (default: the
+        configuration in force), else ""."""
         member = self._remote_of.get(consumer)
         if member is None:
             if len(self._remote_of) > 4096:
                 self._remote_of.clear()
-            member = origin_member(consumer_origin(consumer))[0]
-            if member in self.node.members:
-                member = ""
-            self._remote_of[consumer] = member
+            member = self._remote_of[consumer] = origin_member(consumer_origin(consumer))[0]
+        if member == self.me or member in (self.node.members if members is None else members):
+            return ""
         return member
+
+    def change(self, op: int, node_id: str, frm: str | None = None
+               ) -> tuple[str | None, list[Action]]:
+        """A change request (``members.ADD`` / ``DELETE`` of ``node_id``; checked before with
+        ``members.check_change``): started here when this replica leads (Raft thesis §4.1,
+        ``RaftNode.add_member`` / ``remove_member``), else passed to the leader we know (once:
+        not back to ``frm``, the broker that passed it). Returns (None, actions) when started,
+        passed on or not needed (already done, or the same add already catching up);
+        (``CHANGE_IN_PROGRESS``, []) when the leader cannot take it now (another change, a
+        transfer, or its term's first entry not committed yet); (``NO_LEADER``, []) when no
+        leader is known."""
+        node = self.node
+        if not node.is_leader:
+            leader = node.leader
+            if leader is None or leader == self.me or leader == frm:
+                return NO_LEADER, []
+            return None, [Change(leader, encode_change(op, node_id))]
+        if op == ADD:
+            if node_id in node.members or node_id in node.learners:
+                return None, []
+            ok, actions = node.add_member(node_id)
+        else:
+            if node_id not in node.members:
+                return None, []
+            ok, actions = node.remove_member(node_id)
+        return (None if ok else CHANGE_IN_PROGRESS), list(actions)
+
+    def _notices(self, view: set[str] | None) -> list[Action]:
+        """The leader's members notices: to every broker of ``view``, the members and learners
+        when the committed configuration or the learners changed, and to brokers it has not
+        told yet (a broker that joined the view); every ``STATUS_REPEAT`` status rounds to
+        all (a lost notice is repaired)."""
+        node = self.node
+        index, members = node.committed_config
+        notice = MembersNotice(node.term, index, members, node.learners, node.members)
+        targets = (set(view or ()) | set(members) | set(node.members) | set(notice.learners))
+        targets.discard(self.me)
+        if notice != self._notice:
+            self._notice, self._noticed = notice, set()
+        new = targets - self._noticed
+        if not new:
+            return []
+        self._noticed |= new
+        payload = encode_notice(replace(notice, commit=node.commit_index))
+        return [Members(to, payload) for to in sorted(new)]
 
     def persisted(self, index: int, term: int) -> list[Action]:
         """Storage made the log durable up to (``index``, ``term``)."""
@@ -295,6 +370,9 @@ class QuorumGroup:
             out += self._ship_all()
         if now_ms - self._sync_ms >= STATUS_MS:
             out += self._status_round(now_ms)
+            if self._status_rounds % STATUS_REPEAT == 0:
+                self._noticed = set()
+        out += self._notices(view)
         proposals = []
         members = {c.rpartition("/")[0].rpartition("#")[0] for c in self.machine.fifo.consumers}
         known = view if view is not None else members   # unknown view: nobody is Down
@@ -346,9 +424,14 @@ class QuorumGroup:
         gap_from = 0
         remote: dict[str, tuple[int, bool]] = {}   # origins outside the group: (applied, gap)
         ships: dict[str, tuple[list[f.Deliver], list[str]]] = {}   # their consumers' share
-        members = node.members
+        # who is in the group at each entry: a broker's consumers are served by its own replica
+        # from the entry that made it a member on, by the leader's ships before (and after the
+        # entry that removed it), so that each delivery is made exactly once
+        members = node.log.members_at(entries[0].index) if entries else node.members
         for e in entries:
             self.machine_index = e.index
+            if e.kind is EntryKind.CONFIG:
+                members = node.log.members_at(e.index)
             if e.kind is not EntryKind.COMMAND:
                 continue
             for eff in machine.apply(e.index, e.data):
@@ -366,8 +449,11 @@ class QuorumGroup:
                     continue
                 if isinstance(eff, f.DeadLetter) and not (acting and e.index >= start):
                     continue
+                if isinstance(eff, f.Deliver) and not acting and \
+                        self.me not in members and consumer_origin(eff.consumer) == mine:
+                    continue   # not a member at this entry: the leader ships it to us
                 if acting and isinstance(eff, f.Deliver | Cancelled):
-                    member = self._remote(eff.consumer)
+                    member = self._remote(eff.consumer, members)
                     if member:
                         ship = ships.get(member)
                         if ship is None:

@@ -424,6 +424,20 @@ class QuorumQueue:
         if wake:
             self._wake(self)
 
+    # ------------------------------------------------------------------ replica management
+    def holdings(self) -> dict[str, dict[int, int]]:
+        """This broker's consumers (consumer id) -> msg id -> delivery count of the deliveries
+        they hold unsettled (the cancelling ones too)."""
+        return {cid: {i: e.delivery_count for i, e in loc.held.items()}
+                for cid, loc in self._locals.items()}
+
+    def switch(self, group: QuorumGroup | RemoteGroup) -> None:
+        """Serve from ``group`` from now on: this broker joined the queue's group (its replica
+        became a member) or left it (``group`` forwards from outside). Both share the outbox,
+        so commands in flight and confirms go on."""
+        self.group = group
+        self._wake(self)
+
     # ------------------------------------------------------------------ the rest of QueueType
     def purge(self) -> int:
         """Queue.Purge: propose a Purge; returns the ready count this replica knows."""

@@ -46,12 +46,12 @@ class RemoteGroup:
     in_sync = None
 
     def __init__(self, me: str, origin: str, members: tuple[str, ...],
-                 machine: QuorumMachine) -> None:
+                 machine: QuorumMachine, outbox: Outbox | None = None) -> None:
         self.me = me
         self.origin = origin
         self.members = members
         self.machine = machine
-        self.outbox = Outbox(origin)
+        self.outbox = outbox or Outbox(origin)
         self.leader: str | None = None
         self._turn = 0
         #: this member's consumers (not cancelled here) -> seq of their latest Checkout
@@ -120,6 +120,16 @@ class RemoteGroup:
             out.append(Holding(self._target(), encode_holding(
                 self.origin, {cid: self.holding.get(cid, {}).items() for cid in live})))
         return out
+
+    def adopt(self, holdings: dict[str, dict[int, int]]) -> None:
+        """This broker just left the group (its replica was removed): its consumers (consumer id
+        -> msg id -> delivery count they hold unsettled) are served from outside from now on;
+        the next ``Holding`` report asks the leader for what is checked out to them and not
+        held yet."""
+        for cid, held in holdings.items():
+            self.checkouts.setdefault(cid, 0)
+            self.holding.setdefault(cid, {}).update(held)
+        self._holding_ms = -HOLDING_MS
 
     def notified(self, frm: str, applied: int, resend: bool, now_ms: int) -> list[Action]:
         """The leader ``frm`` applied our commands up to ``applied`` (``resend``: it saw a gap

@@ -49,14 +49,20 @@ class RaftNode(LeaderRole):
     new one); ``now_ms``: the injected clock now; ``rng``: randomness for election timeouts;
     ``bootstrap``: for a brand-new group, the same member list on every initial member (it becomes
     entry 1, term 0, committed by definition); a replica being added to a running group starts with
-    none and learns the configuration from the leader. Every input method returns the actions to
-    run, in order (see ``actions``); the first call also returns the bootstrap's ``AppendLog``.
+    none and learns the configuration from the leader. ``vote_floor``: a replica re-created empty
+    (its files deleted when it was removed, then added again) grants no vote, and no pre-vote,
+    until its log reaches this index -- the leader's commit index when it asked for it -- so
+    that servers that missed its removal cannot count its lost log as a vote (the simulator
+    found such a split: a stale member elected by a removed server and the re-created one).
+    Every input method returns the actions to run, in order (see ``actions``); the first call
+    also returns the bootstrap's ``AppendLog``.
     """
 
     def __init__(self, node_id: str, state: PersistentState, now_ms: int,
                  timing: a.Timing | None = None, rng: random.Random | None = None,
-                 bootstrap: tuple[str, ...] = ()) -> None:
+                 bootstrap: tuple[str, ...] = (), vote_floor: int = 0) -> None:
         self.id = node_id
+        self.vote_floor = vote_floor
         self.timing = timing or a.Timing()
         self.rng = rng or random.Random()
         self.now = now_ms
@@ -175,6 +181,21 @@ class RaftNode(LeaderRole):
         return self.log.members
 
     @property
+    def learners(self) -> tuple[str, ...]:
+        """Servers being caught up as non-voters before their CONFIG entry is appended (thesis
+        §4.2.1); empty except on a leader running ``add_member``."""
+        return tuple(self.catching_up)
+
+    @property
+    def committed_config(self) -> tuple[int, tuple[str, ...]]:
+        """(log index, members) of the newest configuration at or below the commit index: the
+        one no later leader can undo (thesis §4.1). Index 0 for a log with none."""
+        for at, members in reversed(self.log.configs):
+            if at <= self.commit_index:
+                return at, members
+        return self.log.configs[0]
+
+    @property
     def is_leader(self) -> bool:
         """Whether this node is the leader of its current term."""
         return self.role is a.Role.LEADER
@@ -259,7 +280,8 @@ class RaftNode(LeaderRole):
         return True
 
     def _on_request_vote(self, frm: str, msg: RequestVote) -> None:
-        up_to_date = self.log.is_up_to_date(msg.last_log_index, msg.last_log_term)
+        up_to_date = (self.log.is_up_to_date(msg.last_log_index, msg.last_log_term)
+                      and self.log.last_index >= self.vote_floor)
         if msg.pre_vote:
             granted = msg.term > self.term and up_to_date
             self._send(frm, RequestVoteReply(msg.term if granted else self.term, granted, True))

@@ -16,7 +16,7 @@ Invariants (``InvariantError`` at the first violation):
   a snapshot restores exactly the state other nodes had at its index;
 - check-quorum: a node cut off from a majority of its configuration by partitions or crashes is
   no leader two check-quorum periods (plus message delays, scaled by clock skew) after the last
-  change of topology;
+  change of topology or of its configuration;
 - durability (``check_converged``): every command whose commit a leader reported is applied, at the
   index it was given, by every member once faults stop, whatever crashed in between.
 """
@@ -114,6 +114,7 @@ class RaftSim:
         self.counter = itertools.count()
         self.incarnations = itertools.count(1)
         self.max_delay = self.net.latency[1]
+        self.vote_floors: dict[str, int] = {}
         for node_id in self.ids:
             self.storages[node_id] = MemoryStorage()
             self._start(node_id, bootstrap=tuple(self.ids))
@@ -125,7 +126,8 @@ class RaftSim:
         offset = self.rng.uniform(0, 10_000)
         state = storage.load()
         node = RaftNode(node_id, state, offset + rate * self.now, self.timing,
-                        random.Random(self.rng.random()), bootstrap=bootstrap)
+                        random.Random(self.rng.random()), bootstrap=bootstrap,
+                        vote_floor=self.vote_floors.get(node_id, 0))
         rep = Replica(node, storage, rate, offset, incarnation=next(self.incarnations))
         if state.snapshot.index:
             self._restore(node_id, rep, state.snapshot.index, state.snapshot.data)
@@ -137,6 +139,21 @@ class RaftSim:
         self.ids.append(node_id)
         self.storages[node_id] = MemoryStorage()
         self._start(node_id)
+
+    def recreate(self, node_id: str, term: int, vote_floor: int = 0) -> None:
+        """A broker's ``delete_member`` then ``add_member`` of the same node: the old replica
+        (running or crashed) and its files are gone; a fresh, empty one starts with ``term``, the
+        term of the leader that asked (as the runtime starts a joining replica), voting only
+        once its log reaches ``vote_floor`` (that leader's commit index), not yet a member again
+        (a leader must ``add_member`` it)."""
+        self.vote_floors[node_id] = vote_floor
+        self.replicas.pop(node_id, None)
+        self.crashed.discard(node_id)
+        self.pending.pop(node_id, None)
+        storage = self.storages[node_id] = MemoryStorage()
+        storage.save_state(term, None)
+        self._start(node_id)
+        self._topology_changed()
 
     def crash(self, node_id: str) -> None:
         """kill -9: the process and whatever was not synced are gone; storage keeps the rest."""
@@ -270,6 +287,12 @@ class RaftSim:
             elif isinstance(act, a.StateChanged):
                 if act.role is a.Role.LEADER:
                     self._became_leader(node_id, node)
+            elif isinstance(act, a.MembershipChanged):
+                # a new configuration has another majority: check-quorum counts from now
+                if self._reaches_majority(node_id, act.members):
+                    self.cut_since.pop(node_id, None)
+                else:
+                    self.cut_since[node_id] = self.now
         deadline = node.next_deadline()
         want = max(rep.global_time(deadline), self.now)
         if rep.tick_at < 0 or want < rep.tick_at or rep.tick_at < self.now:

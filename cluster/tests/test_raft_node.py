@@ -304,6 +304,74 @@ def test_add_then_remove_members_including_the_leader() -> None:
     sim.check_converged()
 
 
+def test_adding_a_server_to_a_group_with_a_member_down_does_not_stall_it() -> None:
+    """Thesis §4.2.1: the new server catches up as a non-voter, so a 3-member group with one
+    member down (2 of 3) keeps committing while it does, and after it joins (3 of 4)."""
+    sim = stable_sim(3, seed=11, snapshot_every=10)
+    leader = sim.leader()
+    assert leader is not None
+    lnode = sim.replicas[leader].node
+    down = next(m for m in sim.ids if m != leader)
+    sim.crash(down)
+    for _ in range(40):
+        sim.propose()
+        sim.run_until(sim.now + 3)
+    sim.add_node("x3")
+    sim.set_blocked({(leader, "x3"), ("x3", leader)})   # the newcomer is slow to reach
+    ok, acts = lnode.add_member("x3")
+    assert ok
+    sim._execute(leader, acts)
+    acked = len(sim.acked)
+    for _ in range(20):
+        sim.propose()
+        sim.run_until(sim.now + 3)
+    sim.run_until(sim.now + 10)
+    assert len(sim.acked) >= acked + 20          # committed while the newcomer catches up
+    assert lnode.learners == ("x3",) and "x3" not in lnode.members
+    assert lnode.committed_config[1] == tuple(sorted(sim.ids[:3]))
+    sim.heal()
+    sim.run_until(sim.now + 5 * E)
+    assert lnode.members == ("n0", "n1", "n2", "x3") and not lnode.learners
+    assert lnode.committed_config == (lnode.log.configs[-1][0], lnode.members)
+    assert sim.replicas["x3"].applied >= lnode.committed_config[0]
+    acked = len(sim.acked)
+    for _ in range(10):                          # 3 of 4 live: still a majority
+        sim.propose()
+        sim.run_until(sim.now + 3)
+    sim.run_until(sim.now + 10)
+    assert len(sim.acked) >= acked + 10
+    sim.restart(down)
+    assert sim.converge()
+    sim.check_converged()
+
+
+def test_a_removed_server_readded_with_fresh_storage_catches_up() -> None:
+    """delete_member then add_member of the same node (its files deleted in between): the new
+    replica starts empty at the leader's term and is caught up again (snapshot + log)."""
+    sim = stable_sim(3, seed=12, snapshot_every=10)
+    leader = sim.leader()
+    assert leader is not None
+    lnode = sim.replicas[leader].node
+    gone = next(m for m in sim.ids if m != leader)
+    ok, acts = lnode.remove_member(gone)
+    assert ok
+    sim._execute(leader, acts)
+    for _ in range(30):
+        sim.propose()
+        sim.run_until(sim.now + 3)
+    sim.run_until(sim.now + 2 * E)
+    assert gone not in lnode.committed_config[1]
+    sim.recreate(gone, lnode.term, lnode.commit_index)
+    ok, acts = lnode.add_member(gone)
+    assert ok
+    sim._execute(leader, acts)
+    sim.run_until(sim.now + 5 * E)
+    assert gone in lnode.committed_config[1]
+    assert sim.replicas[gone].node.snapshot.index > 0      # caught up from a snapshot
+    assert sim.converge()
+    sim.check_converged()
+
+
 def test_membership_change_refused_while_another_is_pending() -> None:
     sim = stable_sim(3, seed=8)
     leader = sim.leader()

@@ -63,20 +63,35 @@ def fault(sim: RaftSim, rng: random.Random, allow_membership: bool) -> str:
             sim._execute(leader, sim.replicas[leader].node.transfer_leadership())
             return f"transfer from {leader}"
     if kind == "member" and allow_membership:
-        leader = sim.leader()
-        if leader is not None:
-            node = sim.replicas[leader].node
-            if rng.random() < 0.5 or len(node.members) <= 2:
-                new = f"x{len(sim.ids)}"
-                sim.add_node(new)
-                ok, actions = node.add_member(new)
-                sim._execute(leader, actions)
-                return f"add {new} ({ok})"
-            gone = rng.choice(node.members)
-            ok, actions = node.remove_member(gone)
-            sim._execute(leader, actions)
-            return f"remove {gone} ({ok})"
+        return member_change(sim, rng)
     return "none"
+
+
+def member_change(sim: RaftSim, rng: random.Random) -> str:
+    """One single-server change at the leader (thesis §4.1), as the broker's operations make
+    them: add a new server, re-add a removed one with its files deleted (``recreate``: fresh
+    storage at the leader's term), remove any member (a crashed one too: ``shrink``)."""
+    leader = sim.leader()
+    if leader is None:
+        return "member: no leader"
+    node = sim.replicas[leader].node
+    outside = [i for i in sim.ids if i not in node.members and i not in node.learners]
+    if rng.random() < 0.5 or len(node.members) <= 2:
+        if outside and rng.random() < 0.5:
+            new = rng.choice(outside)
+            sim.recreate(new, node.term, node.commit_index)
+            how = "re-add"
+        else:
+            new = f"x{len(sim.ids)}"
+            sim.add_node(new)
+            how = "add"
+        ok, actions = node.add_member(new)
+        sim._execute(leader, actions)
+        return f"{how} {new} ({ok})"
+    gone = rng.choice(node.members)
+    ok, actions = node.remove_member(gone)
+    sim._execute(leader, actions)
+    return f"remove {gone} ({ok})"
 
 
 def run_seed(seed: int) -> RaftSim:
@@ -90,13 +105,15 @@ def run_seed(seed: int) -> RaftSim:
     sim = RaftSim([f"n{i}" for i in range(n)], seed=seed, net=net,
                   skew=rng.choice([0.0, 0.05, 0.2]),
                   snapshot_every=rng.choice([0, 3, 10, 30]))
-    allow_membership = rng.random() < 0.3
+    allow_membership = rng.random() < 0.5
     history: list[str] = []
     next_check = 0.0
     try:
         sim.run_until(rng.uniform(0, 400))
         for _ in range(rng.randint(3, 7)):
             history.append(f"{sim.now:.0f}: {fault(sim, rng, allow_membership)}")
+            if allow_membership and rng.random() < 0.5:   # changes between faults too
+                history.append(f"{sim.now:.0f}: {member_change(sim, rng)}")
             end = sim.now + rng.uniform(50, 500)
             while sim.now < end:
                 if rng.random() < 0.8:
