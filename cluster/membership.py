@@ -20,7 +20,15 @@ Rules (the round's majority rule is in ``rounds``, the joiner's replay order in 
 - Every change (join, leave, suspicion, takeover) is a round of Vote requests to the current view;
   with a majority of grants the proposer announces the members that answered, less leavers, plus
   the joiner. Without a majority nothing changes: a minority never elects a leader nor changes
-  membership. A restarted broker has lost its grants and view: it has no vote until it re-joined.
+  membership.
+- Restart: the view, its members and the last grant are durable (``Persist``, first in the action
+  list, written by the driver before the rest: Raft §5.2). A restarted member is JOINING but keeps
+  its vote in that view (``restart``): it answers Votes with ``rejoining`` set, and the proposer
+  leaves it out of the new view (it re-joins and gets the replay). So a survivor of a majority
+  crash re-admits the restarted members, and a surviving non-leader takes over with their grants.
+  With nobody serving for ``recover_after`` (power loss), a restarted member runs a recovery round
+  and, granted by a majority of its durable view, starts it over alone from its own data; the
+  others join it. Restarted members prefer a serving survivor (see ``restart``).
 - The leader checks every ``confirm_period`` that a majority answers its Ping and re-sends the
   Membership as a confirmation; a member without one for ``quorum_lease`` stops serving mirrored
   queues and suspects the leader.
@@ -31,6 +39,10 @@ Rules (the round's majority rule is in ``rounds``, the joiner's replay order in 
   reached it may let it grant a change of the same view on the other side: two lines of views.
   ``view_key`` (number, then member list) orders them so that on heal the greater line wins and the
   other side re-joins. A Paxos-style accept phase would close this, at one more exchange per change.
+- Known limits of Restart: a broker that lost its data dir (or its vote file) has no vote, so a
+  majority that lost its disks stays a frozen minority until every broker is restarted afresh; a
+  recovery starts the view over from the recovering broker's disk (its durable definitions and
+  messages); the others re-join it as any restarted broker does.
 """
 
 from __future__ import annotations
