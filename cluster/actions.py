@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .codec import ClusterMethod
+from .durable import DurableVote
 
 __all__ = [
     "Action", "Send", "ViewInstalled", "BecameLeader", "Replay", "ApplyReplay", "AcceptClients",
-    "StopMirrored", "ResumeMirrored", "Excluded", "Left", "Timing", "Members",
+    "StopMirrored", "ResumeMirrored", "Excluded", "Left", "Persist", "Timing", "Members",
 ]
 
 Members = tuple[tuple[str, str], ...]
@@ -33,6 +34,8 @@ class Timing:
     mirrored queues this long after the last confirmation, and suspects a silent leader after it.
     ``retry``: a proposer that failed (minority, split grants) or a delegated takeover that produced
     nothing is retried/escalated after this. ``join_retry``: Join and Leave are re-sent this often.
+    ``recover_after``: a restarted member that heard from no serving member of its last view for
+    this long proposes to recover that view itself (``membership``, "Restart").
     """
 
     ping_interval: float = 0.5
@@ -43,6 +46,7 @@ class Timing:
     quorum_lease: float = 2.5
     retry: float = 1.0
     join_retry: float = 2.0
+    recover_after: float = 4.0
 
     @property
     def suspect_after(self) -> float:
@@ -130,5 +134,14 @@ class Left:
     view: int
 
 
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Write ``vote`` (``cluster.durable``) to stable storage (fsync) before carrying out the
+    actions after it: it always comes first in a list, so no answer leaves before its grant is
+    durable (Raft paper §5.2's rule for currentTerm and votedFor)."""
+
+    vote: DurableVote
+
+
 Action = (Send | ViewInstalled | BecameLeader | Replay | ApplyReplay | AcceptClients | StopMirrored
-          | ResumeMirrored | Excluded | Left)
+          | ResumeMirrored | Excluded | Left | Persist)

@@ -311,10 +311,14 @@ class Vote(ClusterMethod):
     A request (``request=True``) goes from the proposer ``candidate`` to every member of ``view``;
     each answers with ``request=False`` and ``granted`` set or not, echoing ``view``, ``candidate``
     and ``round`` (the proposer's own counter, to match answers to its latest round). An answer
-    from a member whose view differs carries that member's view.
+    from a member whose view differs carries that member's view. ``rejoining``: the sender restarted
+    and is not serving (its vote comes from its data dir, ``cluster.durable``): on a request, the
+    proposer is a restarted member recovering its view; on an answer, the member must be left out
+    of the new view (it re-joins) and its answer does not prove it alive as a member.
     """
 
-    __slots__: typing.ClassVar[list[str]] = ["view", "candidate", "round", "request", "granted"]
+    __slots__: typing.ClassVar[list[str]] = ["view", "candidate", "round", "request", "granted",
+                                             "rejoining"]
     frame_id: typing.ClassVar[int] = 70
     index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 70
     name: typing.ClassVar[str] = "Cluster.Vote"
@@ -323,14 +327,16 @@ class Vote(ClusterMethod):
     _round = "longlong"
     _request = "bit"
     _granted = "bit"
+    _rejoining = "bit"
 
     def __init__(self, view: int = 0, candidate: str = "", round: int = 0,
-                 request: bool = False, granted: bool = False) -> None:
+                 request: bool = False, granted: bool = False, rejoining: bool = False) -> None:
         self.view = view
         self.candidate = candidate
         self.round = round
         self.request = request
         self.granted = granted
+        self.rejoining = rejoining
         self.validate()
 
     def validate(self) -> None:

@@ -39,6 +39,7 @@ from .codec import (
     Synch,
     relay_routing_raw,
 )
+from .durable import DurableVote
 from .membership import IN_VIEW, Node, Status
 
 __all__ = ["ClusterDriver", "LinkSender", "reply_quorum", "in_vhost"]
@@ -123,7 +124,8 @@ class ClusterDriver:
                  reply_policy: str = "all",
                  load: Callable[[], dict[str, int]] = dict,
                  on_consumers: Callable[[str, str, str, int], None] | None = None,
-                 on_node_removed: Callable[[str], None] | None = None) -> None:
+                 on_node_removed: Callable[[str], None] | None = None,
+                 persist: Callable[[DurableVote], None] | None = None) -> None:
         reply_quorum(reply_policy, 1)  # validate early
         self.node = node
         self.broker = broker
@@ -132,6 +134,8 @@ class ClusterDriver:
         self.load = load
         self.on_consumers = on_consumers
         self.on_node_removed = on_node_removed
+        #: ``persist(vote)``: write the durable vote and fsync before returning (``Persist``)
+        self.persist = persist
         self.clock = clock
         self.reply_policy = reply_policy
         self._pending: dict[int, _Pending] = {}
@@ -297,9 +301,10 @@ class ClusterDriver:
 
     # ------------------------------------------------------------------ commands
     def start(self, seeds: list[tuple[str, str]]) -> None:
-        """Join through ``seeds`` (``("", "host:port")``), or found a cluster of one."""
+        """Join through ``seeds`` (``("", "host:port")``) or, restarted with a durable vote,
+        through the other members of its view; else found a cluster of one."""
         now = self.clock()
-        if seeds:
+        if seeds or self.node.stored.peers(self.node.name):
             self.broker.accepting_clients = False
             self._run(self.node.join(seeds, now))
         else:
@@ -326,6 +331,13 @@ class ClusterDriver:
 
     # ------------------------------------------------------------------ actions
     def _run(self, actions: list[a.Action]) -> None:
+        if actions and isinstance(actions[0], a.Persist) and self.persist is not None:
+            try:
+                self.persist(actions[0].vote)
+            except OSError as exc:   # no answer may leave that the disk does not back
+                log.error("cannot write the cluster vote (%s): this batch's messages dropped", exc)
+                actions = [x for x in actions if not isinstance(x, a.Send)]
+            actions = actions[1:]
         for action in actions:
             handler = getattr(self, "_do_" + type(action).__name__, None)
             if handler is None:

@@ -20,7 +20,15 @@ Rules (the round's majority rule is in ``rounds``, the joiner's replay order in 
 - Every change (join, leave, suspicion, takeover) is a round of Vote requests to the current view;
   with a majority of grants the proposer announces the members that answered, less leavers, plus
   the joiner. Without a majority nothing changes: a minority never elects a leader nor changes
-  membership. A restarted broker has lost its grants and view: it has no vote until it re-joined.
+  membership.
+- Restart: the view, its members and the last grant are durable (``Persist``, first in the action
+  list, written by the driver before the rest: Raft §5.2). A restarted member is JOINING but keeps
+  its vote in that view (``restart``): it answers Votes with ``rejoining`` set, and the proposer
+  leaves it out of the new view (it re-joins and gets the replay). So a survivor of a majority
+  crash re-admits the restarted members, and a surviving non-leader takes over with their grants.
+  With nobody serving for ``recover_after`` (power loss), a restarted member runs a recovery round
+  and, granted by a majority of its durable view, starts it over alone from its own data; the
+  others join it. Restarted members prefer a serving survivor (see ``restart``).
 - The leader checks every ``confirm_period`` that a majority answers its Ping and re-sends the
   Membership as a confirmation; a member without one for ``quorum_lease`` stops serving mirrored
   queues and suspects the leader.
@@ -31,30 +39,29 @@ Rules (the round's majority rule is in ``rounds``, the joiner's replay order in 
   reached it may let it grant a change of the same view on the other side: two lines of views.
   ``view_key`` (number, then member list) orders them so that on heal the greater line wins and the
   other side re-joins. A Paxos-style accept phase would close this, at one more exchange per change.
+- Known limits of Restart: a broker that lost its data dir (or its vote file) has no vote, so a
+  majority that lost its disks stays a frozen minority until every broker is restarted afresh; a
+  recovery starts the view over from the recovering broker's disk (its durable definitions and
+  messages); the others re-join it as any restarted broker does.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 import logging
 from collections.abc import Callable, Sequence
 
 from . import actions as a
 from .codec import ClusterMethod, Join, Leave, Membership, Ping, Suspect, Synch, Vote
+from .durable import DurableVote, view_key
+from .restart import Restarted
 from .rounds import Decision, Grants, Round, decide
 from .syncing import JoinSync
 
-__all__ = ["Node", "Status", "next_view", "FIRST_VIEW"]
+__all__ = ["Node", "Status", "next_view", "view_key", "FIRST_VIEW"]
 
 log = logging.getLogger(__name__)
 FIRST_VIEW = 1 << 16
-
-
-def view_key(view: int, members: a.Members) -> tuple[int, str]:
-    """The order of views: by number, then (only after a split, see the module docstring) by the
-    member list, so that two lines of views that share a number still converge on one."""
-    return view, json.dumps(members)
 
 
 def next_view(view: int, proposer_index: int) -> int:
@@ -81,8 +88,11 @@ class Node:
     """The membership state machine of node ``name`` listening for peers at ``address``."""
 
     def __init__(self, name: str, address: str, cluster_name: str = "", version: str = "",
-                 timing: a.Timing | None = None) -> None:
+                 timing: a.Timing | None = None, durable: DurableVote | None = None) -> None:
         self.name, self.address = name, address
+        #: the vote last made durable (``Persist``); from the data dir when restarted
+        self.stored = durable or DurableVote()
+        self._restored: Restarted | None = None   # JOINING after a restart, with a vote
         self.cluster_name, self.version = cluster_name, version
         self.timing = timing or a.Timing()
         self.status = Status.IDLE
@@ -148,21 +158,31 @@ class Node:
 
     # ----------------------------------------------------------------- commands
     def bootstrap(self, now: float) -> list[a.Action]:
-        """Found a new cluster of one (no seed answered, or none given; allowed while JOINING)."""
+        """Found a new cluster of one (no seed answered, or none given; allowed while JOINING).
+        Its view number follows the durable vote's, if any (``FIRST_VIEW`` otherwise)."""
         self._start(allow_joining=True)
         self.status = Status.MEMBER
-        self._install(FIRST_VIEW, ((self.name, self.address),), now)
+        self._install(next_view(max(self.stored.view, self.view), 0),
+                      ((self.name, self.address),), now)
         self._emit(a.AcceptClients(self.view))
         return self._take(now)
 
     def join(self, seeds: Sequence[tuple[str, str]], now: float) -> list[a.Action]:
         """Join through ``seeds`` (``(name or "", "host:port")``, tried in turn every
-        ``join_retry``). Raises ``ValueError`` for no seeds."""
+        ``join_retry``), then through the other members of our durable vote's view: a restarted
+        member keeps that vote meanwhile (see "Restart"). Raises ``ValueError`` for no seeds."""
+        addresses = {ad for _, ad in seeds}
+        seeds = [*seeds, *(m for m in self.stored.peers(self.name) if m[1] not in addresses)]
         if not seeds:
             raise ValueError("join needs at least one seed")
         self._start()
         self.status = Status.JOINING
         self._seeds = list(seeds)
+        if self.stored.votes_in(self.name):
+            self._restored = Restarted(self.stored, now)
+            self._grants.restore(self.stored.grant, now, self.timing.grant_lease)
+            self._addresses.update(self.stored.members)
+            self._addresses[self.name] = self.address
         self._send_join(now)
         return self._take(now)
 
@@ -170,6 +190,7 @@ class Node:
         """Leave in an orderly way (proposal "Cluster.Leave"); ``Left`` follows the new view."""
         if self.status not in IN_VIEW:
             self.status = Status.LEFT
+            self._restored = None
             self._emit(a.Left(self.view))
             return self._take(now)
         self.status = Status.LEAVING
@@ -185,13 +206,22 @@ class Node:
         """A Cluster method from peer ``sender`` (the authenticated node name of the link)."""
         if self.status in (Status.IDLE, Status.LEFT):
             return []
-        if self.status is Status.JOINING and not isinstance(method, (Membership, Synch)):
-            return []   # silent until in a view: only the leader's announcement may put us in one
+        rejoining = isinstance(method, Vote) and method.rejoining   # from a restarted member
+        if self.status is Status.JOINING:
+            if self._restored is not None:
+                self._restored.heard(sender, method, now)
+            if not isinstance(method, (Membership, Synch)) and not (
+                    isinstance(method, Vote) and self._restored is not None):
+                return []   # silent until in a view (a restarted member still votes)
         handler = self._handlers.get(type(method))
         if handler is None:
             return []
         view = getattr(method, "view", None)
         if isinstance(view, int) and not isinstance(method, Membership):
+            if rejoining:   # not alive as a member: never counted as heard or in a quorum check
+                self._maybe_inform(sender, view, now)
+                handler(sender, method, now)
+                return self._take(now)
             if view == self.view:
                 self._last_heard[sender] = now
                 if self._check is not None and sender in self.names:
@@ -209,8 +239,11 @@ class Node:
     def tick(self, now: float) -> list[a.Action]:
         """Run the timers (call every ~50 ms, or at least every ``ping_interval / 5``)."""
         t = self.timing
-        if self.status is Status.JOINING and now >= self._next_join:
-            self._send_join(now)
+        if self.status is Status.JOINING:
+            if now >= self._next_join:
+                self._send_join(now)
+            if self._restored is not None:
+                self._maybe_start_round(now)
         elif self.status in IN_VIEW:
             target = self._ring_target()
             if target is not None:
@@ -224,12 +257,12 @@ class Node:
             elif now - self._last_confirm >= t.quorum_lease and self.leader is not None:
                 self._suspect(self.leader, now)
             self._tick_suspicions(now)
-            if self._round is not None and now >= self._round.deadline:
-                self._finish_round(now)
             if self.status is Status.LEAVING and now >= self._next_join:
                 self._next_join = now + t.join_retry
                 if not self.is_leader:
                     self._send_to_leader(Leave(self.name))
+        if self._round is not None and now >= self._round.deadline:
+            self._finish_round(now)
         return self._take(now)
 
     # ----------------------------------------------------------------- handlers
@@ -254,6 +287,11 @@ class Node:
         if not members:
             return
         mine = self.name in dict(members)
+        rv = self._restored
+        if (self.status is Status.JOINING and rv is not None and mine and rv.newer(m.view, members)
+                and (members[-1][0] != self.name or sender != members[0][0])):
+            rv.view, rv.members = m.view, members   # a view we missed, with us: our vote moves
+            return
         if self.status is Status.JOINING and mine and (
                 members[-1][0] != self.name or sender != members[0][0]):
             return   # only the leader's announcement of our Join, not an older view with us in it
@@ -300,13 +338,18 @@ class Node:
     def _on_vote(self, sender: str, m: ClusterMethod, now: float) -> None:
         assert isinstance(m, Vote)
         if m.request:
-            self._send(sender, Vote(self.view, m.candidate, m.round, False,
-                                    self._grant_to(m.candidate, m.view, now)))
+            rv = self._restored
+            if self.status is Status.JOINING and rv is not None:   # restarted: our durable vote
+                self._send(sender, Vote(rv.view, m.candidate, m.round, False,
+                                        self._restored_grant(rv, m, now), True))
+                return
+            granted = not m.rejoining and self._grant_to(m.candidate, m.view, now)
+            self._send(sender, Vote(self.view, m.candidate, m.round, False, granted))
             return
         r = self._round
         if r is None or m.candidate != self.name or m.round != r.number or m.view != r.view:
             return
-        if r.answer(sender, m.granted, self.name):
+        if r.answer(sender, m.granted, self.name, m.rejoining):
             self._finish_round(now)
 
     # ----------------------------------------------------------------- suspicion
@@ -368,36 +411,53 @@ class Node:
             return False
         return self._grants.grant(view, candidate, now, self.timing.grant_lease)
 
+    def _restored_grant(self, rv: Restarted, m: Vote, now: float) -> bool:
+        return (rv.may_grant(self.name, m, now, self.timing.recover_after)
+                and self._grants.grant(m.view, m.candidate, now, self.timing.grant_lease))
+
     def _maybe_start_round(self, now: float) -> None:
-        if self._round is not None or now < self._next_round or self.status not in IN_VIEW:
+        """Start a round when one is due: the leader's (joins, leaves, suspects), a takeover, or
+        a restarted member's recovery (no serving member for ``recover_after``)."""
+        rv = self._restored
+        if self._round is not None or now < self._next_round:
             return
-        takeover = None
-        if not self.is_leader:
+        takeover, recovery, view, members = None, False, self.view, self.members
+        if self.status is Status.JOINING and rv is not None:
+            if not rv.should_recover(now, self.timing.recover_after):
+                return
+            recovery, view, members = True, rv.view, rv.members
+        elif self.status not in IN_VIEW:
+            return
+        elif not self.is_leader:
             if not self._want_takeover:
                 return
             takeover = self.leader
         elif not (self._pending_suspects or self._pending_joins or self._pending_leaves):
             return
-        if not self._grant_to(self.name, self.view, now):
+        if not (self._restored_grant(rv, Vote(view, self.name, 0, True), now) if rv and recovery
+                else self._grant_to(self.name, view, now)):
             self._next_round = self._grants.free_at(now)
             return
         self._round_number += 1
         # one joiner per view (a joiner waits for the Synch of every member before it in the view),
         # and none while we leave (a joiner takes its view only from the leader of that view)
+        plain = takeover is None and not recovery
         joins = (dict(list(self._pending_joins.items())[:1])
-                 if takeover is None and self.name not in self._pending_leaves else {})
-        leaves = frozenset(self._pending_leaves) if takeover is None else frozenset()
-        self._round = r = Round(self._round_number, self.view, self.members,
-                                 now + self.timing.verify_timeout, joins, leaves, takeover)
-        for n, _ in self.members:
+                 if plain and self.name not in self._pending_leaves else {})
+        leaves = frozenset(self._pending_leaves) if plain else frozenset()
+        self._round = r = Round(self._round_number, view, members,
+                                now + self.timing.verify_timeout, joins, leaves, takeover,
+                                recovery=recovery)
+        for n, _ in members:
             if n != self.name:
-                self._send(n, Vote(self.view, self.name, r.number, True, False))
-        if len(self.members) == 1:
+                self._send(n, Vote(view, self.name, r.number, True, False, recovery))
+        if len(members) == 1:
             self._finish_round(now)
 
     def _finish_round(self, now: float) -> None:
         r, self._round = self._round, None
-        if r is None or r.view != self.view:
+        rv = self._restored
+        if r is None or r.view != (self.view if not r.recovery else rv.view if rv else -1):
             return
         out = decide(r, self.name)
         names = [n for n, _ in r.members]
@@ -419,6 +479,9 @@ class Node:
                 self._broadcast(Membership(self.view, self.members), self.names)
             else:
                 view = next_view(r.view, names.index(self.name))
+                if r.recovery:
+                    log.warning("%s: restarted, no member serving: view %#x starts over from "
+                                "this broker's data", self.name, view)
                 self._broadcast(Membership(view, out.members), set(names) | set(out.joined))
                 self._install(view, out.members, now)
 
@@ -460,6 +523,7 @@ class Node:
         old_names, old_leader = self.names, self.leader
         self.view, self.members = view, members
         self._round = None
+        self._restored = None
         self._reset_view_state(now)
         for n, ad in members:
             self._addresses[n] = ad
@@ -558,5 +622,14 @@ class Node:
             self._serving_mirrored = serving
             self._emit(a.ResumeMirrored() if serving else a.StopMirrored())
         out, self._out = self._out, []
+        if self.status in IN_VIEW:
+            vote = DurableVote(self.view, self.members, self._grants.last)
+        elif self._restored is not None:
+            vote = self._restored.vote(self._grants.last)
+        else:
+            vote = DurableVote(self.view, (), self._grants.last)
+        if vote != self.stored:   # durable before anything else in this list is carried out
+            self.stored = vote
+            out.insert(0, a.Persist(vote))
         return out
 

@@ -5,7 +5,10 @@ leader, or a broker taking over from a suspected leader) asks every member of th
 Cluster.Vote; ``Round`` collects the answers and ``decide`` turns them into an ``Outcome``. A member
 grants one proposer per view per lease (``Grants``); the leader never grants a takeover. This is our
 addition to the Qpid proposal, whose leader "verifies the failure" and whose next broker "assumes
-leadership" with no quorum rule. Must not know: sockets, timers, the wire format.
+leadership" with no quorum rule. A restarted member (``rejoining``) still votes with the grant
+ledger it kept on disk, but is left out of the view its vote helps make: it re-joins and gets a
+replay. A restarted member may itself run a ``recovery`` round (nobody serving answered). Must not
+know: sockets, timers, the wire format.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ def majority(size: int) -> int:
 @dataclass
 class Round:
     """One proposer's round on ``view`` (``members``): ``joins`` to add (at most one), ``leaves``
-    to drop, ``takeover_of`` the suspected leader when the proposer is not the leader."""
+    to drop, ``takeover_of`` the suspected leader when the proposer is not the leader;
+    ``recovery``: the proposer is a restarted member that found nobody serving (it will be the
+    only member of the new view). ``rejoining``: the answerers that restarted."""
 
     number: int
     view: int
@@ -37,14 +42,20 @@ class Round:
     takeover_of: str | None
     responded: set[str] = field(default_factory=set)
     granted: set[str] = field(default_factory=set)
+    recovery: bool = False
+    rejoining: set[str] = field(default_factory=set)
 
-    def answer(self, sender: str, granted: bool, me: str) -> bool:
+    def answer(self, sender: str, granted: bool, me: str, rejoining: bool = False) -> bool:
         """Record an answer; True when the round can end now (all answered, or the suspected
-        leader answered: it is alive)."""
+        leader answered: it is alive; a restarted member answering proves nothing of the kind)."""
         self.responded.add(sender)
         if granted:
             self.granted.add(sender)
-        return sender == self.takeover_of or self.responded >= {n for n, _ in self.members} - {me}
+        if rejoining:
+            self.rejoining.add(sender)
+        elif sender == self.takeover_of or self.recovery:
+            return True
+        return self.responded >= {n for n, _ in self.members} - {me}
 
 
 class Decision(enum.Enum):
@@ -74,19 +85,22 @@ def decide(r: Round, me: str) -> Outcome:
 
     The new view keeps, in order, the members that answered, less the leavers and any joiner that
     is already a member (a restarted broker: removed now, added by the next round so that every
-    member sees it go and come back and replays to it), then the new joiner at the end.
+    member sees it go and come back and replays to it) or that answered as restarted, then the new
+    joiner at the end. A recovery round (or a takeover) that a serving member answered is
+    LEADER_ALIVE: that member, not the restarted proposer, re-admits the others.
     """
     names = [n for n, _ in r.members]
     need = majority(len(names))
-    if r.takeover_of is not None and r.takeover_of in r.responded:
+    serving = r.responded - r.rejoining
+    if (r.takeover_of is not None and r.takeover_of in serving) or (r.recovery and serving):
         return Outcome(Decision.LEADER_ALIVE)
     if len(r.granted) + 1 < need:
         return Outcome(Decision.MINORITY if len(r.responded) + 1 < need else Decision.SPLIT)
     keep = [(n, ad) for n, ad in r.members
-            if (n == me or n in r.responded) and n not in r.leaves and n not in r.joins]
+            if (n == me or n in serving) and n not in r.leaves and n not in r.joins]
     joins = tuple((n, ad) for n, ad in r.joins.items() if n not in names)
     new = tuple(keep) + joins
-    if new == r.members:
+    if new == r.members and not r.recovery:
         return Outcome(Decision.UNCHANGED, r.members)
     return Outcome(Decision.ANNOUNCE, new, tuple(n for n, _ in joins))
 
@@ -104,6 +118,16 @@ class Grants:
             return False
         self._held = (view, candidate, now + lease)
         return True
+
+    def restore(self, grant: tuple[int, str] | None, now: float, lease: float) -> None:
+        """A restarted member's last grant (from its data dir) holds for a whole ``lease`` from
+        ``now``: it may have been made just before the crash."""
+        self._held = (grant[0], grant[1], now + lease) if grant is not None else None
+
+    @property
+    def last(self) -> tuple[int, str] | None:
+        """The last grant made (view, candidate), expired or not: what ``cluster.durable`` keeps."""
+        return (self._held[0], self._held[1]) if self._held is not None else None
 
     def free_at(self, now: float) -> float:
         """When the current grant lapses (``now`` when there is none)."""

@@ -10,12 +10,15 @@ founds a cluster of one. Source: issue "Peer clustering" (Configuration), DESIGN
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
 
+from cluster import durable
 from cluster import secret as peer_secret
 from cluster.actions import Timing
 from cluster.driver import ClusterDriver
@@ -29,11 +32,45 @@ from ..core.broker import Broker
 from . import discovery
 from .replay import load_figures, replay_methods
 
-__all__ = ["SecretAuth", "RelayGate", "start_cluster", "parse_seeds"]
+__all__ = ["SecretAuth", "RelayGate", "start_cluster", "parse_seeds", "load_vote", "save_vote"]
 
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.05
+VOTE_FILE = "cluster-membership.json"
+
+
+def load_vote(data_dir: Path | str) -> durable.DurableVote | None:
+    """The durable vote in ``<data_dir>/cluster-membership.json`` (``cluster.durable``); None
+    when there is none or it is unreadable (logged: the broker then has no vote until it re-joined,
+    which is safe)."""
+    path = Path(data_dir) / VOTE_FILE
+    try:
+        return durable.decode(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.error("ignoring %s (no vote until this broker re-joined): %s", path, exc)
+        return None
+
+
+def save_vote(data_dir: Path | str, vote: durable.DurableVote, fsync: bool = True) -> None:
+    """Write ``vote`` atomically (temporary file, fsync, rename, fsync of the directory) before
+    returning: the membership answers a Vote only after this. Raises ``OSError``."""
+    path = Path(data_dir) / VOTE_FILE
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(durable.encode(vote))
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if fsync:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -104,7 +141,8 @@ async def start_cluster(broker: Broker, config: Config, port: int,
         seeds = parse_seeds(config.seeds)
     me = f"{config.host}:{port}"
     timing = Timing(ping_interval=config.ping_interval)
-    node = Node(config.node_name, me, config.cluster_name or "amqp-broker", __version__, timing)
+    node = Node(config.node_name, me, config.cluster_name or "amqp-broker", __version__, timing,
+                load_vote(config.data_dir))
     driver: ClusterDriver
 
     def failed(peer: str) -> None:
@@ -145,7 +183,9 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     driver = ClusterDriver(node, broker, links,
                            lambda shared: replay_methods(broker, shared, config.node_name),
                            time.monotonic, config.sync_replies, lambda: load_figures(broker),
-                           on_consumers, on_node_removed)
+                           on_consumers, on_node_removed,
+                           lambda vote: save_vote(config.data_dir, vote,
+                                                  config.sync_policy != "none"))
     gate = RelayGate(driver)
     broker.relay_sink = gate
     broker.peer_auth = SecretAuth(secret)

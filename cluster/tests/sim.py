@@ -3,7 +3,9 @@
 Every message goes through the real wire codec (``pamqp.frame.marshal``/``unmarshal``). Links are FIFO
 with a random latency; a crashed node drops what it is sent and, for a "loud" crash (the host is up,
 the process died: TCP answers RST), the sender learns of it after one latency; a partition drops
-messages silently. Records every view each node installs and every view announcement.
+messages silently. Records every view each node installs and every view announcement. A node's
+``Persist`` actions are its data dir: a restarted node gets the last one back (unless the test says
+its disk was lost).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pamqp import frame
 
 from cluster import actions as a
 from cluster.codec import Membership
+from cluster.durable import DurableVote
 from cluster.membership import Node, Status
 
 
@@ -52,12 +55,13 @@ class Sim:
         self.incarnation: dict[str, int] = {}
         self.announcements: list[Announcement] = []
         self.events: dict[str, list[tuple[float, a.Action]]] = {}
+        self.durable: dict[str, DurableVote] = {}
         for name in self.names:
             self._new_node(name)
 
     # -------------------------------------------------------------- setup
     def _new_node(self, name: str) -> Node:
-        node = Node(name, name, "test", "0.1.0", self.timing)
+        node = Node(name, name, "test", "0.1.0", self.timing, self.durable.get(name))
         self.nodes[name] = node
         self.incarnation[name] = self.incarnation.get(name, 0) + 1
         self.installed[self._key(name)] = []
@@ -82,8 +86,11 @@ class Sim:
             self.loud.add(name)
         self.last_topology_change = self.now
 
-    def restart(self, name: str) -> None:
-        """A crashed node comes back empty and joins through every other node in turn."""
+    def restart(self, name: str, lose_disk: bool = False) -> None:
+        """A crashed node comes back with its durable vote (none with ``lose_disk``) and joins
+        through every other node in turn."""
+        if lose_disk:
+            self.durable.pop(name, None)
         self.crashed.discard(name)
         self.loud.discard(name)
         node = self._new_node(name)
@@ -158,9 +165,14 @@ class Sim:
         announced = {act.method.view for act in actions
                      if isinstance(act, a.Send) and isinstance(act.method, Membership)}
         prev = tuple(m for m, _ in self._prev_members(name))
+        vote = self.durable.get(name)
+        if not prev and vote is not None and vote.votes_in(name):
+            prev = tuple(m for m, _ in vote.members)   # restarted: the view it votes in
         for act in actions:
             self.events[name].append((self.now, act))
-            if isinstance(act, a.Send):
+            if isinstance(act, a.Persist):
+                self.durable[name] = act.vote
+            elif isinstance(act, a.Send):
                 self._send(name, act.to, act.method)
             elif isinstance(act, a.Replay):
                 from cluster.codec import Synch

@@ -26,6 +26,8 @@ SAMPLES = [
     Ping(False, 0),
     Vote(9, "node-b", 4, True, False),
     Vote(9, "node-b", 4, False, True),
+    Vote(9, "node-b", 4, True, False, True),
+    Vote(9, "node-b", 4, False, True, True),
     # Cluster.Relay has a hand-written decoder (codec.decode_relay): it must agree with pamqp
     codec.Relay("/", "orders", 5, True, "amq.topic", "a.b.c"),
     codec.Relay("vh", "x" * 255, (1 << 63) - 1, False, "e" * 255, "k" * 255),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cluster import actions as a
 from cluster.codec import Join, Leave, Membership, Ping, Suspect, Synch, Vote
+from cluster.durable import DurableVote
 from cluster.membership import FIRST_VIEW, Node, Status, next_view, view_key
 from cluster.rounds import Decision, Grants, Round, decide
 from cluster.syncing import JoinSync
@@ -37,7 +38,8 @@ def test_view_numbers() -> None:
 def test_bootstrap_is_a_leader_of_one() -> None:
     node = Node("a", "h1:1")
     out = node.bootstrap(0.0)
-    assert out == [a.ViewInstalled(FIRST_VIEW, (("a", "h1:1"),), (), ()),
+    assert out == [a.Persist(DurableVote(FIRST_VIEW, (("a", "h1:1"),))),
+                   a.ViewInstalled(FIRST_VIEW, (("a", "h1:1"),), (), ()),
                    a.BecameLeader(FIRST_VIEW), a.AcceptClients(FIRST_VIEW), a.ResumeMirrored()]
     assert node.is_leader and node.has_quorum(1.0)
 
@@ -157,13 +159,15 @@ def test_leave_goes_through_the_leader() -> None:
     out = lead.receive("c", Vote(V, "a", 1, False, True), 1.02)
     (to, m), *_ = sends(out, Membership)
     assert lead.members == ABC[:2] and isinstance(m, Membership)
-    assert c.receive("a", m, 1.03) == [a.Left(m.view)] and c.status is Status.LEFT
+    assert c.receive("a", m, 1.03) == [a.Persist(DurableVote(m.view, ())), a.Left(m.view)]
+    assert c.status is Status.LEFT   # and no vote any more: a restart joins afresh
 
 
 def test_excluded_member_rejoins_through_the_new_leader() -> None:
     c = member("c")
     out = c.receive("b", Membership(next_view(V, 1), ABC[:2]), 1.0)
-    assert out[0] == a.Excluded(next_view(V, 1)) and c.status is Status.JOINING
+    assert out[:2] == [a.Persist(DurableVote(next_view(V, 1), ())), a.Excluded(next_view(V, 1))]
+    assert c.status is Status.JOINING
     assert sends(out, Join) == [("a", Join("c", "h3:1", "prod", ""))]
 
 

@@ -1,0 +1,120 @@
+"""Membership after a majority of the view restarts at once (simulated network and clock).
+
+A restarted member keeps its durable vote (``cluster.durable``: the sim keeps each node's last
+``Persist`` as its data dir). Scenarios: 2 of 3 (3 of 5) members crash and come back while one
+survives, leader or not; the whole cluster loses power and comes back one by one, or all at once;
+a member whose disk was lost has no vote (the survivors stay a frozen minority). Invariants of
+``test_membership_sim`` hold throughout (views grow, one member list per number, every announcement
+from a side holding a majority of the view before it), the cluster converges on one view of all
+members within a bounded simulated time, and a serving survivor is never excluded (its state is
+kept: the restarted members re-join it, not the other way round).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cluster import actions as a
+from cluster.tests.sim import Sim
+from cluster.tests.test_membership_sim import check_majority_announcements, check_safety, names
+
+RECOVERY_LIMIT = 40.0   # simulated seconds; the bound of every wait below
+SEEDS = range(int(os.environ.get("RESTART_SIM_SEEDS", "6")))   # more: a longer search
+
+
+def crash_all(sim: Sim, victims: list[str], topology: list) -> None:
+    for v in victims:
+        sim.crash(v)
+    topology.append((sim.now, {"crashed": set(sim.crashed), "groups": None}))
+
+
+def restart(sim: Sim, victims: list[str], topology: list) -> None:
+    for v in victims:
+        sim.restart(v)
+    topology.append((sim.now, {"crashed": set(sim.crashed), "groups": None}))
+
+
+def excluded_after(sim: Sim, name: str, t: float) -> list[a.Action]:
+    return [e for when, e in sim.events[name] if when >= t and isinstance(e, a.Excluded)]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("n", "survivors"), [(3, ["n0"]), (3, ["n1"]), (3, ["n2"]),
+                                              (5, ["n0", "n4"]), (5, ["n3", "n4"])])
+def test_majority_crash_then_restart_readmits_through_the_survivors(
+        n: int, survivors: list[str], seed: int) -> None:
+    sim = Sim(names(n), seed=seed)
+    sim.form()
+    sim.run_until(sim.now + 2.0)
+    topology: list = []
+    victims = [x for x in sim.names if x not in survivors]
+    t_crash = sim.now
+    crash_all(sim, victims, topology)
+    sim.run_until(sim.now + 3.0)
+    before = {s: sim.nodes[s].view for s in survivors}
+    assert all(len(sim.nodes[s].members) == n for s in survivors), sim.describe()  # a minority
+    restart(sim, victims, topology)
+    assert sim.run_while(lambda: not sim.converged(set(sim.names)), sim.now + RECOVERY_LIMIT), \
+        sim.describe()
+    assert all(sim.nodes[s].view > before[s] for s in survivors)
+    # the survivors kept serving: never excluded, and one of them leads the new view
+    assert not any(excluded_after(sim, s, t_crash) for s in survivors)
+    assert sim.nodes[survivors[0]].leader in survivors
+    check_safety(sim)
+    check_majority_announcements(sim, topology)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("n", [3, 5])
+def test_full_cluster_power_loss_then_restart_one_by_one(n: int, seed: int) -> None:
+    sim = Sim(names(n), seed=seed)
+    sim.form()
+    sim.run_until(sim.now + 2.0)
+    topology: list = []
+    crash_all(sim, list(sim.names), topology)
+    sim.run_until(sim.now + 2.0)
+    order = sim.names[::-1] if seed % 2 else sim.names[:]
+    for i, x in enumerate(order):
+        restart(sim, [x], topology)
+        up = set(order[:i + 1])
+        if len(up) * 2 <= n:   # a minority of the old view: nobody serves yet
+            sim.run_until(sim.now + 6.0)
+            assert all(sim.nodes[y].status.value == "joining" for y in up), sim.describe()
+        else:
+            assert sim.run_while(lambda up=up: not sim.converged(up), sim.now + RECOVERY_LIMIT), \
+                sim.describe()
+    assert sim.converged(set(sim.names)), sim.describe()
+    check_safety(sim)
+    check_majority_announcements(sim, topology)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_full_cluster_power_loss_then_all_restart_at_once(seed: int) -> None:
+    sim = Sim(names(3), seed=seed)
+    sim.form()
+    topology: list = []
+    crash_all(sim, list(sim.names), topology)
+    sim.run_until(sim.now + 1.0)
+    restart(sim, list(sim.names), topology)
+    assert sim.run_while(lambda: not sim.converged(set(sim.names)), sim.now + RECOVERY_LIMIT), \
+        sim.describe()
+    check_safety(sim)
+    check_majority_announcements(sim, topology)
+
+
+def test_restarted_members_that_lost_their_disk_have_no_vote() -> None:
+    sim = Sim(names(3), seed=1)
+    sim.form()
+    view = sim.nodes["n0"].view
+    for v in ("n1", "n2"):
+        sim.crash(v)
+    sim.run_until(sim.now + 3.0)
+    for v in ("n1", "n2"):
+        sim.restart(v, lose_disk=True)
+    sim.run_until(sim.now + 20.0)
+    # the survivor is still a minority of its view: it changed nothing, nobody else serves
+    assert sim.nodes["n0"].view == view and len(sim.nodes["n0"].members) == 3, sim.describe()
+    assert all(sim.nodes[v].status.value == "joining" for v in ("n1", "n2")), sim.describe()
+    check_safety(sim)
