@@ -7,9 +7,8 @@ failures (``send_failed``) and commands (``bootstrap``, ``join``, ``leave``); ev
 Must not know: sockets, framing, the broker core, real time.
 
 Rules (the round's majority rule is in ``rounds``, the joiner's replay order in ``syncing``):
-- A view is an ordered member list; the first member is the leader. View numbers only grow; older
-  views are ignored. A new view is numbered ``((old >> 16) + 1) << 16 | proposer's index in the
-  old view``: two proposers that changed the same view never announce the same number.
+- A view is an ordered member list, the first member its leader; older views are ignored (view
+  numbers, statuses and the ring's order: ``views``).
 - Join: a member forwards a Join to the leader, which adds the node at the end (one per view).
   Members that see a new node replay to it (``Replay``). A joining node is silent, and takes a view
   only from the leader announcing it last in it (not an older view that still lists a former self).
@@ -47,7 +46,6 @@ Rules (the round's majority rule is in ``rounds``, the joiner's replay order in 
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Callable, Sequence
 
@@ -57,31 +55,11 @@ from .durable import DurableVote, view_key
 from .restart import Restarted
 from .rounds import Decision, Grants, Round, decide
 from .syncing import JoinSync
+from .views import FIRST_VIEW, IN_VIEW, Status, next_view, ring_target
 
-__all__ = ["Node", "Status", "next_view", "view_key", "FIRST_VIEW"]
+__all__ = ["Node", "Status", "next_view", "view_key", "FIRST_VIEW", "IN_VIEW"]
 
 log = logging.getLogger(__name__)
-FIRST_VIEW = 1 << 16
-
-
-def next_view(view: int, proposer_index: int) -> int:
-    """The number of the view a proposer at ``proposer_index`` of ``view`` announces (> view)."""
-    return (((view >> 16) + 1) << 16) | (proposer_index & 0xFFFF)
-
-
-class Status(enum.Enum):
-    """IDLE: not started. JOINING: Join sent, not in a view. SYNCING: in the view, waiting for the
-    members' Synch. MEMBER: serving. LEAVING: Leave sent. LEFT: out for good."""
-
-    IDLE = "idle"
-    JOINING = "joining"
-    SYNCING = "syncing"
-    MEMBER = "member"
-    LEAVING = "leaving"
-    LEFT = "left"
-
-
-IN_VIEW = frozenset({Status.SYNCING, Status.MEMBER, Status.LEAVING})
 
 
 class Node:
@@ -587,11 +565,7 @@ class Node:
         self._addresses[self.name] = self.address
 
     def _ring_target(self) -> str | None:
-        names = self.names
-        if len(names) < 2:
-            return None
-        i = names.index(self.name)
-        return names[-1] if i == 0 else names[i - 1]
+        return ring_target(self.names, self.name)
 
     def _send_join(self, now: float) -> None:
         self._next_join = now + self.timing.join_retry
