@@ -78,6 +78,24 @@ class Member:
     def connect(self) -> pika.BlockingConnection:
         return pika.BlockingConnection(pika.URLParameters(self.uri))
 
+    def view_number(self) -> int:
+        """The number of the view this broker is in (0: none, or it does not answer)."""
+        try:
+            return int(server_properties(self.host, self.port, timeout=1.0).get("cluster_view")
+                       or 0)
+        except OSError:
+            return 0
+
+    def serving(self) -> bool:
+        """True when a client can open a connection here (a member still syncing after it
+        joined refuses clients with 320 "this node is joining the cluster")."""
+        try:
+            params = pika.URLParameters(self.uri + "?connection_attempts=1&socket_timeout=2")
+            pika.BlockingConnection(params).close()
+            return True
+        except (pika.exceptions.AMQPError, OSError):
+            return False
+
     def members(self) -> list[str] | None:
         """The addresses of this broker's current view (None when it does not answer)."""
         try:
@@ -129,6 +147,9 @@ class Cluster:
         if wait:
             wait_for(lambda: member.members() is not None and member.address in member.members(),
                      20, f"{name} did not come up:\n{member.log_tail()}")
+            if member.view_number():  # in a view (not a restarted minority): once synced, it
+                wait_for(member.serving, 20,  # serves clients
+                         f"{name} never served a client:\n{member.log_tail()}")
         return member
 
     def start_three(self, timeout: float = 15.0) -> tuple[Member, Member, Member]:

@@ -106,8 +106,10 @@ def _filled(cls: type[base.Frame]) -> base.Frame:
 
 with warnings.catch_warnings():  # Basic.RecoverAsync warns that it is deprecated
     warnings.simplefilter("ignore", DeprecationWarning)
+    # pamqp's own commands only: extension classes (cluster/codec.py) register themselves too,
+    # when something imported them before this module is collected
     EVERY_COMMAND = [_filled(cls) for _, cls in sorted(commands.INDEX_MAPPING.items())
-                     if cls is not commands.Basic.Publish]
+                     if cls is not commands.Basic.Publish and cls.__module__ == commands.__name__]
 ALL_CASES = REPRESENTATIVE + EVERY_COMMAND
 
 
