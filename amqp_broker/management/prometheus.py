@@ -13,7 +13,13 @@ rabbitmq_alarms_{memory_used_watermark,free_disk_space_watermark,file_descriptor
 rabbitmq_process_{resident_memory_bytes,open_fds,max_fds}, rabbitmq_resident_memory_limit_bytes,
 rabbitmq_disk_space_available_bytes, rabbitmq_disk_space_available_limit_bytes; ours:
 rabbitmq_cluster_view (the view number), rabbitmq_cluster_members (how many),
-rabbitmq_cluster_member_info{member, leader}. Source: rabbitmq-prometheus "metrics.md".
+rabbitmq_cluster_member_info{member, leader}. Per replicated queue this broker holds a replica
+of (``/metrics/per-object`` only, labels vhost and queue, as RabbitMQ's Raft metrics):
+rabbitmq_raft_term_total, rabbitmq_raft_log_commit_index, rabbitmq_raft_log_last_applied_index,
+rabbitmq_raft_log_last_written_index; ours: rabbitmq_raft_leader_info{vhost, queue, leader} (the
+replica leading as this broker knows it) and, on the leader, rabbitmq_raft_follower_lag_entries
+{vhost, queue, member} (log entries the member's replica lacks: last written index minus its Raft
+match index). Source: rabbitmq-prometheus "metrics.md".
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from .. import __version__
+from ..core.broker import Broker
 from ..core.stats import message_totals
 from ..server.listener import rss_bytes
 from .context import Management
@@ -94,6 +101,8 @@ class BrokerCollector(Collector):
             for n in names:
                 fams[n].add_metric([], totals[n])
         yield from fams.values()
+        if self.per_object:
+            yield from _raft_families(broker)
         yield _gauge("rabbitmq_queues", "Queues available", queues)
         conns = visible_connections(broker)
         yield _gauge("rabbitmq_connections", "Connections currently open", len(conns))
@@ -139,6 +148,39 @@ class BrokerCollector(Collector):
         for name in cluster["member_names"]:
             member.add_metric([name, str(name == cluster["leader"]).lower()], 1)
         yield member
+
+
+def _raft_families(broker: Broker) -> Iterator[Metric]:
+    """The Raft series of every replicated queue with a replica here (module docstring)."""
+    labels = ["vhost", "queue"]
+    fams = {name: GaugeMetricFamily(name, doc, labels=labels) for name, doc in (
+        ("rabbitmq_raft_log_commit_index", "Raft log commit index"),
+        ("rabbitmq_raft_log_last_applied_index", "Raft log last applied index"),
+        ("rabbitmq_raft_log_last_written_index", "Raft log last written index"))}
+    term = CounterMetricFamily("rabbitmq_raft_term", "Current Raft term number", labels=labels)
+    leader = GaugeMetricFamily("rabbitmq_raft_leader_info", "The replica leading a replicated "
+                               "queue, as this node knows it", labels=[*labels, "leader"])
+    lag = GaugeMetricFamily("rabbitmq_raft_follower_lag_entries", "Log entries a member's "
+                            "replica lacks (on the leader)", labels=[*labels, "member"])
+    for vname, vhost in list(broker.vhosts.items()):
+        for q in list(vhost.queues.values()):
+            node = getattr(getattr(q, "group", None), "node", None)  # a replica here
+            if node is None or not getattr(q.capabilities, "replicated", False):
+                continue
+            key = [vname, q.name]
+            last = node.log.last_index
+            for name, value in (("rabbitmq_raft_log_commit_index", node.commit_index),
+                                ("rabbitmq_raft_log_last_applied_index", node.applied_index),
+                                ("rabbitmq_raft_log_last_written_index", last)):
+                fams[name].add_metric(key, value)
+            term.add_metric(key, node.term)
+            if node.leader is not None:
+                leader.add_metric([*key, node.leader], 1)
+            if node.is_leader:
+                for member, pr in sorted(node.progress.items()):
+                    lag.add_metric([*key, member], max(0, last - pr.match_index))
+    yield from fams.values()
+    yield from (term, leader, lag)
 
 
 def render(mgmt: Management, per_object: bool = False) -> bytes:

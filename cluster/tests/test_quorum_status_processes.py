@@ -1,6 +1,9 @@
 """Which replicas of a quorum queue lead, are online and are in sync, as the management API and
 ``amqp-broker ctl`` show them (issue 12), with 3 real brokers: kill -9 of a follower's broker ->
 ``online`` and ``members_in_sync`` shrink on the others; restarted -> back online and in sync.
+The leader's ``/metrics/per-object`` (issue 13) shows the same: the leader, and the dead
+follower's lag in log entries growing with what was published without it, back to 0 once it
+caught up.
 ``ctl list_queues name type leader members online members_in_sync`` and ``ctl cluster_status``
 list them. Sources: rabbitmqctl(8) list_queues columns; RabbitMQ management queue objects
 (``leader``, ``members``, ``online``; 3.x mirrored queues ``synchronised_slave_nodes``)."""
@@ -8,8 +11,10 @@ list them. Sources: rabbitmqctl(8) list_queues columns; RabbitMQ management queu
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from amqp_broker.management import ctl
 from cluster.tests.processes import Cluster, Member, free_port, wait_for
@@ -18,8 +23,28 @@ from cluster.tests.quorum_scenarios import Publisher, declare, wait_leader
 pytestmark = pytest.mark.timeout(180)
 
 
+PROMETHEUS: dict[str, int] = {}   # node name -> its --prometheus-port
+
+
 def _start(cluster: Cluster, octet: int, seed: Member | None, port: int) -> Member:
-    return cluster.start(octet, seed, "--management-port", str(port))
+    prom = PROMETHEUS.setdefault(f"n{octet}", free_port(f"127.0.0.{octet}"))
+    return cluster.start(octet, seed, "--management-port", str(port),
+                         "--prometheus-port", str(prom))
+
+
+def _raft(member: Member, queue: str) -> dict:
+    """The Raft series of ``queue`` on ``member``'s /metrics/per-object: name -> {extra label
+    value (leader or member name, "" for none): value}."""
+    url = f"http://{member.host}:{PROMETHEUS[member.name]}/metrics/per-object"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name.startswith("rabbitmq_raft_") and smp.labels.get("queue") == queue:
+                extra = smp.labels.get("leader") or smp.labels.get("member") or ""
+                out.setdefault(smp.name, {})[extra] = smp.value
+    return out
 
 
 def _queue(url: str, name: str) -> dict:
@@ -68,6 +93,11 @@ def test_online_and_in_sync_replicas_follow_a_kill_and_a_restart(cluster: Cluste
                  _queue(urls[m.name], "orders").get("members_in_sync") == rest, 20,
                  f"{m.name}: {_queue(urls[m.name], 'orders')}")
     assert _queue(urls[other.name], "orders")["members"] == everyone   # still a member
+    raft = _raft(leader, "orders")
+    assert raft["rabbitmq_raft_leader_info"] == {leader.name: 1}
+    assert raft["rabbitmq_raft_follower_lag_entries"][follower.name] >= 50   # it missed them
+    assert raft["rabbitmq_raft_log_commit_index"][""] >= 50
+    assert raft["rabbitmq_raft_term_total"][""] >= 1
 
     octet = int(follower.host.rsplit(".", 1)[1])
     _start(cluster, octet, leader, ports[octet])
@@ -76,6 +106,8 @@ def test_online_and_in_sync_replicas_follow_a_kill_and_a_restart(cluster: Cluste
                  _queue(url, "orders").get("members_in_sync") == everyone, 30,
                  f"{url}: {_queue(url, 'orders')}")
     assert _queue(urls[follower.name], "orders")["messages"] == 50   # caught up
+    wait_for(lambda: _raft(leader, "orders")["rabbitmq_raft_follower_lag_entries"] ==
+             {follower.name: 0, other.name: 0}, 20, f"lag: {_raft(leader, 'orders')}")
 
     capsys.readouterr()
     assert ctl.main(["--url", urls[other.name], "cluster_status", "--formatter", "json"]) == 0
