@@ -4,7 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test lint unit interop bench clean cluster
+# The unit tests of the packages whose hot-path modules are compiled (amqp_broker_native): `make
+# test` runs them a second time from the Python source (AMQP_BROKER_PURE=1).
+PURE_TESTS := amqp_broker/protocol amqp_broker/core queues routing amqp_broker_native
+
+.PHONY: run test lint unit interop bench clean cluster native
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,7 +17,12 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-run: $(STAMP)
+# Rebuild the compiled hot path when a compiled module's source changed since the install built it
+# (`python -m amqp_broker_native` exits 2 then); without a build (no C compiler) nothing happens.
+native: $(STAMP)
+	@$(PY) -m amqp_broker_native; test $$? -ne 2 || $(PY) -m pip install -q --no-deps -e .
+
+run: $(STAMP) native
 	$(PY) -m amqp_broker $(ARGS)
 
 lint: $(STAMP)
@@ -21,10 +30,11 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-test: $(STAMP)
+test: $(STAMP) native
 	bash interop_tests/setup.sh
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+	AMQP_BROKER_PURE=1 $(PY) -m pytest $(PURE_TESTS) $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(PY) -m pytest amqp_broker routing queues $(PYTEST_ARGS)
@@ -36,4 +46,4 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)
 
 clean:
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) data .pytest_cache build amqp_broker_native/_lib

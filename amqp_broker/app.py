@@ -43,7 +43,7 @@ def open_broker(config: Config) -> Broker:
                             DefinitionsStore(data / "definitions.db"))
     broker = Broker(config.broker_settings(), durability=durability)
     #: Stream queues' logs (data/streams/<vhost>/<queue>/), opened as recovery declares them.
-    broker.streams = StreamManager(data / "streams", sync=config.sync_policy)  # type: ignore[attr-defined]
+    broker.streams = StreamManager(data / "streams", sync=config.sync_policy)
     # quorum queues (issue 12): registered before recovery so recovered ones open their replicas
     quorum_runtime.install(broker, data, config.node_name, fsync=config.sync_policy != "none")
     definitions = durability.definitions

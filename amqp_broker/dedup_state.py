@@ -86,8 +86,9 @@ def load(data_dir: Path, broker: Broker) -> int:
         vhost = broker.vhosts.get(vhost_name)
         for name, items in queues.items():
             q = vhost.queues.get(name) if vhost is not None else None
-            if q is None or q.dedup is None:
+            dedup = getattr(q, "dedup", None)  # queue types with a dedup window
+            if dedup is None:
                 continue
-            q.dedup.restore((str(k), int(r)) for k, r in items)
+            dedup.restore((str(k), int(r)) for k, r in items)
             total += len(items)
     return total

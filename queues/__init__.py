@@ -9,6 +9,10 @@ Must not know: sockets, asyncio/anyio, threads, ``amqp_broker``, ``routing``. Ti
 Sources: AMQP 0-9-1 §1.7 (queue class), §1.8 (basic class); the RabbitMQ guides cited per module.
 """
 
+from amqp_broker_native import extend_path
+
+extend_path(__path__, __name__)  # the compiled build first, when in use (amqp_broker_native)
+
 from queues.arguments import QueueSettings, parse_arguments, parse_expiration
 from queues.dead_letter import (
     REASON_EXPIRED,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from mypy_extensions import mypyc_attr
+
 if TYPE_CHECKING:
     from queues.message import Message
 
@@ -26,6 +28,7 @@ class Origin(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # cluster.quorum's QuorumEntry extends it
 class QueueEntry:
     """A message's membership in one queue (slotted; created once per (message, queue)).
 

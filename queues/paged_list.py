@@ -216,7 +216,7 @@ class PagedReadyList(ReadyList):
         self._ram -= len(entry.message.body)
         return entry
 
-    def clear(self) -> ClearedEntries:  # type: ignore[override]
+    def clear(self) -> ClearedEntries:
         """Remove everything; returns a ``ClearedEntries`` (sized, delivery order, paged entries
         as store-id stubs)."""
         out = ClearedEntries(list(self._dq), self._chunks, self._held, len(self))

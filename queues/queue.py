@@ -48,9 +48,9 @@ from queues.protocols import (
     DiscardCallback,
     PublishResult,
 )
-from queues.queue_type import CLASSIC, Journal
+from queues.queue_type import CLASSIC, Journal, SafeSource
 from queues.queue_view import QueueView
-from queues.ready_list import PriorityReadyList, ReadyList
+from queues.ready_list import PriorityReadyList, ReadyList, Removed
 
 __all__ = ["Consumer", "DeadLetterCallback", "DiscardCallback", "PublishResult", "Queue"]
 
@@ -116,7 +116,7 @@ class Queue(QueueView):
         #: delivered and leave; None for a queue whose messages are not stored.
         self._journal = journal
         self._max_priority = settings.max_priority
-        self._ready: ReadyList | PriorityReadyList
+        self._ready: ReadyList | PriorityReadyList | PagedReadyList
         if settings.max_priority is not None:
             self._ready = PriorityReadyList()
         elif page_in is not None and memory_budget is not None:
@@ -235,7 +235,7 @@ class Queue(QueueView):
         if self._journal is not None and message.store_id is not None:
             self._journal.settled((QueueEntry(message, -1),))
 
-    def publish_wait(self) -> tuple[object, int] | None:
+    def publish_wait(self) -> tuple[SafeSource, int] | None:
         """None: a classic queue's publish is safe at once, or (persistent, durable) once the
         message store syncs, which the core tracks (``queues.queue_type.QueueType``)."""
         return None
@@ -530,7 +530,7 @@ class Queue(QueueView):
         """
         return self._ready.next_expiry()
 
-    def delete(self) -> list[QueueEntry]:
+    def delete(self) -> Removed:
         """Queue.Delete (or auto-delete / exclusive-owner close): returns the dropped ready entries.
 
         Ready messages are dropped, not dead-lettered (RabbitMQ); ``on_discard`` sees "deleted".

@@ -119,6 +119,11 @@ class QueueType(Protocol):
     name: str
     durable: bool
     exclusive_owner: object | None
+
+    def __hash__(self) -> int:
+        """Queues are kept in sets and as dict keys (by identity)."""
+        ...
+
     auto_delete: bool
     arguments: dict
     settings: QueueSettings

@@ -17,10 +17,24 @@ from __future__ import annotations
 from bisect import insort
 from collections import deque
 from collections.abc import Iterator
+from typing import Protocol
 
 from queues.entry import QueueEntry
 
-__all__ = ["ReadyList", "PriorityReadyList"]
+__all__ = ["ReadyList", "PriorityReadyList", "Removed"]
+
+
+class Removed(Protocol):
+    """What ``clear`` returns: the removed entries, sized and re-iterable, in delivery order (a
+    list here; ``queues.paged_list.ClearedEntries`` for a paging queue)."""
+
+    def __len__(self) -> int:
+        """How many entries were removed."""
+        ...
+
+    def __iter__(self) -> Iterator[QueueEntry]:
+        """The removed entries in delivery order."""
+        ...
 
 
 class ReadyList:
@@ -78,7 +92,7 @@ class ReadyList:
         """Remove and return the head; ``IndexError`` when empty."""
         return self._dq.popleft()
 
-    def clear(self) -> list[QueueEntry]:
+    def clear(self) -> Removed:
         """Remove everything; returns the removed entries in delivery order."""
         out = list(self._dq)
         self._dq.clear()

@@ -12,6 +12,10 @@ Note: the ``queue()``/``exchange()`` destination helpers live in ``routing.desti
 
 from __future__ import annotations
 
+from amqp_broker_native import extend_path
+
+extend_path(__path__, __name__)  # the compiled build first, when in use (amqp_broker_native)
+
 from routing.binding import Binding
 from routing.destination import Destination
 from routing.errors import (

@@ -16,7 +16,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pamqp import commands as cmd
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
     from queues.message import Message
     from queues.queue import Queue
+    from queues.queue_type import QueueType
+    from queues.stream.manager import StreamManager
 
     from ..protocol.methods import Publish
     from .channel import Channel
@@ -153,7 +155,7 @@ class Broker:
         #: Message counts of released channels (``core.stats``; live channels keep their own).
         self.message_totals = MessageTotals()
         self.connections: dict[int, Connection] = {}
-        self.needs_dispatch: set[Queue] = set()
+        self.needs_dispatch: set[QueueType] = set()
         #: Resource alarms raised now ("memory", "disk"): while any is, publishers are blocked.
         self.alarms: set[str] = set()
         self._input_since_check = 0
@@ -185,6 +187,12 @@ class Broker:
         self.relay_sink: RelaySink | None = None
         #: Queue types made by a factory of their own (``QueueTypeFactory``), by x-queue-type.
         self.queue_types: dict[str, QueueTypeFactory] = {}
+        #: Stream queues' logs (set by the composition root; ``VirtualHost.stream_manager``
+        #: makes one in a temporary directory for a broker built without).
+        self.streams: StreamManager | None = None
+        #: The quorum queues' runtime (``amqp_broker.clustering.quorum.QuorumRuntime``), set by
+        #: its ``install``; None without quorum queues.
+        self.quorum: Any = None
         #: Transfers we relayed and the receivers have not settled (``core.relay``).
         self.relay_outbox = RelayOutbox()
         #: Messages other members relayed here, waiting for a local consumer
@@ -299,9 +307,9 @@ class Broker:
 
     # -------------------------------------------------------------------- resource alarms
     #: Bytes counted per ready message held in RAM on top of its body: header, entry, objects.
-    MESSAGE_OVERHEAD = 512
+    MESSAGE_OVERHEAD: ClassVar[int] = 512
     #: Bytes counted per paged-out ready message (its place in the paged tail's arrays).
-    PAGED_OVERHEAD = 32
+    PAGED_OVERHEAD: ClassVar[int] = 32
     #: Connection.Blocked reason per alarm, as RabbitMQ words them.
     ALARM_REASONS = {"memory": "low on memory", "disk": "low on disk"}
 

@@ -28,8 +28,10 @@ from .relay_inbox import PeerSettles, receive_relayed
 from .stats import fold_channel
 
 if TYPE_CHECKING:
+    from pamqp.base import Frame
+
     from queues.entry import QueueEntry
-    from queues.queue import Queue
+    from queues.queue_type import QueueType
 
     from .connection import Connection
     from .consumer import ChannelConsumer
@@ -55,9 +57,11 @@ class Channel:
                                       f"CHANNEL_ERROR - channel {channel_id} before connection.open")
         self.vhost: VirtualHost = vhost
         self.closing = False  # we sent Channel.Close and wait for Close-Ok
-        self.assembler: ContentAssembler[Publish] = ContentAssembler()
+        #: Assembles a Basic.Publish's content, or on a cluster peer link the content of a
+        #: cluster method its peer handler started (Cluster.Quorum).
+        self.assembler: ContentAssembler[Publish | Frame] = ContentAssembler()
         self.next_delivery_tag = 1
-        self.unacked: dict[int, tuple[Queue, QueueEntry, ChannelConsumer | None]] = {}
+        self.unacked: dict[int, tuple[QueueType, QueueEntry, ChannelConsumer | None]] = {}
         self.consumers: dict[str, ChannelConsumer] = {}
         self.prefetch = 0  # applied to consumers created after Basic.Qos(global=False)
         self.global_prefetch = 0  # shared by the channel: Basic.Qos(global=True)
@@ -118,12 +122,12 @@ class Channel:
                     c.COMMAND_INVALID, f"COMMAND_INVALID - {method.name} not allowed from a client",
                     cid, mid)
             handler(self, method)
-        except ChannelException as exc:
+        except ChannelException as channel_error:
             cid, mid = method_ids(method)
-            self.close_with(exc.for_method(cid, mid))
-        except ConnectionException as exc:
+            self.close_with(channel_error.for_method(cid, mid))
+        except ConnectionException as connection_error:  # (a name of its own: see mypyc note)
             cid, mid = method_ids(method)
-            raise exc.for_method(cid, mid) from None
+            raise connection_error.for_method(cid, mid) from None
 
     def on_method_in_vhost(self, vhost_name: str, payload: bytes) -> None:
         """On a cluster peer link: the method frame ``payload`` a member sent for vhost
@@ -164,12 +168,13 @@ class Channel:
             raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true",
                                       c.CLASS_BASIC, 40)
 
-    def _publish(self, publish: Publish, header: bytes, body: bytes) -> None:
-        if self.connection.peer_node is not None and publish.__class__ is not Publish:
-            # the content of a cluster method the peer handler started (Cluster.Quorum)
+    def _publish(self, publish: Publish | Frame, header: bytes, body: bytes) -> None:
+        if not isinstance(publish, Publish):
+            # the content of a cluster method the peer handler started (Cluster.Quorum): only
+            # on a peer link
             sink = self.connection.broker.peer_content
-            if sink is not None:
-                sink(self, publish, body)  # type: ignore[arg-type]  # a Cluster method
+            if sink is not None and self.connection.peer_node is not None:
+                sink(self, publish, body)
             return
         if self.connection.peer_node is not None and self.relay_target is not None:
             # A message another member dealt to one of our consumers (cluster relay): it goes to

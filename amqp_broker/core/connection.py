@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pamqp.base import Frame
     from pamqp.common import FieldTable
 
-    from queues.queue import Queue
+    from queues.queue_type import QueueType
 
     from .broker import Broker, PeerAuthServer
     from .vhost import VirtualHost
@@ -113,7 +113,7 @@ class Connection:
         self.user: Account | None = None
         self.client_properties: dict = {}
         self.capabilities: dict = {}
-        self.exclusive_queues: set[Queue] = set()
+        self.exclusive_queues: set[QueueType] = set()
         self.on_writable: Callable[[], None] | None = None
         self.closed = False
         #: The peer closed with Connection.Close: after our Close-Ok the I/O layer keeps reading

@@ -18,7 +18,7 @@ from ..protocol.delivery import (
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
-    from queues.queue import Queue
+    from queues.queue_type import QueueType
 
     from .channel import Channel
 
@@ -38,7 +38,7 @@ class ChannelConsumer:
     __slots__ = ("tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "channel", "queue",
                  "_prefix", "arguments")
 
-    def __init__(self, channel: Channel, queue: Queue, tag: str, *, no_ack: bool, exclusive: bool,
+    def __init__(self, channel: Channel, queue: QueueType, tag: str, *, no_ack: bool, exclusive: bool,
                  prefetch: int, priority: int = 0, arguments: dict | None = None) -> None:
         self.channel = channel
         self.queue = queue
@@ -64,7 +64,7 @@ class ChannelConsumer:
             return False
         return ch.connection.output_size < ch.connection.high_water
 
-    def deliver(self, queue: Queue, entry: QueueEntry) -> None:
+    def deliver(self, queue: QueueType, entry: QueueEntry) -> None:
         """Write Basic.Deliver + content to the connection; track it as unacked unless no_ack."""
         ch = self.channel
         tag = ch.next_delivery_tag

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from queues.entry import QueueEntry
     from queues.message import Message
-    from queues.queue import Queue
+    from queues.queue_type import QueueType
     from queues.store.store import MessageStore
     from routing.destination import Destination
     from routing.exchange import Exchange
@@ -149,7 +149,7 @@ class Durability:
             for name in names:
                 self.definitions.delete_exchange(vhost, name)
 
-    def queue_declared(self, vhost: str, q: Queue) -> None:
+    def queue_declared(self, vhost: str, q: QueueType) -> None:
         """A new queue: stored when durable and not exclusive."""
         if self.definitions is not None and q.durable and q.exclusive_owner is None:
             self.definitions.save_queue(vhost, q.name, True, q.auto_delete, dict(q.arguments))

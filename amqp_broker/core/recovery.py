@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from queues.arguments import parse_arguments
 from queues.errors import QueueError
@@ -72,7 +72,8 @@ def _restore_messages(broker: Broker, store: MessageStore) -> int:
         else:
             vhost_name, name = split_store_key(key)
             vhost = broker.vhosts.get(vhost_name)
-            q = vhost.queues.get(name) if vhost is not None else None
+            # only classic queues keep their messages in the message store
+            q = cast("Queue | None", vhost.queues.get(name)) if vhost is not None else None
             if q is not None and not q.durable:
                 q = None
             targets[key] = q

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
-    from queues.queue import Queue
+    from queues.queue_type import QueueType
 
     from .broker import Broker
     from .vhost import VirtualHost
@@ -57,7 +57,7 @@ class RelayConsumer:
     __slots__ = ("tag", "no_ack", "exclusive", "priority", "node", "vhost", "queue", "channel",
                  "arguments", "unsettled")
 
-    def __init__(self, vhost: VirtualHost, queue: Queue, node: str, index: int) -> None:
+    def __init__(self, vhost: VirtualHost, queue: QueueType, node: str, index: int) -> None:
         self.tag = f"amq.relay-{node}-{index}"
         self.no_ack = False
         self.exclusive = False
@@ -76,7 +76,7 @@ class RelayConsumer:
         sink = self.vhost.broker.relay_sink
         return sink is not None and sink.can_relay(self.node)
 
-    def deliver(self, queue: Queue, entry: QueueEntry) -> None:
+    def deliver(self, queue: QueueType, entry: QueueEntry) -> None:
         """Relay the message under a fresh delivery tag; it stays unacked here until settled."""
         vhost = self.vhost
         broker = vhost.broker
@@ -97,9 +97,9 @@ class RelayOutbox:
 
     def __init__(self) -> None:
         self._tags = itertools.count(1)
-        self._unsettled: dict[str, dict[int, tuple[Queue, QueueEntry, RelayConsumer]]] = {}
+        self._unsettled: dict[str, dict[int, tuple[QueueType, QueueEntry, RelayConsumer]]] = {}
 
-    def add(self, node: str, queue: Queue, entry: QueueEntry, consumer: RelayConsumer) -> int:
+    def add(self, node: str, queue: QueueType, entry: QueueEntry, consumer: RelayConsumer) -> int:
         """Record a transfer to ``node``; returns its delivery tag (> 0)."""
         tag = next(self._tags)
         per_node = self._unsettled.get(node)
@@ -112,7 +112,7 @@ class RelayOutbox:
         """How many transfers to ``node`` wait for their settle."""
         return len(self._unsettled.get(node, ()))
 
-    def take(self, node: str, tag: int, multiple: bool) -> list[tuple[Queue, QueueEntry,
+    def take(self, node: str, tag: int, multiple: bool) -> list[tuple[QueueType, QueueEntry,
                                                                       RelayConsumer]]:
         """Remove and return the transfers a settle of ``tag`` covers (every tag <= ``tag``
         with ``multiple``); unknown tags are ignored (settled already, or requeued when a link
@@ -130,7 +130,7 @@ class RelayOutbox:
             tags.append(t)
         return [per_node.pop(t) for t in tags]
 
-    def take_all(self, node: str) -> list[tuple[Queue, QueueEntry, RelayConsumer]]:
+    def take_all(self, node: str) -> list[tuple[QueueType, QueueEntry, RelayConsumer]]:
         """Remove and return every transfer to ``node`` (its link or the node is gone)."""
         per_node = self._unsettled.pop(node, None)
         return list(per_node.values()) if per_node else []
@@ -172,10 +172,10 @@ def requeue_node(broker: Broker, node: str) -> int:
     return len(items)
 
 
-def _settle(broker: Broker, items: list[tuple[Queue, QueueEntry, RelayConsumer]],
+def _settle(broker: Broker, items: list[tuple[QueueType, QueueEntry, RelayConsumer]],
             outcome: str) -> None:
     needs_dispatch = broker.needs_dispatch
-    grouped: dict[Queue, list[QueueEntry]] = defaultdict(list)
+    grouped: dict[QueueType, list[QueueEntry]] = defaultdict(list)
     for q, entry, consumer in items:
         consumer.unsettled -= 1
         needs_dispatch.add(q)
@@ -190,7 +190,7 @@ def _settle(broker: Broker, items: list[tuple[Queue, QueueEntry, RelayConsumer]]
             q.requeue_many(entries)
 
 
-def local_consumer_count(queue: Queue) -> int:
+def local_consumer_count(queue: QueueType) -> int:
     """Consumers on our own channels (not relays)."""
     return sum(1 for c in queue.consumers() if not isinstance(c, RelayConsumer))
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol import constants as c
 from .proxies import route_private
@@ -41,6 +41,7 @@ from .settings import RelayPolicy
 if TYPE_CHECKING:
     from queues.message import Message
     from queues.queue import Queue
+    from queues.queue_type import QueueType
 
     from .broker import Broker
     from .channel import Channel
@@ -161,10 +162,10 @@ class RelayInbox:
 
     def __init__(self, policy: RelayPolicy | None = None) -> None:
         self.policy = policy or RelayPolicy()
-        self.waiting: dict[Queue, deque[_Waiting]] = {}
-        self._turns: dict[Queue, int] = {}
+        self.waiting: dict[QueueType, deque[_Waiting]] = {}
+        self._turns: dict[QueueType, int] = {}
         #: per queue, (its consumers' version, its local consumers): one relayed message each
-        self._local: dict[Queue, tuple[int, list[Any]]] = {}
+        self._local: dict[QueueType, tuple[int, list[Any]]] = {}
         #: links with acks to send at the end of this batch of input (``flush_acks``)
         self.pending_acks: list[PeerSettles] = []
 
@@ -185,14 +186,14 @@ class RelayInbox:
     def __len__(self) -> int:
         return sum(len(d) for d in self.waiting.values())
 
-    def forget_queue(self, q: Queue) -> None:
+    def forget_queue(self, q: QueueType) -> None:
         """``q`` was deleted: what waited for it goes back to its senders (who delete it too)."""
         self._turns.pop(q, None)
         self._local.pop(q, None)
         for item in self.waiting.pop(q, ()):
             item.origin.settle("requeue")
 
-    def drain(self, broker: Broker, q: Queue) -> None:
+    def drain(self, broker: Broker, q: QueueType) -> None:
         """Hand waiting messages of ``q`` to local consumers with credit; apply the policy when
         it has none at all. Called from ``Broker.run_dispatch`` and the tick."""
         pending = self.waiting.get(q)
@@ -220,7 +221,7 @@ class RelayInbox:
         for q in list(self.waiting):
             self.drain(broker, q)
 
-    def receive(self, broker: Broker, q: Queue, message: Message, origin: RelayOrigin,
+    def receive(self, broker: Broker, q: QueueType, message: Message, origin: RelayOrigin,
                 redelivered: bool) -> None:
         """A relayed message for ``q``: to a local consumer now, else wait or apply the policy."""
         local = self._local_consumers(q)
@@ -232,7 +233,7 @@ class RelayInbox:
             return
         self.waiting.setdefault(q, deque()).append(item)
 
-    def _local_consumers(self, q: Queue) -> list[Any]:
+    def _local_consumers(self, q: QueueType) -> list[Any]:
         """``q``'s consumers on our own channels (not relays), cached until they change."""
         version = getattr(q, "consumers_version", None)  # a classic queue's; other types: None
         cached = self._local.get(q)
@@ -258,7 +259,7 @@ class RelayInbox:
             item.origin.settle("requeue")
         return True
 
-    def _deliver(self, q: Queue, local: list[Any], message: Message, origin: RelayOrigin,
+    def _deliver(self, q: QueueType, local: list[Any], message: Message, origin: RelayOrigin,
                  redelivered: bool) -> bool:
         start = self._turns.get(q, 0)
         n = len(local)
@@ -266,7 +267,8 @@ class RelayInbox:
             consumer = local[(start + i) % n]
             if consumer.can_deliver():
                 self._turns[q] = (start + i + 1) % n
-                entry = q.deliver_to(consumer, message, redelivered)
+                # relays go to shared classic queues (``receive_relayed``'s lookup)
+                entry = cast("Queue", q).deliver_to(consumer, message, redelivered)
                 if consumer.no_ack:
                     origin.settle("ack")  # gone from us as it left: the sender may forget it
                 else:

@@ -22,6 +22,7 @@ from queues.dead_letter import is_death_cycle
 from queues.errors import InvalidArgument as QueueInvalidArgument
 from queues.message import Message
 from queues.queue import PublishResult, Queue
+from queues.queue_type import QueueType
 from queues.stream.manager import StreamManager
 from queues.stream.queue import StreamQueue, stream_settings
 from routing.destination import Destination
@@ -83,13 +84,13 @@ class VirtualHost:
         self.broker = broker
         self.name = name
         self.routing = RoutingTable()
-        self.queues: dict[str, Queue] = {}
+        self.queues: dict[str, QueueType] = {}
         #: Private queues of other cluster members: name -> home node (``core.proxies``).
         self.proxies: dict[str, str] = {}
         self.queue_last_used: dict[str, float] = {}  # x-expires bookkeeping, seconds
         self.stream_names: set[str] = set()  # names of the stream queues among ``queues``
         #: Next x-expires check per queue with x-expires (scheduled by ``touch``).
-        self.expiry_timers: TimerHeap[Queue] = TimerHeap(self._expiry_due)
+        self.expiry_timers: TimerHeap[QueueType] = TimerHeap(self._expiry_due)
         #: Queues with a publish dedup window (``dedup_state`` saves the durable ones).
         self.dedup_queues: set[Any] = set()
 
@@ -98,7 +99,7 @@ class VirtualHost:
         """404 with RabbitMQ's text: "NOT_FOUND - no queue 'q' in vhost '/'"."""
         return ChannelException(c.NOT_FOUND, f"NOT_FOUND - no {kind} '{name}' in vhost '{self.name}'")
 
-    def get_queue(self, name: str, conn: Connection | None = None) -> Queue:
+    def get_queue(self, name: str, conn: Connection | None = None) -> QueueType:
         """The queue named ``name``; 404 when missing, 405 when exclusive to another connection."""
         q = self.queues.get(name)
         if q is None:
@@ -233,7 +234,7 @@ class VirtualHost:
     # ------------------------------------------------------------------------- queues
     def declare_queue(self, name: str, conn: Connection, *, passive: bool = False,
                       durable: bool = False, exclusive: bool = False, auto_delete: bool = False,
-                      arguments: dict | None = None) -> Queue:
+                      arguments: dict | None = None) -> QueueType:
         """Queue.Declare (``name`` already generated when the client sent ""). 403 reserved
         "amq." names, 404 passive miss, 405 exclusive to another connection, 406 inequivalent or
         invalid arguments, including an x-queue-type we do not serve."""
@@ -299,11 +300,11 @@ class VirtualHost:
         return q
 
     def create_queue(self, name: str, settings: Any, *, durable: bool, auto_delete: bool,
-                     exclusive_owner: Connection | None, arguments: dict | None) -> Queue:
+                     exclusive_owner: Connection | None, arguments: dict | None) -> QueueType:
         """Make and register a queue (no checks: declare_queue and recovery do those). A type
         of ``broker.queue_types`` (quorum queues, set by clustering) is made by its factory."""
         if settings.queue_type == "stream":
-            return self._create_stream(name, settings, arguments)  # type: ignore[return-value]
+            return self._create_stream(name, settings, arguments)
         factory = self.broker.queue_types.get(settings.queue_type)
         if factory is not None:
             made = factory.create(self, name, settings, arguments=dict(arguments or {}))
@@ -369,11 +370,11 @@ class VirtualHost:
     def stream_manager(self) -> StreamManager:
         """The broker's stream logs (``broker.streams``, set by the composition root); a broker
         built without one (core tests) gets a manager in a temporary directory."""
-        manager = getattr(self.broker, "streams", None)
+        manager = self.broker.streams
         if manager is None:
             import tempfile
             manager = StreamManager(tempfile.mkdtemp(prefix="amqp-broker-streams-"))
-            self.broker.streams = manager  # type: ignore[attr-defined]
+            self.broker.streams = manager
         return manager
 
     def _create_stream(self, name: str, settings: Any, arguments: dict | None) -> StreamQueue:
@@ -385,7 +386,7 @@ class VirtualHost:
         q = StreamQueue(name, settings, log_, arguments=dict(arguments or {}),
                         clock=self.broker.clock_ms)
         q.safe_source = self.stream_manager()  # its publishes are safe after the group commit
-        self.queues[name] = q  # type: ignore[assignment]
+        self.queues[name] = q
         self.stream_names.add(name)
         self.broker.polled_queues.add(q)
         self.routing.add_queue(name)
@@ -410,7 +411,7 @@ class VirtualHost:
             if expires is not None and q not in self.expiry_timers:
                 self.expiry_timers.schedule(q, now + expires / 1000 - TIMER_SLACK)
 
-    def delete_queue(self, q: Queue, *, notify: bool = True,
+    def delete_queue(self, q: QueueType, *, notify: bool = True,
                      cancels: list[tuple[Any, str]] | None = None) -> int:
         """Delete ``q``: unbind it everywhere (auto-delete exchanges may go), cancel its consumers
         (Basic.Cancel to clients that understand it), drop its ready messages. Returns the ready
@@ -469,7 +470,7 @@ class VirtualHost:
     def add_consumer(self, consumer: ChannelConsumer) -> None:
         """Register a consumer on its queue (after Consume-Ok was written) and dispatch."""
         q = consumer.queue
-        q.had_consumers = True  # type: ignore[attr-defined]
+        q.had_consumers = True
         q.add_consumer(consumer)
         self._consumers_changed(q)
         if self.broker.relay_inbox.waiting:  # relayed messages may wait for a consumer
@@ -486,7 +487,7 @@ class VirtualHost:
         if q.auto_delete and q.consumer_count == 0 and self.queues.get(q.name) is q:
             self.delete_queue(q)
 
-    def _consumers_changed(self, q: Queue) -> None:
+    def _consumers_changed(self, q: QueueType) -> None:
         """Tell the cluster our consumer count of a shared queue changed (Cluster.Consumers)."""
         hooks = self.broker.cluster_hooks
         if hooks is not None and q.exclusive_owner is None:
@@ -562,7 +563,7 @@ class VirtualHost:
         a scan of every queue (message TTL: ``Broker.tick``)."""
         self.expiry_timers.run_due(now)
 
-    def _expiry_due(self, q: Queue, now: float) -> None:
+    def _expiry_due(self, q: QueueType, now: float) -> None:
         """The x-expires check of ``q`` is due: delete it when unused (no consumers) for its
         x-expires, else check again when that can next be true."""
         if self.queues.get(q.name) is not q:

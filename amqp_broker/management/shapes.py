@@ -18,7 +18,7 @@ from ..core.policies import declared_arguments, effective_definition
 from .direct import is_direct
 
 if TYPE_CHECKING:
-    from queues.queue import Queue
+    from queues.queue_type import QueueType
     from routing.exchange import Exchange
 
     from ..core.broker import Broker
@@ -55,7 +55,7 @@ def rate(value: float) -> dict[str, float]:
     return {"rate": round(float(value), 1)}
 
 
-def queue_json(broker: Broker, vhost: str, q: Queue, rates: dict[str, float] | None = None,
+def queue_json(broker: Broker, vhost: str, q: QueueType, rates: dict[str, float] | None = None,
                members: list[str] | None = None) -> dict[str, Any]:
     """A queue as in ``GET /api/queues``: counts, flags, arguments, node, state, consumers, memory
     (bytes of ready bodies), ``messages_details`` rates; for a replicated queue the fields of
@@ -69,7 +69,8 @@ def queue_json(broker: Broker, vhost: str, q: Queue, rates: dict[str, float] | N
     node = broker.settings.node_name
     owner = q.exclusive_owner
     qtype = getattr(q.settings, "queue_type", "classic") or "classic"
-    active = q.active_consumer if getattr(q.settings, "single_active_consumer", False) else None
+    active = (getattr(q, "active_consumer", None)
+              if getattr(q.settings, "single_active_consumer", False) else None)
     out: dict[str, Any] = {
         "name": q.name, "vhost": vhost, "type": qtype, "durable": q.durable,
         "auto_delete": q.auto_delete, "exclusive": owner is not None,

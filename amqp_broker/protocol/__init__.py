@@ -5,3 +5,7 @@ Modules: ``constants`` (frame types, reply codes), ``errors`` (channel/connectio
 plus a fast path for Basic.Publish), ``delivery`` (fast Basic.Deliver/GetOk encoding),
 ``assembler`` (method -> content header -> body assembly per channel).
 """
+
+from amqp_broker_native import extend_path
+
+extend_path(__path__, __name__)  # the compiled build first, when in use (amqp_broker_native)

@@ -36,7 +36,7 @@ from ..entry import QueueEntry
 from ..errors import InvalidArgument, QueueDeleted
 from ..message import Message
 from ..protocols import Consumer, PublishResult
-from ..queue_type import STREAM
+from ..queue_type import STREAM, SafeSource
 from .format import parse_max_age
 from .log import Cursor, StreamLog
 
@@ -263,7 +263,7 @@ class StreamQueue:
             self.dispatch()
         return PublishResult.ROUTED
 
-    def publish_wait(self) -> tuple[object, int] | None:
+    def publish_wait(self) -> tuple[SafeSource, int] | None:
         """The group commit the last publish waits for: ``(manager, generation)`` while a syncer
         runs (``safe_source``, set by the core), None otherwise (safe at once)."""
         source = self.safe_source

@@ -6,6 +6,10 @@ A handler is ``handler(channel, method) -> None``; it answers through ``channel.
 
 from __future__ import annotations
 
+from amqp_broker_native import extend_path
+
+extend_path(__path__, __name__)  # the compiled build first, when in use (amqp_broker_native)
+
 from collections.abc import Callable
 from typing import Any
 

@@ -8,6 +8,7 @@ from pamqp import commands as cmd
 
 from amqp_broker.core import proxies
 from amqp_broker.core.broker import Broker
+from amqp_broker.core.tests.client import Client
 from amqp_broker.protocol.errors import ChannelException
 from queues.message import Message
 from routing.destination import Destination
@@ -64,13 +65,13 @@ def test_proxy_name_is_locked_for_local_clients():
 def test_relayed_message_goes_to_private_queues_only():
     broker = Broker()
     vhost = broker.vhosts["/"]
-
-    class Owner:
-        exclusive_queues: set = set()
+    client = Client(broker)
+    client.handshake()
+    owner = client.conn
 
     vhost.declare_exchange("ev", "fanout")
-    private = vhost.declare_queue("mine", Owner(), exclusive=True)
-    shared = vhost.declare_queue("shared", Owner())
+    private = vhost.declare_queue("mine", owner, exclusive=True)
+    shared = vhost.declare_queue("shared", owner)
     for q in (private, shared):
         vhost.bind("ev", Destination("queue", q.name), "", None)
     proxies.route_private(vhost, Message.build("ev", "k", b"m", cmd.Basic.Properties()))
