@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from queues.arguments import parse_arguments
 from queues.errors import InvalidArgument
+from queues.queue import Queue
 
 from .policies import Policy, PolicyError, reapplied_arguments
 
@@ -99,7 +100,7 @@ def reapply(broker: Broker, vhost_name: str) -> int:
         return 0
     changed = 0
     for q in list(vhost.queues.values()):
-        if q.capabilities.type_name != "classic":   # quorum: config in the replicated state
+        if not isinstance(q, Queue):   # classic only: quorum config is in the replicated state
             continue
         new = reapplied_arguments(broker.policies, vhost_name, q.name, q.arguments,
                                   durable=q.durable, exclusive=q.exclusive_owner is not None,

@@ -150,7 +150,7 @@ def settle_batch(broker: Broker, node: str,
     ``node``'s link, applied per queue and outcome in one pass (one ``ack_many`` per queue).
     Returns how many transfers they covered (0: nothing to dispatch)."""
     take = broker.relay_outbox.take
-    by_outcome: dict[str, list[tuple[Queue, QueueEntry, RelayConsumer]]] = {}
+    by_outcome: dict[str, list[tuple[QueueType, QueueEntry, RelayConsumer]]] = {}
     for tag, multiple, outcome in settles:
         items = take(node, tag, multiple)
         if items:
