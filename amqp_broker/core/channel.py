@@ -125,7 +125,7 @@ class Channel:
         except ChannelException as channel_error:
             cid, mid = method_ids(method)
             self.close_with(channel_error.for_method(cid, mid))
-        except ConnectionException as connection_error:  # (a name of its own: see mypyc note)
+        except ConnectionException as connection_error:  # own name: mypyc types a name once
             cid, mid = method_ids(method)
             raise connection_error.for_method(cid, mid) from None
 
