@@ -272,6 +272,7 @@ def test_restarted_broker_rejoins_with_its_durable_state(cluster):
     cluster.start(3, n2)  # same node name, address and data dir
     wait_for(lambda: n2.members() == [n2.address, n4.address, n3.address], 15,
              "the restarted broker did not rejoin")
+    wait_for(n3.serving, 20, "the restarted broker never served a client (still syncing)")
     back = n3.connect().channel()
     back.exchange_declare("durable-x", "fanout", durable=True, passive=True)
     back.queue_declare("declared-while-n3-was-down", passive=True)  # replayed by the leader

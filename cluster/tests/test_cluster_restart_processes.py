@@ -69,6 +69,8 @@ def publish_confirmed(member: Member, queue: str, count: int) -> list[str]:
 
 def check_served_everywhere(members: list[Member], confirmed: list[str]) -> None:
     """A queue declared now on one is visible on all; the quorum queue gives back ``confirmed``."""
+    for m in members:   # in one view, and synced (a member still syncing refuses clients)
+        wait_for(m.serving, 20, f"{m.name} never served a client:\n{m.log_tail()}")
     ch = members[-1].connect().channel()
     ch.queue_declare("declared-after-recovery", durable=True)
     for m in members:
