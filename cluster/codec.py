@@ -72,13 +72,10 @@ Must not know: sockets, peer links, the broker core, membership rules (see ``mem
 from __future__ import annotations
 
 import json
-import struct
 import typing
 from collections.abc import Iterable
 
 from pamqp import base, commands
-
-from amqp_broker.protocol.methods import register_fast_decoder
 
 __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
@@ -385,7 +382,7 @@ class Relay(ClusterMethod):
     Basic.Reject on the same channel, and until then the message stays the sender's (0: a private
     queue's relay, never settled). ``redelivered`` is the sender's entry's flag, shown in
     Basic.Deliver. One method frame per relayed message (not Cluster.Relay + Basic.Publish): the
-    receiver decodes it with ``decode_relay``."""
+    receiver decodes it with ``cluster.relay_wire.decode_relay``."""
 
     __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "delivery_tag", "redelivered",
                                              "exchange", "routing_key"]
@@ -601,46 +598,4 @@ def register(mapping: dict[int, type[base.Frame]] | None = None) -> None:
         target[cls.index] = cls
 
 
-_RELAY_TAIL = struct.Struct(">QB")
-
-
-def relay_routing_raw(payload: bytes) -> bytes:
-    """The ``exchange`` and ``routing_key`` short strings of a Cluster.Relay method payload (one
-    ``decode_relay`` accepted), as Basic.Publish and Basic.Deliver carry them."""
-    vlen = payload[4]
-    return payload[15 + vlen + payload[5 + vlen]:]
-
-
-def decode_relay(payload: bytes) -> Relay | None:
-    """The method frame payload of a Cluster.Relay (class, method, vhost shortstr, queue shortstr,
-    delivery_tag longlong, redelivered bit, exchange shortstr, routing_key shortstr) -> ``Relay``,
-    without pamqp's generic decoder: one arrives per relayed message. None for a payload that is
-    not exactly that (or names that are not UTF-8, or a tag of 2**63 or more): the generic decoder
-    then reports it (502 SYNTAX_ERROR)."""
-    try:
-        vlen = payload[4]
-        qpos = 5 + vlen
-        qlen = payload[qpos]
-        tpos = qpos + 1 + qlen
-        epos = tpos + 9
-        elen = payload[epos]
-        rpos = epos + 1 + elen
-        if len(payload) != rpos + 1 + payload[rpos]:
-            return None
-        tag, bits = _RELAY_TAIL.unpack_from(payload, tpos)
-        if tag > _MAX_LONGLONG:
-            return None
-        relay = Relay.__new__(Relay)
-        relay.vhost = payload[5:qpos].decode()
-        relay.queue = payload[qpos + 1:tpos].decode()
-        relay.exchange = payload[epos + 1:rpos].decode()
-        relay.routing_key = payload[rpos + 1:].decode()
-    except (IndexError, UnicodeDecodeError):
-        return None
-    relay.delivery_tag = tag
-    relay.redelivered = bool(bits & 1)
-    return relay
-
-
 register()
-register_fast_decoder(Relay.index, decode_relay)

@@ -37,10 +37,10 @@ from .codec import (
     Policy,
     Relay,
     Synch,
-    relay_routing_raw,
 )
 from .durable import DurableVote
 from .membership import IN_VIEW, Node, Status
+from .relay_wire import relay_routing_raw
 
 __all__ = ["ClusterDriver", "LinkSender", "reply_quorum", "in_vhost"]
 

@@ -12,7 +12,7 @@ from pamqp import commands, frame
 from amqp_broker.protocol import constants as c
 from amqp_broker.protocol.errors import ConnectionException
 from amqp_broker.protocol.methods import decode_method, encode_method
-from cluster import codec
+from cluster import codec, relay_wire
 from cluster.codec import CLUSTER_CLASS_ID, Join, Leave, Membership, Ping, Suspect, Synch, Vote
 
 SAMPLES = [
@@ -28,7 +28,7 @@ SAMPLES = [
     Vote(9, "node-b", 4, False, True),
     Vote(9, "node-b", 4, True, False, True),
     Vote(9, "node-b", 4, False, True, True),
-    # Cluster.Relay has a hand-written decoder (codec.decode_relay): it must agree with pamqp
+    # Cluster.Relay has a hand-written decoder (relay_wire.decode_relay): it must agree with pamqp
     codec.Relay("/", "orders", 5, True, "amq.topic", "a.b.c"),
     codec.Relay("vh", "x" * 255, (1 << 63) - 1, False, "e" * 255, "k" * 255),
     codec.Relay("\u00e9t\u00e9", "", 0, False, "", "\u00e9"),
@@ -45,11 +45,11 @@ SAMPLES = [
 
 def test_relay_fast_decoder_refuses_what_the_generic_decoder_refuses() -> None:
     good = encode_method(0, codec.Relay("/", "q", 7, True, "", "q"))[7:-1]
-    assert codec.relay_routing_raw(good) == b"\x00\x01q"  # as Basic.Publish carries them
+    assert relay_wire.relay_routing_raw(good) == b"\x00\x01q"  # as Basic.Publish carries them
     bad_tag = good[:-12] + struct.pack(">QB", 1 << 63, 0) + good[-3:]  # beyond a signed longlong
-    assert codec.decode_relay(bad_tag) is None  # left to pamqp (which reads it as negative)
+    assert relay_wire.decode_relay(bad_tag) is None  # left to pamqp (which reads it as negative)
     bad_name = good[:5] + b"\xff" + good[6:]  # vhost "/" replaced by a byte that is not UTF-8
-    assert codec.decode_relay(bad_name) is None
+    assert relay_wire.decode_relay(bad_name) is None
     with pytest.raises(ConnectionException) as err:
         decode_method(bad_name)
     assert err.value.reply_code == c.SYNTAX_ERROR
