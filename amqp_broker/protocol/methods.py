@@ -10,11 +10,13 @@ all are caught here. Must not know: channel state.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
 from pamqp import base, commands
+from pamqp import constants as pamqp_constants
 from pamqp.exceptions import UnmarshalingException
 
 from . import constants as c
@@ -25,6 +27,12 @@ __all__ = ["Publish", "decode_method", "encode_method", "PUBLISH_INDEX", "method
 
 PUBLISH_INDEX = 0x003C0028
 _PUBLISH_PREFIX = b"\x00\x3c\x00\x28"
+# RabbitMQ accepts any UTF-8 queue or exchange name of up to 255 bytes (it never applied the
+# spec's character grammar, which pamqp's validators enforce): without this a reply carrying
+# such a name (Queue.DeclareOk for a queue named "é") or a declaration propagated to a cluster
+# member would fail to encode. pamqp still checks the length.
+for _domain in ("queue-name", "exchange-name"):
+    pamqp_constants.DOMAIN_REGEX[_domain] = re.compile(r"(?s).*")
 _HEAD = struct.Struct(">BHI")
 _INDEX = struct.Struct(">I")
 _FIXED_SIZE = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
