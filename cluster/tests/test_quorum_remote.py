@@ -142,14 +142,20 @@ def test_ships_lost_on_a_cut_link_come_back_through_holding_reports():
     assert sorted(bodies(consumer)) == sorted(f"m{i}" for i in range(8))
 
 
+def leader_publishes(net, count: int, until, within_ms: int = 3000):
+    """The leader publishes ``m0``..``m{count-1}``; run until ``until()``; returns the leader."""
+    leader = net.leader()
+    assert leader is not None
+    for i in range(count):
+        leader.publish(f"m{i}")
+    net.run_until(until, within_ms)
+    return leader
+
+
 def test_the_outside_broker_leaving_the_view_has_its_unacked_redelivered_elsewhere():
     net, outside = started(seed=37)
     held = consume(net, outside, prefetch=5)
-    leader = net.leader()
-    assert leader is not None
-    for i in range(5):
-        leader.publish(f"m{i}")
-    net.run_until(lambda: len(held.got) == 5, 3000)
+    leader = leader_publishes(net, 5, lambda: len(held.got) == 5)
     other = next(m for m in net.members.values() if m not in (outside, leader))
     second = FakeConsumer(prefetch=10)
     other.queue.add_consumer(second)
@@ -163,11 +169,7 @@ def test_the_outside_broker_leaving_the_view_has_its_unacked_redelivered_elsewhe
 def test_cancel_outside_with_unacked_suspends_then_cancels_and_get_is_refused():
     net, outside = started(seed=39)
     consumer = consume(net, outside, prefetch=2)
-    leader = net.leader()
-    assert leader is not None
-    for i in range(4):
-        leader.publish(f"m{i}")
-    net.run_until(lambda: len(consumer.got) == 2, 3000)
+    leader = leader_publishes(net, 4, lambda: len(consumer.got) == 2)
     with pytest.raises(NotServed):
         outside.queue.get(no_ack=False)
     cid = consumer.got[0].cid
