@@ -20,7 +20,7 @@ Must not know: sockets, channels, frames, threads. Sources: rabbit_queue_type.er
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from queues.protocols import Consumer, PublishResult
 
 __all__ = ["Capabilities", "CLASSIC", "STREAM", "QUORUM", "QueueType", "Journal", "SafeSource",
-           "SafeWaiter"]
+           "SafeWaiter", "ReplicatedPurge"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,4 +214,13 @@ class QueueType(Protocol):
 
     def next_expiry(self) -> int | None:
         """When (ms, the queue's clock) the next head expires, None without TTL."""
+        ...
+
+
+class ReplicatedPurge(Protocol):
+    """Queue.Purge of a queue whose ``capabilities.replicated`` is set: the purge is one command
+    in the queue's log, answered once it is applied (RabbitMQ ``rabbit_quorum_queue:purge/1``)."""
+
+    def purge_then(self, done: Callable[[int], None]) -> None:
+        """Propose the purge; ``done(count of messages purged)`` once it is applied here."""
         ...

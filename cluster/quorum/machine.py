@@ -23,7 +23,8 @@ Envelope (big-endian): ``origin`` (u16 length, utf-8), ``seq`` u64, ``kind`` u8,
   returns to the queue, redelivered (delivery count + 1), as RabbitMQ returns a disconnected
   node's checked-out messages.
 
-Effects: those of ``FifoQueue`` (``Confirm`` dropped: ``Applied`` says more), plus
+Effects: those of ``FifoQueue`` (``Confirm`` dropped: ``Applied`` says more; ``Purged`` tagged
+with the purging command's origin and seq), plus
 ``Applied(origin, seq)`` (every command of ``origin`` up to ``seq`` is in the state: the publisher
 confirm of a publish means a majority holds it, since only committed entries are applied),
 ``Gap(origin, next)``, ``Cancelled(consumer)`` (by Down or a newer incarnation, not by its own
@@ -159,8 +160,11 @@ class QuorumMachine:
                     return out
                 self.next_seq[origin] = seq + 1
             if kind == KIND_FIFO:
-                effects = self.fifo.apply_command(index, f.decode(body))
-                out.extend(e for e in effects if not isinstance(e, f.Confirm))
+                for e in self.fifo.apply_command(index, f.decode(body)):
+                    if isinstance(e, f.Purged):
+                        out.append(f.Purged(e.count, origin, seq))
+                    elif not isinstance(e, f.Confirm):
+                        out.append(e)
             elif kind == KIND_DOWN:
                 member = body.decode()
                 self._cancel_where(lambda c: origin_member(consumer_origin(c))[0] == member, out)

@@ -17,8 +17,8 @@ Deviations from RabbitMQ (3.10): a consumer without a prefetch gets ``DEFAULT_CR
 (RabbitMQ's quorum queues also bound unlimited consumers by a credit); Basic.Get answers at once
 from this member's replica and takes the message through the log afterwards (optimistic: a
 message two members hand out at once reaches both clients, see ``get``); Queue.Purge
-is proposed by every member the purge reaches (the cluster propagates it), so a purge racing
-publishes may drop messages published just after it; per-message ``expiration`` is ignored (only
+is proposed once, by the member the client asked, and answered when applied there (a broker
+outside the group answers with a count of 0); per-message ``expiration`` is ignored (only
 ``x-message-ttl``); a broker outside the group (``remote.RemoteGroup``) forwards publishes and
 serves consumers through the leader, but reports 0 messages and only its own consumers, and
 refuses Basic.Get with 406 (``NotServed``: no replica to answer from at once). Sources: RabbitMQ "Quorum Queues" (feature matrix,
@@ -148,6 +148,7 @@ class QuorumQueue:
         self._last_token = 0
         self._waiters: list[SafeWaiter] = []
         self._taking: dict[int, int] = {}   # msg id -> seq of its Take (Basic.Get), until applied
+        self._purging: dict[int, Callable[[int], None]] = {}   # seq of a Purge -> its answer
         self._reported = 0
         self.rejected: set[int] = set()
         self.deleted = False
@@ -212,6 +213,9 @@ class QuorumQueue:
         self._reported = applied
         if self._taking:
             self._taking = {i: s for i, s in self._taking.items() if s > applied}
+        if self._purging:   # applied, but no Purged effect here: forwarded from outside
+            for seq in [s for s in self._purging if s <= applied]:
+                self._purging.pop(seq)(0)
         failed = self.rejected
         if self._waiters:
             self._waiters = [w for w in self._waiters
@@ -420,6 +424,9 @@ class QuorumQueue:
             elif isinstance(eff, f.Rejected):
                 if eff.publisher == mine:
                     self.rejected.add(eff.seq)
+            elif isinstance(eff, f.Purged):
+                if eff.origin == mine and eff.seq in self._purging:
+                    self._purging.pop(eff.seq)(eff.count)
         self._progress()
         if wake:
             self._wake(self)
@@ -446,6 +453,15 @@ class QuorumQueue:
         self._wake(self)
         return count
 
+    def purge_then(self, done: Callable[[int], None]) -> None:
+        """Queue.Purge as RabbitMQ's quorum queues answer it: propose one Purge and call
+        ``done(count)`` once it is applied on this member's replica (committed), with the number
+        of ready messages it removed -- so a message published after Purge-Ok is never purged
+        by it. From a broker outside the group (no replica here) the count is 0. Not called if
+        the queue is deleted first. Source: ``rabbit_quorum_queue:purge/1``."""
+        self._purging[self.group.submit(f.Purge())] = done
+        self._wake(self)
+
     def delete(self) -> list[QueueEntry]:
         """Queue.Delete on this member: nothing more is sent or delivered (the runtime closes
         the replica and deletes its files)."""
@@ -453,6 +469,7 @@ class QuorumQueue:
         self._locals.clear()
         self._by_consumer.clear()
         self._waiters.clear()
+        self._purging.clear()
         if self._on_delete is not None:
             self._on_delete(self)
         return []

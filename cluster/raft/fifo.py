@@ -315,9 +315,13 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class Purged:
-    """A purge removed ``count`` messages (the Purge-Ok message count)."""
+    """A purge removed ``count`` messages (the Purge-Ok message count). ``origin`` and ``seq``
+    name the command that purged (set by ``cluster.quorum.machine``; "" and 0 from the queue
+    itself), so the member that proposed it answers its client with this count."""
 
     count: int
+    origin: str = ""
+    seq: int = 0
 
 
 Effect = Deliver | Confirm | Rejected | DeadLetter | Purged

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import pika
 import pytest
 
 from cluster.tests.processes import wait_for
@@ -106,3 +107,34 @@ def test_an_orderly_stop_hands_leadership_over(cluster):
     print(f"SIGTERM of the leader: longest gap between confirms {max(gaps):.2f} s")
     got = drain(others[1], "handover", quiet=2.0)
     assert set(pub.confirmed) <= set(got)
+
+
+def test_a_purge_drops_only_what_was_published_before_it(cluster):
+    """Queue.Purge on one member is one Purge in the queue's log: a message published and
+    confirmed through another member after Purge-Ok came back is still there (RabbitMQ: a
+    purge removes the messages ready at the time). Before, every member the purge was
+    propagated to proposed a Purge of its own, and those late Purges dropped such messages."""
+    n2, n3, n4 = cluster.start_three()
+    queues = [f"purged{k}" for k in range(8)]
+    for q in queues:
+        declare(n2, q)
+    for q in queues:
+        wait_leader(cluster, q)
+    purger, publisher = n2.connect(), n3.connect()
+    try:
+        pch = purger.channel()
+        ch = publisher.channel()
+        ch.confirm_delivery()
+        for q in queues:
+            for i in range(5):
+                ch.basic_publish("", q, f"m{i}".encode(),
+                                 pika.BasicProperties(delivery_mode=2), mandatory=True)
+            assert pch.queue_purge(q).method.message_count == 5
+            for i in range(5):
+                ch.basic_publish("", q, f"kept{i}".encode(),
+                                 pika.BasicProperties(delivery_mode=2), mandatory=True)
+    finally:
+        purger.close()
+        publisher.close()
+    for q in queues:
+        assert sorted(drain(n4, q, quiet=0.5)) == [f"kept{i}" for i in range(5)], q

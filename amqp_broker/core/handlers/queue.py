@@ -25,6 +25,8 @@ from .propagation import reply
 if TYPE_CHECKING:
     from pamqp.common import FieldTable
 
+    from queues.queue_type import QueueType, ReplicatedPurge
+
     from ..channel import Channel
 
 
@@ -119,10 +121,28 @@ def purge(ch: Channel, m: cmd.Queue.Purge) -> None:
     if not q.capabilities.purge:  # RabbitMQ: a stream cannot be purged
         raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - queue.purge not supported "
                                   f"by {q.capabilities.type_name} queues", 50, 30)
-    count = q.purge()
     m.queue = q.name
+    if q.capabilities.replicated:
+        _purge_replicated(ch, m, q)
+        return
+    count = q.purge()
     reply(ch, m, None if m.nowait else cmd.Queue.PurgeOk(count),
           local_only=q.exclusive_owner is not None)
+
+
+def _purge_replicated(ch: Channel, m: cmd.Queue.Purge, q: QueueType) -> None:
+    """A replicated queue's purge is one command in its log, proposed here only (not
+    propagated: every member applies the log), answered with the count once applied, as
+    RabbitMQ's quorum queues do; so it never drops a message published after its Purge-Ok."""
+    if m.nowait:
+        cast("ReplicatedPurge", q).purge_then(lambda count: None)
+        return
+
+    def done(count: int) -> None:
+        if not ch.closing and ch.connection.channels.get(ch.id) is ch:
+            ch.connection.send_method(ch.id, cmd.Queue.PurgeOk(count))
+
+    cast("ReplicatedPurge", q).purge_then(done)
 
 
 def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
