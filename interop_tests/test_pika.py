@@ -262,6 +262,31 @@ def test_x_queue_type_quorum_on_a_single_broker(broker, conn, unique_name):
     assert conn.is_open
 
 
+
+def test_queue_purge_of_a_quorum_queue_counts_what_it_removed(broker, conn, unique_name):
+    # RabbitMQ answers a quorum queue's Purge-Ok once the purge is applied, with the number of
+    # ready messages it removed; unacked deliveries stay, and later publishes are kept
+    ch = conn.channel()
+    ch.queue_declare(unique_name, durable=True, arguments={"x-queue-type": "quorum"})
+    ch.confirm_delivery()
+    for body in (b"a", b"b", b"c", b"d"):
+        ch.basic_publish("", unique_name, body, pika.BasicProperties(delivery_mode=2))
+    method, _props, body = ch.basic_get(unique_name)   # held unacked: not purged
+    assert body == b"a"
+    assert ch.queue_purge(unique_name).method.message_count == 3
+    ch.basic_publish("", unique_name, b"e", pika.BasicProperties(delivery_mode=2))
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    got = set()
+    for m, _props, b in ch.consume(unique_name, auto_ack=True, inactivity_timeout=5):
+        if m is None:
+            break
+        got.add(b)
+        if len(got) == 2:
+            break
+    assert got == {b"a", b"e"}
+    ch.cancel()
+    ch.queue_delete(unique_name)
+
 # ------------------------------------------------------------------ exchanges
 
 
