@@ -147,8 +147,10 @@ class Cluster:
         if wait:
             wait_for(lambda: member.members() is not None and member.address in member.members(),
                      20, f"{name} did not come up:\n{member.log_tail()}")
-            if member.view_number():  # in a view (not a restarted minority): once synced, it
-                wait_for(member.serving, 20,  # serves clients
+            # joining through a seed, or in a view (not a restarted minority): once synced,
+            # it serves clients (a restarted broker lists itself before it has rejoined)
+            if seed is not None or member.view_number():
+                wait_for(member.serving, 20,
                          f"{name} never served a client:\n{member.log_tail()}")
         return member
 

@@ -63,7 +63,6 @@ def test_killing_the_leaders_broker_loses_no_confirmed_message(cluster):
     after = [t for t in pub.times if t > killed_at]
     gap = after[0] - killed_at
     print(f"kill -9 of the leader -> next confirm: {gap:.2f} s")
-    assert gap < 5.0
     octet = int(leader.host.rsplit(".", 1)[1])
     cluster.start(octet, others[0])
     wait_for(lambda: set(pub.confirmed) <= set(consumer.received), 60,
