@@ -138,9 +138,10 @@ class ReplicaManagement:
         _dirty: set[Any]
 
         def execute(self, rep: Any, actions: Iterable[Action]) -> None: ...
-        def _drain(self, rep: Any, todo: Any) -> None: ...
         def _send(self, rep: Any, to: str, kind: int, payload: bytes,
                   hold: bool = False) -> None: ...
+        def _hold(self, rep: Any) -> None: ...
+        def _release(self, rep: Any) -> None: ...
         def _open_replica(self, rep: Any, bootstrap: tuple[str, ...], term: int = 0,
                           vote_floor: int = 0) -> QuorumGroup: ...
 
@@ -236,17 +237,14 @@ class ReplicaManagement:
             except OSError as exc:
                 log.error("quorum queue %r: %s", rep.name, exc)
             return
-        rep.blocked = True
+        self._hold(rep)
 
         async def run() -> None:
             try:
                 await anyio.to_thread.run_sync(work)
             except OSError as exc:
                 log.error("quorum queue %r: writing its members: %s", rep.name, exc)
-            rep.blocked = False
-            todo, rep.backlog = rep.backlog, type(rep.backlog)()
-            if not rep.closed and todo:
-                self._drain(rep, todo)
+            self._release(rep)
 
         self._tg.start_soon(run)
 
