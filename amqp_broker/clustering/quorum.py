@@ -223,7 +223,7 @@ class QuorumRuntime(ReplicaManagement):
 
         rep.queue = QuorumQueue(name, settings, arguments, rep.group,
                                 execute=lambda actions: self.execute(rep, actions),
-                                wake=self._wake, wall_ms=self.wall_ms,
+                                wake=self._wake, wall_ms=self.wall_ms, now_ms=self.now_ms,
                                 dead_letter=dead_letter,
                                 on_delete=lambda _q: self._close(rep, delete_files=True))
         self.replicas[uid] = rep

@@ -140,6 +140,7 @@ class ReplicaManagement:
         def execute(self, rep: Any, actions: Iterable[Action]) -> None: ...
         def _send(self, rep: Any, to: str, kind: int, payload: bytes,
                   hold: bool = False) -> None: ...
+        def now_ms(self) -> int: ...
         def _hold(self, rep: Any) -> None: ...
         def _release(self, rep: Any) -> None: ...
         def _open_replica(self, rep: Any, bootstrap: tuple[str, ...], term: int = 0,
@@ -161,13 +162,13 @@ class ReplicaManagement:
         if rep.members != notice.members:
             rep.members = notice.members
             self._save_members(rep, notice)
-        if rep.remote is not None:
-            rep.remote.members = notice.members
         named = me in notice.members or me in notice.learners or me in notice.latest
         if raft is None and named:
             self._join(rep, notice)
         elif raft is not None and not named and not rep.blocked:
             self._leave(rep, notice)
+        if rep.remote is not None:   # forwarding from outside: to this leader from now on
+            self.execute(rep, rep.remote.told(frm, notice.members, self.now_ms()))
 
     def on_change(self, rep: Any, frm: str, body: bytes) -> None:
         """A change request passed by broker ``frm`` (Cluster.Quorum ``QUORUM_CHANGE``)."""
