@@ -167,8 +167,11 @@ class ReplicaManagement:
             self._join(rep, notice)
         elif raft is not None and not named and not rep.blocked:
             self._leave(rep, notice)
-        if rep.remote is not None:   # forwarding from outside: to this leader from now on
-            self.execute(rep, rep.remote.told(frm, notice.members, self.now_ms()))
+        remote = rep.remote
+        if remote is not None and rep.group is remote:   # serving from outside: to this leader
+            self.execute(rep, remote.told(frm, notice.members, self.now_ms()))
+        elif remote is not None:   # a member now: its replica routes the commands
+            remote.members = notice.members
 
     def on_change(self, rep: Any, frm: str, body: bytes) -> None:
         """A change request passed by broker ``frm`` (Cluster.Quorum ``QUORUM_CHANGE``)."""

@@ -112,10 +112,11 @@ class QuorumQueue:
 
     ``execute(actions)`` runs group actions (the runtime); ``wake(queue)`` asks for a
     ``dispatch`` after the current batch of input; ``wall_ms()`` the clock stamped into commands
-    (TTL); ``now_ms()`` the runtime's Raft clock (monotonic, ms), the one the group's timers run
-    on: sending commands with it starts their ``RESEND_MS`` (a wall-clock stamp there, far from
-    the monotonic one, stopped every re-send: issue 12); ``dead_letter(message, reason)`` routes a dead letter (None: drop); ``on_delete(queue)``
-    lets the runtime close the replica once the queue is deleted here."""
+    (TTL); ``now_ms()`` the runtime's Raft clock (monotonic, ms), which the group's re-send timer
+    (``RESEND_MS``) runs on, given when commands are sent (a wall-clock stamp there, far ahead of
+    the monotonic clock, kept that timer from ever firing: issue 12); ``dead_letter(message,
+    reason)`` routes a dead letter (None: drop); ``on_delete(queue)`` lets the runtime close the
+    replica once the queue is deleted here."""
 
     durable = True
     exclusive_owner = None
