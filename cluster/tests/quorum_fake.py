@@ -1,6 +1,7 @@
 """A fake transport for unit tests of ``cluster.quorum``: members of one quorum queue's group
 (``QuorumGroup`` over ``MemoryStorage`` + ``QuorumQueue``) exchanging Raft messages and forwarded
-entries through an in-memory network with a simulated clock, kills, restarts and partitions.
+entries through an in-memory network with a simulated clock (and a wall clock far ahead of it,
+as on a broker), kills, restarts, partitions, and a member leaving the group (``Net.leave``).
 No sockets, no threads, no real time."""
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """Unit tests of quorum queues' pure parts (issue 12) over a fake transport
 (``cluster.tests.quorum_fake``): the machine's exactly-once commands, the outbox, forwarding to the
-leader and re-forwarding after a leader change, confirm tokens, deliveries on the consumer's
+leader and re-forwarding after a leader change (the leader removing itself too), re-sending a
+lost forward after ``RESEND_MS`` or at once to a leader named by a members notice, confirm
+tokens, deliveries on the consumer's
 member, settles, requeues with x-delivery-count, Down of a member, delivery-limit and dead
 letters, suspended consumers, the in-sync members the leader computes and tells. No sockets, no real time."""
 
