@@ -97,7 +97,8 @@ _RECONNECT_MS = 500   # a link to a member that is down is retried at most this 
 class _Replica:
     """One quorum queue on this broker and the I/O state around it: ``raft`` (the replica, with
     its ``log``) when this broker holds one, ``remote`` when it serves the queue from outside the
-    group (both while a new replica catches up), ``group`` the one the queue object uses."""
+    group (both while a new replica catches up), ``group`` the one the queue object uses;
+    ``blocked``: how many worker-thread jobs its later actions wait for (kept in ``backlog``)."""
 
     __slots__ = ("uid", "vhost", "name", "members", "log", "group", "raft", "remote", "queue",
                  "blocked", "backlog", "closed", "prefix", "directory", "config", "notice_key")
@@ -115,7 +116,7 @@ class _Replica:
         self.remote: RemoteGroup | None = None
         self.group: QuorumGroup | RemoteGroup | None = None
         self.queue: QuorumQueue | None = None
-        self.blocked = False
+        self.blocked = 0
         self.backlog: deque[Action] = deque()
         self.closed = False
         self.notice_key = (0, 0)   # (term, index) of the newest members notice taken
@@ -222,7 +223,7 @@ class QuorumRuntime(ReplicaManagement):
 
         rep.queue = QuorumQueue(name, settings, arguments, rep.group,
                                 execute=lambda actions: self.execute(rep, actions),
-                                wake=self._wake, wall_ms=self.wall_ms,
+                                wake=self._wake, wall_ms=self.wall_ms, now_ms=self.now_ms,
                                 dead_letter=dead_letter,
                                 on_delete=lambda _q: self._close(rep, delete_files=True))
         self.replicas[uid] = rep
@@ -340,7 +341,7 @@ class QuorumRuntime(ReplicaManagement):
                 if self._tg is None:
                     self._persist(rep, act)
                     continue
-                rep.blocked = True
+                self._hold(rep)
                 rep.backlog = todo
                 self._tg.start_soon(self._persist_async, rep, act)
                 return
@@ -362,13 +363,27 @@ class QuorumRuntime(ReplicaManagement):
         except OSError as exc:
             log.critical("quorum queue %r: cannot persist its Raft state: %s", rep.name, exc)
             raise
-        rep.blocked = False
+        self._release(rep)
+
+    def _hold(self, rep: _Replica) -> None:
+        """A worker-thread job starts that ``rep``'s later actions must wait for (a Raft state or
+        snapshot persist, a ``members.json`` write): ``execute`` keeps them meanwhile, the timers
+        and the group commit leave the replica alone."""
+        rep.blocked += 1
+
+    def _release(self, rep: _Replica) -> None:
+        """A job of ``_hold`` is done. After the last one: run the actions that waited, and wake
+        the group commit when the replica has appends it skipped meanwhile (else they would wait
+        for the next append: a follower would not acknowledge them, and a leader whose followers
+        are all in that state would commit nothing more -- issue 12, the replica-move stall)."""
+        rep.blocked -= 1
+        if rep.blocked or rep.closed:
+            return
         todo, rep.backlog = rep.backlog, deque()
-        if not rep.closed:
-            self._drain(rep, todo)
-            if rep in self._dirty and self._sync_wake is not None:
-                self._sync_wake.set()
-            self.broker.run_dispatch()
+        self._drain(rep, todo)
+        if rep in self._dirty and self._sync_wake is not None:
+            self._sync_wake.set()
+        self.broker.run_dispatch()
 
     def _mark_dirty(self, rep: _Replica) -> None:
         assert rep.log is not None

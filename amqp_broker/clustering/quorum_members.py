@@ -138,9 +138,11 @@ class ReplicaManagement:
         _dirty: set[Any]
 
         def execute(self, rep: Any, actions: Iterable[Action]) -> None: ...
-        def _drain(self, rep: Any, todo: Any) -> None: ...
         def _send(self, rep: Any, to: str, kind: int, payload: bytes,
                   hold: bool = False) -> None: ...
+        def now_ms(self) -> int: ...
+        def _hold(self, rep: Any) -> None: ...
+        def _release(self, rep: Any) -> None: ...
         def _open_replica(self, rep: Any, bootstrap: tuple[str, ...], term: int = 0,
                           vote_floor: int = 0) -> QuorumGroup: ...
 
@@ -160,13 +162,16 @@ class ReplicaManagement:
         if rep.members != notice.members:
             rep.members = notice.members
             self._save_members(rep, notice)
-        if rep.remote is not None:
-            rep.remote.members = notice.members
         named = me in notice.members or me in notice.learners or me in notice.latest
         if raft is None and named:
             self._join(rep, notice)
         elif raft is not None and not named and not rep.blocked:
             self._leave(rep, notice)
+        remote = rep.remote
+        if remote is not None and rep.group is remote:   # serving from outside: to this leader
+            self.execute(rep, remote.told(frm, notice.members, self.now_ms()))
+        elif remote is not None:   # a member now: its replica routes the commands
+            remote.members = notice.members
 
     def on_change(self, rep: Any, frm: str, body: bytes) -> None:
         """A change request passed by broker ``frm`` (Cluster.Quorum ``QUORUM_CHANGE``)."""
@@ -236,17 +241,14 @@ class ReplicaManagement:
             except OSError as exc:
                 log.error("quorum queue %r: %s", rep.name, exc)
             return
-        rep.blocked = True
+        self._hold(rep)
 
         async def run() -> None:
             try:
                 await anyio.to_thread.run_sync(work)
             except OSError as exc:
                 log.error("quorum queue %r: writing its members: %s", rep.name, exc)
-            rep.blocked = False
-            todo, rep.backlog = rep.backlog, type(rep.backlog)()
-            if not rep.closed and todo:
-                self._drain(rep, todo)
+            self._release(rep)
 
         self._tg.start_soon(run)
 

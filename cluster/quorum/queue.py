@@ -112,8 +112,11 @@ class QuorumQueue:
 
     ``execute(actions)`` runs group actions (the runtime); ``wake(queue)`` asks for a
     ``dispatch`` after the current batch of input; ``wall_ms()`` the clock stamped into commands
-    (TTL); ``dead_letter(message, reason)`` routes a dead letter (None: drop); ``on_delete(queue)``
-    lets the runtime close the replica once the queue is deleted here."""
+    (TTL); ``now_ms()`` the runtime's Raft clock (monotonic, ms), which the group's re-send timer
+    (``RESEND_MS``) runs on, given when commands are sent (a wall-clock stamp there, far ahead of
+    the monotonic clock, kept that timer from ever firing: issue 12); ``dead_letter(message,
+    reason)`` routes a dead letter (None: drop); ``on_delete(queue)`` lets the runtime close the
+    replica once the queue is deleted here."""
 
     durable = True
     exclusive_owner = None
@@ -128,7 +131,7 @@ class QuorumQueue:
     def __init__(self, name: str, settings: Any, arguments: dict,
                  group: QuorumGroup | RemoteGroup, *,
                  execute: Callable[[list[Action]], None], wake: Callable[[QuorumQueue], None],
-                 wall_ms: Callable[[], int],
+                 wall_ms: Callable[[], int], now_ms: Callable[[], int],
                  dead_letter: Callable[[Message, str], None] | None = None,
                  on_delete: Callable[[QuorumQueue], None] | None = None) -> None:
         self.name = name
@@ -139,6 +142,7 @@ class QuorumQueue:
         self._execute = execute
         self._wake = wake
         self._wall_ms = wall_ms
+        self._now_ms = now_ms
         self._dead_letter = dead_letter
         self._on_delete = on_delete
         self._locals: dict[str, _Local] = {}
@@ -329,7 +333,7 @@ class QuorumQueue:
             return 0
         if self._ops:
             self._submit_ops()
-        actions = self.group.flush(self._wall_ms())
+        actions = self.group.flush(self._now_ms())
         if actions:
             self._execute(actions)
         sent = 0
@@ -338,7 +342,7 @@ class QuorumQueue:
                 sent += self._deliver_waiting(loc)
         if self._ops:   # settles of no-ack deliveries
             self._submit_ops()
-            actions = self.group.flush(self._wall_ms())
+            actions = self.group.flush(self._now_ms())
             if actions:
                 self._execute(actions)
         return sent

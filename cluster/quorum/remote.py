@@ -121,6 +121,19 @@ class RemoteGroup:
                 self.origin, {cid: self.holding.get(cid, {}).items() for cid in live})))
         return out
 
+    def told(self, leader: str, members: tuple[str, ...], now_ms: int) -> list[Action]:
+        """A members notice of ``leader`` (``members.MembersNotice``, sent by the leader only):
+        the group is ``members`` and commands go to ``leader``; to a new leader every unapplied
+        command is sent again at once (those forwarded to the old one, or proposed by this
+        broker's replica before it was removed, may be lost with it; Raft thesis §6.3: retried,
+        and applied once thanks to the per-origin seqs) rather than after ``RESEND_MS``."""
+        self.members = members
+        if leader == self.leader:
+            return []
+        self.leader = leader
+        envs = self.outbox.all_pending(now_ms)
+        return [Forward(leader, tuple(envs))] if envs else []
+
     def adopt(self, holdings: dict[str, dict[int, int]]) -> None:
         """This broker just left the group (its replica was removed): its consumers (consumer id
         -> msg id -> delivery count they hold unsettled) are served from outside from now on;

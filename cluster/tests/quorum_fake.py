@@ -1,6 +1,7 @@
 """A fake transport for unit tests of ``cluster.quorum``: members of one quorum queue's group
 (``QuorumGroup`` over ``MemoryStorage`` + ``QuorumQueue``) exchanging Raft messages and forwarded
-entries through an in-memory network with a simulated clock, kills, restarts and partitions.
+entries through an in-memory network with a simulated clock (and a wall clock far ahead of it,
+as on a broker), kills, restarts, partitions, and a member leaving the group (``Net.leave``).
 No sockets, no threads, no real time."""
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from queues.arguments import QueueSettings
 from queues.message import Message
 
 TIMING = ra.Timing(election_ms=100, heartbeat_ms=20)
+#: The clock commands carry (wall, ms since the epoch) is this far ahead of the Raft clock
+#: (``Net.now``: monotonic, ms since the start), as on a real broker, so that a part reading the
+#: wrong one shows.
+WALL_OFFSET_MS = 1_790_000_000_000
 
 
 @dataclass
@@ -79,7 +84,8 @@ class Member:
                                  QuorumMachine(config or FifoConfig()))
         self.dead_letters = dead_letters if dead_letters is not None else []
         self.queue = QuorumQueue("q", QueueSettings(), {}, self.group, execute=self.run,
-                                 wake=lambda q: net.woken.add(self.name), wall_ms=lambda: net.now,
+                                 wake=lambda q: net.woken.add(self.name), wall_ms=net.wall,
+                                 now_ms=lambda: net.now,
                                  dead_letter=lambda m, r: self.dead_letters.append((m, r)))
         self.dirty = False
         self.run(node.tick(net.now))
@@ -127,12 +133,21 @@ class RemoteMember:
     """A broker outside the group (``RemoteGroup``): forwards, hears notices, receives its
     consumers' deliveries."""
 
-    def __init__(self, net: Net, name: str, members: tuple[str, ...]) -> None:
+    def __init__(self, net: Net, name: str, members: tuple[str, ...],
+                 left: Member | None = None) -> None:
         self.net = net
         self.name = name
-        self.group = RemoteGroup(name, f"{name}#1", members, QuorumMachine(FifoConfig()))
-        self.queue = QuorumQueue("q", QueueSettings(), {}, self.group, execute=self.run,
-                                 wake=lambda q: net.woken.add(self.name), wall_ms=lambda: net.now)
+        if left is None:
+            self.group = RemoteGroup(name, f"{name}#1", members, QuorumMachine(FifoConfig()))
+            self.queue = QuorumQueue("q", QueueSettings(), {}, self.group, execute=self.run,
+                                     wake=lambda q: net.woken.add(self.name), wall_ms=net.wall,
+                                     now_ms=lambda: net.now)
+        else:   # a member whose replica was removed: same queue object and outbox
+            self.group = RemoteGroup(name, left.group.origin, members,
+                                     QuorumMachine(FifoConfig()), left.group.outbox)
+            self.queue = left.queue
+            self.group.adopt(self.queue.holdings())
+            self.queue.switch(self.group)
         self.dirty = False
 
     def run(self, actions: list[Any]) -> None:
@@ -164,6 +179,10 @@ class Net:
         self.members: dict[str, Any] = {n: Member(self, n, names, config=config)
                                         for n in names}
         self.view = set(names)
+
+    def wall(self) -> int:
+        """The clock commands carry (ms), ``WALL_OFFSET_MS`` ahead of ``now``."""
+        return self.now + WALL_OFFSET_MS
 
     def send(self, frm: str, to: str, item: Any) -> None:
         self.inflight.append((frm, to, item))
@@ -222,7 +241,7 @@ class Net:
                     m.run(m.group.tick(self.now))
                     continue
                 m.run(m.group.tick(self.now))
-                m.run(m.group.leader_duties(self.now, self.now, self.view - self.down))
+                m.run(m.group.leader_duties(self.now, self.wall(), self.view - self.down))
             self.step()
 
     def run_until(self, check: Any, max_ms: int = 5000) -> None:
@@ -236,6 +255,18 @@ class Net:
         """A broker outside the group."""
         m = self.members[name] = RemoteMember(self, name, self.names)
         self.view.add(name)
+        return m
+
+    def leave(self, name: str) -> RemoteMember:
+        """Member ``name``'s replica was removed from the group (it is not in the leader's
+        configuration): it serves the queue from outside, as the runtime's ``_leave`` does on
+        the leader's members notice, and forwards to that leader."""
+        old = self.members[name]
+        assert isinstance(old, Member)
+        leader = self.leader()
+        assert leader is not None and name not in leader.group.members
+        m = self.members[name] = RemoteMember(self, name, leader.group.members, left=old)
+        m.run(m.group.told(leader.name, leader.group.members, self.now))
         return m
 
     def leader(self) -> Member | None:

@@ -1,13 +1,15 @@
 """Unit tests of quorum queues' pure parts (issue 12) over a fake transport
 (``cluster.tests.quorum_fake``): the machine's exactly-once commands, the outbox, forwarding to the
-leader and re-forwarding after a leader change, confirm tokens, deliveries on the consumer's
+leader and re-forwarding after a leader change (the leader removing itself too), re-sending a
+lost forward after ``RESEND_MS`` or at once to a leader named by a members notice, confirm
+tokens, deliveries on the consumer's
 member, settles, requeues with x-delivery-count, Down of a member, delivery-limit and dead
 letters, suspended consumers, the in-sync members the leader computes and tells. No sockets, no real time."""
 
 from __future__ import annotations
 
 from cluster.quorum import config as qconfig
-from cluster.quorum.group import decode_status, encode_status
+from cluster.quorum.group import RESEND_MS, decode_status, encode_status
 from cluster.quorum.machine import (
     Applied,
     Cancelled,
@@ -17,6 +19,7 @@ from cluster.quorum.machine import (
     down_envelope,
     envelope,
 )
+from cluster.quorum.members import DELETE
 from cluster.quorum.outbox import Outbox
 from cluster.raft import fifo as f
 from cluster.tests.quorum_fake import FakeConsumer, Net, Waiter
@@ -147,6 +150,86 @@ def test_lossy_links_gaps_are_re_sent_and_every_confirmed_message_is_there():
     assert leader is not None
     bodies = sorted(m.body.decode() for m in leader.group.machine.fifo.ready)
     assert bodies == sorted(f"m{i}" for i in range(50))
+
+
+def _lose_forwards(net: Net) -> None:
+    net.inflight = [m for m in net.inflight if m[2][0] != "fwd"]
+
+
+def _ready(member) -> list[str]:
+    return sorted(m.body.decode() for m in member.group.machine.fifo.ready)
+
+
+def test_a_lost_forward_is_sent_again_after_resend_ms_when_nothing_else_happens():
+    # issue 12: the queue sent its commands stamped with the wall clock, the re-send timer ran
+    # on the Raft (monotonic) clock: a lost forward followed by nothing was never sent again
+    net = started(seed=9)
+    follower = next(m for m in net.members.values() if not m.group.is_leader)
+    outside = net.add_remote("d")
+    waiters = {m.name: Waiter() for m in (follower, outside)}
+    tokens = {m.name: m.publish(f"from {m.name}") for m in (follower, outside)}
+    for m in (follower, outside):
+        m.queue.watch(waiters[m.name])
+        m.queue.dispatch()
+    _lose_forwards(net)
+    net.run_until(lambda: all(waiters[n].safe >= t for n, t in tokens.items()), 3 * RESEND_MS)
+    net.advance(10, 20)
+    assert _ready(net.leader()) == sorted(f"from {n}" for n in tokens)   # each once
+
+
+def test_a_broker_outside_the_group_told_of_a_new_leader_re_sends_to_it_at_once():
+    net = started(seed=13)
+    outside = net.add_remote("d")
+    waiter = Waiter()
+    token = outside.publish("x")
+    outside.queue.watch(waiter)
+    outside.queue.dispatch()
+    _lose_forwards(net)
+    leader = net.leader()
+    assert leader is not None
+    members = leader.group.members
+    outside.run(outside.group.told(leader.name, members, net.now))   # its members notice
+    net.run_until(lambda: waiter.safe >= token, RESEND_MS // 2)   # not the re-send timer
+    assert outside.group.told(leader.name, members, net.now) == []   # the same one: no re-send
+    assert _ready(leader) == ["x"]
+
+
+def test_the_leader_removing_itself_under_publishers_confirms_every_publish_once():
+    # Raft thesis §4.2.2: the removed leader steps down once its removal is committed; §6.3:
+    # commands lost with the change are retried and applied once (per-origin seqs). Publishers
+    # on a follower and on the old leader, which then serves the queue from outside the group
+    net = started(seed=11)
+    old = net.leader()
+    assert old is not None
+    follower = next(m for m in net.members.values() if m is not old)
+    w_old, w_follower = Waiter(), Waiter()
+    for i in range(5):           # proposed by the old leader after its own removal entry
+        old.publish(f"o{i}")
+    follower.publish("f0")
+    old.queue.watch(w_old)
+    follower.queue.watch(w_follower)
+    reason, actions = old.group.change(DELETE, old.name)
+    assert reason is None
+    old.run(actions)
+    follower.queue.dispatch()
+    _lose_forwards(net)          # the follower's forward to the old leader is lost
+    net.run_until(lambda: net.leader() not in (None, old))
+    new = net.leader()
+    assert new is not None and old.name not in new.group.members
+    outside = net.leave(old.name)
+    more = [follower.publish(f"f{i}") for i in range(1, 10)]
+    later = [outside.publish(f"p{i}") for i in range(5)]
+    follower.queue.dispatch()
+    outside.queue.dispatch()
+    _lose_forwards(net)          # and the first forwards to the new leader too
+    net.run_until(lambda: w_follower.safe >= more[-1] and w_old.safe >= later[-1],
+                  5 * RESEND_MS)
+    assert not w_old.failed and not w_follower.failed
+    net.advance(10, 50)
+    expected = sorted([f"o{i}" for i in range(5)] + [f"f{i}" for i in range(10)] +
+                      [f"p{i}" for i in range(5)])
+    for name in new.group.members:
+        assert _ready(net.members[name]) == expected   # every publish, each once
 
 
 def test_consumer_on_another_member_gets_acks_and_requeues_with_delivery_count():
