@@ -69,6 +69,9 @@ def test_killing_the_leaders_broker_loses_no_confirmed_message(cluster):
              f"{len(set(pub.confirmed) - set(consumer.received))} confirmed not received yet")
     consumer.stop()
     assert consumer.error is None, consumer.error
+    # the restarted broker refuses clients (320) until it has re-joined and synced; start()
+    # may return before it began to join (its view number still reads 0)
+    wait_for(leader.serving, 20, f"{leader.name} never served a client:\n{leader.log_tail()}")
     rest = drain(leader, "orders", quiet=2.0)
     received = set(consumer.received) | set(rest)
     lost = set(pub.confirmed) - received
