@@ -72,6 +72,7 @@ from cluster.raft.fifo import FifoConfig
 from cluster.raft.node import RaftNode
 from queues.dead_letter import make_dead_letter
 from queues.message import Message
+from queues.store.values import PendingSync
 
 from ..protocol import constants as c
 from ..protocol.framing import encode_body_frames, encode_frame
@@ -152,6 +153,9 @@ class QuorumRuntime(ReplicaManagement):
         self._held_bytes: dict[str, int] = {}
         self._connect_ms: dict[str, int] = {}   # last link (re)open attempt per member
         self._rng = random.Random()
+        #: True while someone runs the group commit (``run``'s syncer, or a caller of
+        #: ``sync_round``): appends wait for it instead of being synced at once.
+        self.group_commit = False
 
     # ------------------------------------------------------------------ clocks
     def now_ms(self) -> int:
@@ -375,7 +379,7 @@ class QuorumRuntime(ReplicaManagement):
         self._dirty.add(rep)
         if self._sync_wake is not None:
             self._sync_wake.set()
-        elif self._tg is None:   # not running yet (recovery): sync now
+        elif self._tg is None and not self.group_commit:   # not running yet (recovery): sync now
             pending, newest = rep.log.flush()
             pending.run()
             self._dirty.discard(rep)
@@ -491,6 +495,7 @@ class QuorumRuntime(ReplicaManagement):
         async with anyio.create_task_group() as tg:
             self._tg = tg
             self._sync_wake = anyio.Event()
+            self.group_commit = True
             if self._dirty:
                 self._sync_wake.set()
             tg.start_soon(self._syncer)
@@ -499,50 +504,78 @@ class QuorumRuntime(ReplicaManagement):
     async def _ticker(self) -> None:
         while True:
             await anyio.sleep(TICK_MS / 1000)
-            now = self.now_ms()
-            wall = self.wall_ms()
-            # a clustered broker knows who left only once it is in a view
-            view = self.view if self.links is None or self.view_number else None
-            for rep in list(self.replicas.values()):
-                if rep.closed or rep.blocked:
-                    continue
-                remote, group = rep.remote, rep.raft
-                if remote is not None and rep.group is remote:   # outside (or catching up)
-                    if remote.outbox.pending or remote.checkouts:
-                        self.execute(rep, remote.tick(now))
-                    if group is not None and now >= group.node.next_deadline():
-                        self.execute(rep, group.node.tick(now))   # Raft timers only
-                    continue
-                if group is None:
-                    continue
-                if now >= group.node.next_deadline() or group.outbox.pending:
-                    self.execute(rep, group.tick(now))
-                if group.is_leader:
-                    self.execute(rep, group.leader_duties(now, wall, view))
-            for to in [t for t, held in self._held.items() if held]:
-                if self.links is not None and self.links.can_send(to, 1 << 30):
-                    self._held_bytes.pop(to, None)
-                    for item in self._held.pop(to):
-                        self.links.send_raw(to, item)
-            self.broker.run_dispatch()
+            self.tick_all()
+
+    def tick_all(self) -> None:
+        """One round of the timers (every ``TICK_MS``): the replicas due are ticked, leaders do
+        their duties, held link data goes out once a link is back, then the broker dispatches."""
+        now = self.now_ms()
+        wall = self.wall_ms()
+        # a clustered broker knows who left only once it is in a view
+        view = self.view if self.links is None or self.view_number else None
+        for rep in list(self.replicas.values()):
+            if rep.closed or rep.blocked:
+                continue
+            remote, group = rep.remote, rep.raft
+            if remote is not None and rep.group is remote:   # outside (or catching up)
+                if remote.outbox.pending or remote.checkouts:
+                    self.execute(rep, remote.tick(now))
+                if group is not None and now >= group.node.next_deadline():
+                    self.execute(rep, group.node.tick(now))   # Raft timers only
+                continue
+            if group is None:
+                continue
+            if now >= group.node.next_deadline() or group.outbox.pending:
+                self.execute(rep, group.tick(now))
+            if group.is_leader:
+                self.execute(rep, group.leader_duties(now, wall, view))
+        for to in [t for t, held in self._held.items() if held]:
+            if self.links is not None and self.links.can_send(to, 1 << 30):
+                self._held_bytes.pop(to, None)
+                for item in self._held.pop(to):
+                    self.links.send_raw(to, item)
+        self.broker.run_dispatch()
 
     async def _syncer(self) -> None:
         assert self._sync_wake is not None
         while True:
             await self._sync_wake.wait()
             self._sync_wake = anyio.Event()
-            reps = [r for r in self._dirty if not r.blocked and not r.closed]
-            self._dirty.difference_update(reps)
-            flushed = [(r, *r.log.flush()) for r in reps if r.log is not None]
+            flushed = self.begin_sync()
             try:
                 await anyio.to_thread.run_sync(_run_all, [p for _r, p, _n in flushed])
             except OSError as exc:
                 log.critical("quorum queues: fsync failed: %s; stopping", exc)
                 raise
-            for rep, _p, newest in flushed:
-                if newest is not None and not rep.closed and rep.raft is not None:
-                    self.execute(rep, rep.raft.persisted(*newest))
-            self.broker.run_dispatch()
+            self.end_sync(flushed)
+
+    def begin_sync(self) -> list[tuple[_Replica, PendingSync, tuple[int, int] | None]]:
+        """Start a group-commit round: write out the logs appended to since the last round;
+        returns per replica its fsync still to run (any thread) and the newest (log index,
+        term) it makes durable. Then run the fsyncs and call ``end_sync`` on the loop."""
+        reps = [r for r in self._dirty if not r.blocked and not r.closed]
+        self._dirty.difference_update(reps)
+        return [(r, *r.log.flush()) for r in reps if r.log is not None]
+
+    def end_sync(self, flushed: list[tuple[_Replica, PendingSync, tuple[int, int] | None]]
+                 ) -> None:
+        """The fsyncs of a ``begin_sync`` round ran: tell each replica's Raft node
+        (``persisted``), then let the broker dispatch (deliveries, confirms)."""
+        for rep, _p, newest in flushed:
+            if newest is not None and not rep.closed and rep.raft is not None:
+                self.execute(rep, rep.raft.persisted(*newest))
+        self.broker.run_dispatch()
+
+    def sync_round(self) -> bool:
+        """One whole group-commit round in this thread (``begin_sync``, the fsyncs,
+        ``end_sync``), for a caller that drives the runtime without ``run``. Returns whether
+        there was anything to write. Raises ``OSError`` when an fsync fails."""
+        flushed = self.begin_sync()
+        if not flushed:
+            return False
+        _run_all([p for _r, p, _n in flushed])
+        self.end_sync(flushed)
+        return True
 
     async def hand_over(self, grace: float = 1.0) -> int:
         """Orderly stop: every replica that leads hands leadership to its most up-to-date
