@@ -55,6 +55,19 @@ MODULES: tuple[str, ...] = (
     "queues.queue_view",
     "queues.queue",
     "routing.table",
+    # quorum queues (issue 12): the Raft core, the queue's state machine, the group around it
+    "cluster.raft.messages",
+    "cluster.raft.actions",
+    "cluster.raft.progress",
+    "cluster.raft.raftlog",
+    "cluster.raft.leader",
+    "cluster.raft.node",
+    "cluster.raft.codec",
+    "cluster.raft.fifo",
+    "cluster.quorum.machine",
+    "cluster.quorum.outbox",
+    "cluster.quorum.group",
+    "cluster.quorum.queue",
 )
 #: Set to anything but "" or "0": run every module from its Python source.
 PURE_ENV = "AMQP_BROKER_PURE"
