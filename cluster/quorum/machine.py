@@ -32,6 +32,8 @@ Cancel). Consumer ids are ``"<origin>/<n>"``.
 Sources: RabbitMQ "Quorum Queues" guide (consumers on a node that went down; delivery-limit);
 ``rabbit_fifo`` (enqueuer seqs, returns on nodedown); Raft paper §8 (client requests must be
 idempotent: "the state machine tracks the latest serial number processed for each client").
+``Applied`` (one per command or batch) has an explicit ``__init__`` and is not frozen, for mypyc
+(see ``cluster.raft.fifo``, "Speed").
 """
 
 from __future__ import annotations
@@ -85,12 +87,16 @@ def consumer_origin(consumer: str) -> str:
     return consumer.rpartition("/")[0]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Applied:
     """Every command of ``origin`` up to ``seq`` is applied (committed on a majority)."""
 
     origin: str
     seq: int
+
+    def __init__(self, origin: str, seq: int) -> None:
+        self.origin = origin
+        self.seq = seq
 
 
 @dataclass(frozen=True, slots=True)

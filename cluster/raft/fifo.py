@@ -27,6 +27,12 @@ reason "expired" | "maxlen" | "rejected" | "delivery_limit", ``Purged(count)``.
 
 Sources: RabbitMQ quorum queues documentation (delivery-limit, overflow, single active consumer)
 and ``rabbit_fifo`` (commands and effects); RabbitMQ message deduplication plugin (window).
+
+Speed (issue 12): the values built for every message or batch (``Enqueue``, ``Settle``,
+``Deliver``, ``Confirm``, the queue's ``_Msg``) are slotted dataclasses with an explicit
+``__init__`` and not frozen: mypyc compiles an explicit ``__init__`` to C, while a frozen
+dataclass's generated one runs as Python (``object.__setattr__`` per field: about 18x the cost per
+object, measured). Treat them as immutable all the same.
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ class FifoConfig:
 
 
 # ---------------------------------------------------------------- commands
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Enqueue:
     """A publish: ``header`` and ``body`` opaque bytes, ``dedup_key`` optional."""
 
@@ -71,6 +77,15 @@ class Enqueue:
     header: bytes
     body: bytes
     now_ms: int
+
+    def __init__(self, publisher: str, seq: int, dedup_key: str | None, header: bytes, body: bytes,
+                 now_ms: int) -> None:
+        self.publisher = publisher
+        self.seq = seq
+        self.dedup_key = dedup_key
+        self.header = header
+        self.body = body
+        self.now_ms = now_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +105,16 @@ class Cancel:
     now_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Settle:
     """Ack: the messages are gone."""
 
     consumer: str
     msg_ids: tuple[int, ...]
+
+    def __init__(self, consumer: str, msg_ids: tuple[int, ...]) -> None:
+        self.consumer = consumer
+        self.msg_ids = msg_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +295,7 @@ def decode(raw: bytes) -> Command:
 
 
 # ---------------------------------------------------------------- effects
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Deliver:
     """Send message ``msg_id`` to ``consumer``; ``delivery_count`` > 0 means redelivered."""
 
@@ -286,13 +305,25 @@ class Deliver:
     body: bytes
     delivery_count: int
 
+    def __init__(self, consumer: str, msg_id: int, header: bytes, body: bytes,
+                 delivery_count: int) -> None:
+        self.consumer = consumer
+        self.msg_id = msg_id
+        self.header = header
+        self.body = body
+        self.delivery_count = delivery_count
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Confirm:
     """Publisher confirm (ack) of ``seq``."""
 
     publisher: str
     seq: int
+
+    def __init__(self, publisher: str, seq: int) -> None:
+        self.publisher = publisher
+        self.seq = seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,13 +354,21 @@ class Purged:
 Effect = Deliver | Confirm | Rejected | DeadLetter | Purged
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Msg:
     msg_id: int
     header: bytes
     body: bytes
     expires_at: int | None
     delivery_count: int = 0
+
+    def __init__(self, msg_id: int, header: bytes, body: bytes, expires_at: int | None,
+                 delivery_count: int = 0) -> None:
+        self.msg_id = msg_id
+        self.header = header
+        self.body = body
+        self.expires_at = expires_at
+        self.delivery_count = delivery_count
 
 
 @dataclass(slots=True)
