@@ -12,9 +12,9 @@ before responding"); ``Apply`` -> the machine, then the queue object's effects (
 confirms). Nothing fsyncs on the event loop.
 
 Orderly stop (SIGTERM): ``hand_over`` transfers each leadership held here first.
-Timers: every ``TICK_MS`` the replicas due are ticked (elections, heartbeats, re-sends) and the
-leaders do their duties (Down for members that left the cluster view, TTL expiry). A broker
-without clustering serves quorum queues too: a group of one, persisted (RabbitMQ accepts
+Timers (``quorum_timers``, mixed in with the group commit): every ``TICK_MS`` the replicas due are
+ticked (elections, heartbeats, re-sends) and the leaders do their duties (Down for members that
+left the cluster view, TTL expiry). A broker without clustering serves quorum queues too: a group of one, persisted (RabbitMQ accepts
 ``x-queue-type: quorum`` on a single node). A member outside a queue's group (a cluster larger than
 ``x-quorum-initial-group-size``) holds no replica: it forwards publishes and its consumers'
 commands to the group, hears from the leader how far they were applied, and receives from the
@@ -72,12 +72,12 @@ from cluster.raft.fifo import FifoConfig
 from cluster.raft.node import RaftNode
 from queues.dead_letter import make_dead_letter
 from queues.message import Message
-from queues.store.values import PendingSync
 
 from ..protocol import constants as c
 from ..protocol.framing import encode_body_frames, encode_frame
 from ..protocol.methods import encode_method
 from .quorum_members import ReplicaManagement, has_log, read_members
+from .quorum_timers import TICK_MS, QuorumTimers
 
 __all__ = ["QuorumRuntime", "TIMING", "TICK_MS", "install"]
 
@@ -87,7 +87,6 @@ log = logging.getLogger(__name__)
 #: election (so a dead leader's queue is served again in about 1-1.5 s).
 TIMING = ra.Timing(election_ms=600, heartbeat_ms=100, max_batch_entries=512,
                    max_batch_bytes=1 << 20, max_inflight=8, snapshot_keep=256)
-TICK_MS = 50
 _U32 = struct.Struct(">I")
 _NOTICE = struct.Struct(">QB")
 _FRAME_MAX = 131072
@@ -126,7 +125,7 @@ class _Replica:
                                     QUORUM_MEMBERS)}
 
 
-class QuorumRuntime(ReplicaManagement):
+class QuorumRuntime(ReplicaManagement, QuorumTimers):
     """Quorum queues of one broker (see the module docstring). ``me``: this broker's node name;
     ``data_dir``: the broker's data directory; ``fsync``: False under ``--sync-policy none``."""
 
@@ -489,121 +488,10 @@ class QuorumRuntime(ReplicaManagement):
         elif method.kind == QUORUM_STATUS:
             group.status(frm, body)
 
-    # ------------------------------------------------------------------ tasks
-    async def run(self) -> None:
-        """The timers and the group commit; runs until cancelled."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            self._sync_wake = anyio.Event()
-            self.group_commit = True
-            if self._dirty:
-                self._sync_wake.set()
-            tg.start_soon(self._syncer)
-            tg.start_soon(self._ticker)
-
-    async def _ticker(self) -> None:
-        while True:
-            await anyio.sleep(TICK_MS / 1000)
-            self.tick_all()
-
-    def tick_all(self) -> None:
-        """One round of the timers (every ``TICK_MS``): the replicas due are ticked, leaders do
-        their duties, held link data goes out once a link is back, then the broker dispatches."""
-        now = self.now_ms()
-        wall = self.wall_ms()
-        # a clustered broker knows who left only once it is in a view
-        view = self.view if self.links is None or self.view_number else None
-        for rep in list(self.replicas.values()):
-            if rep.closed or rep.blocked:
-                continue
-            remote, group = rep.remote, rep.raft
-            if remote is not None and rep.group is remote:   # outside (or catching up)
-                if remote.outbox.pending or remote.checkouts:
-                    self.execute(rep, remote.tick(now))
-                if group is not None and now >= group.node.next_deadline():
-                    self.execute(rep, group.node.tick(now))   # Raft timers only
-                continue
-            if group is None:
-                continue
-            if now >= group.node.next_deadline() or group.outbox.pending:
-                self.execute(rep, group.tick(now))
-            if group.is_leader:
-                self.execute(rep, group.leader_duties(now, wall, view))
-        for to in [t for t, held in self._held.items() if held]:
-            if self.links is not None and self.links.can_send(to, 1 << 30):
-                self._held_bytes.pop(to, None)
-                for item in self._held.pop(to):
-                    self.links.send_raw(to, item)
-        self.broker.run_dispatch()
-
-    async def _syncer(self) -> None:
-        assert self._sync_wake is not None
-        while True:
-            await self._sync_wake.wait()
-            self._sync_wake = anyio.Event()
-            flushed = self.begin_sync()
-            try:
-                await anyio.to_thread.run_sync(_run_all, [p for _r, p, _n in flushed])
-            except OSError as exc:
-                log.critical("quorum queues: fsync failed: %s; stopping", exc)
-                raise
-            self.end_sync(flushed)
-
-    def begin_sync(self) -> list[tuple[_Replica, PendingSync, tuple[int, int] | None]]:
-        """Start a group-commit round: write out the logs appended to since the last round;
-        returns per replica its fsync still to run (any thread) and the newest (log index,
-        term) it makes durable. Then run the fsyncs and call ``end_sync`` on the loop."""
-        reps = [r for r in self._dirty if not r.blocked and not r.closed]
-        self._dirty.difference_update(reps)
-        return [(r, *r.log.flush()) for r in reps if r.log is not None]
-
-    def end_sync(self, flushed: list[tuple[_Replica, PendingSync, tuple[int, int] | None]]
-                 ) -> None:
-        """The fsyncs of a ``begin_sync`` round ran: tell each replica's Raft node
-        (``persisted``), then let the broker dispatch (deliveries, confirms)."""
-        for rep, _p, newest in flushed:
-            if newest is not None and not rep.closed and rep.raft is not None:
-                self.execute(rep, rep.raft.persisted(*newest))
-        self.broker.run_dispatch()
-
-    def sync_round(self) -> bool:
-        """One whole group-commit round in this thread (``begin_sync``, the fsyncs,
-        ``end_sync``), for a caller that drives the runtime without ``run``. Returns whether
-        there was anything to write. Raises ``OSError`` when an fsync fails."""
-        flushed = self.begin_sync()
-        if not flushed:
-            return False
-        _run_all([p for _r, p, _n in flushed])
-        self.end_sync(flushed)
-        return True
-
-    async def hand_over(self, grace: float = 1.0) -> int:
-        """Orderly stop: every replica that leads hands leadership to its most up-to-date
-        follower (Raft thesis §3.10: no election timeout for the others to wait out); waits up to
-        ``grace`` seconds for them to step down. Returns how many still lead."""
-        for rep in list(self.replicas.values()):
-            group = rep.raft
-            if group is not None and group.is_leader and not rep.closed:
-                self.execute(rep, group.node.transfer_leadership())
-        with anyio.move_on_after(grace):
-            while self._leading():
-                await anyio.sleep(0.02)
-        return self._leading()
-
-    def _leading(self) -> int:
-        return sum(1 for r in self.replicas.values()
-                   if r.raft is not None and r.raft.is_leader and not r.closed)
-
     def close(self) -> None:
         """Sync and close every replica's log (broker stop)."""
         for rep in list(self.replicas.values()):
             self._close(rep, delete_files=False)
-
-
-def _run_all(pendings: list[Any]) -> None:
-    """Run the fsyncs of one group-commit round (in a worker thread)."""
-    for pending in pendings:
-        pending.run()
 
 
 def install(broker: Any, data_dir: Path | str, me: str, fsync: bool = True) -> QuorumRuntime:

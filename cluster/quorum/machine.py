@@ -67,13 +67,20 @@ def down_envelope(member: str) -> bytes:
 
 def decode_envelope(data: bytes) -> tuple[str, int, int, bytes]:
     """(origin, seq, kind, body) of an entry. Raises ``ValueError`` when malformed."""
+    origin, seq, kind, start = _decode_head(data)
+    return origin, seq, kind, bytes(data[start:])
+
+
+def _decode_head(data: bytes) -> tuple[str, int, int, int]:
+    """(origin, seq, kind, offset of the body) of an entry, without copying the body. Raises
+    ``ValueError`` when malformed."""
     try:
         (n,) = _U16.unpack_from(data, 0)
         origin = bytes(data[2:2 + n]).decode()
         seq, kind = _HEAD.unpack_from(data, 2 + n)
     except (struct.error, UnicodeDecodeError) as exc:
         raise ValueError(f"not a quorum queue entry: {exc}") from exc
-    return origin, seq, kind, bytes(data[2 + n + _HEAD.size:])
+    return origin, seq, kind, 2 + n + _HEAD.size
 
 
 def origin_member(origin: str) -> tuple[str, int]:
@@ -123,6 +130,7 @@ class QuorumMachine:
 
     def __init__(self, config: f.FifoConfig) -> None:
         self.fifo = f.FifoQueue(config)
+        self.fifo.confirms = False
         self.next_seq: dict[str, int] = {}
         self.incarnation: dict[str, int] = {}
         self._origins: dict[str, tuple[str, int]] = {}   # origin -> (member, incarnation)
@@ -135,7 +143,7 @@ class QuorumMachine:
         """Apply the committed entry ``data`` at Raft ``index`` (see the module docstring).
         A malformed entry is skipped (no effects) rather than stopping the replica."""
         try:
-            origin, seq, kind, body = decode_envelope(data)
+            origin, seq, kind, start = _decode_head(data)
             out: list[Effect] = []
             if origin:
                 parsed = self._origins.get(origin)
@@ -164,11 +172,10 @@ class QuorumMachine:
                     out.append(Gap(origin, expected))
                     return out
                 self.next_seq[origin] = seq + 1
-            if kind == KIND_FIFO:
-                effects = self.fifo.apply_command(index, f.decode(body))
-                out.extend(e for e in effects if not isinstance(e, f.Confirm))
+            if kind == KIND_FIFO:   # the fifo makes no Confirm: Applied says more
+                out.extend(self.fifo.apply_command(index, f.decode(data, start)))
             elif kind == KIND_DOWN:
-                member = body.decode()
+                member = bytes(data[start:]).decode()
                 self._cancel_where(lambda c: origin_member(consumer_origin(c))[0] == member, out)
             if origin:
                 out.append(Applied(origin, seq))
@@ -219,6 +226,7 @@ class QuorumMachine:
         """Replace the state with a ``snapshot()``'s (b"": the empty state)."""
         if not data:
             self.fifo = f.FifoQueue(self.fifo.config)
+            self.fifo.confirms = False
             self.next_seq = {}
             self.incarnation = {}
             return

@@ -238,14 +238,16 @@ class Reader:
         return out
 
 
-def decode(raw: bytes) -> Command:
-    """The command in ``raw`` (``encode``'s layout). Raises ``ValueError`` when malformed."""
+def decode(raw: bytes, start: int = 0) -> Command:
+    """The command in ``raw`` from offset ``start`` on (``encode``'s layout; an offset spares
+    the caller a copy of the body: ``cluster.quorum.machine``'s envelope). Raises ``ValueError``
+    when malformed."""
     try:
         raw = bytes(raw)
-        if raw[:1] == b"\x01":   # Enqueue, the hot path: no reader object
-            (n,) = _U16.unpack_from(raw, 1)
-            pos = 3 + n
-            publisher = raw[3:pos].decode()
+        if raw[start:start + 1] == b"\x01":   # Enqueue, the hot path: no reader object
+            (n,) = _U16.unpack_from(raw, start + 1)
+            pos = start + 3 + n
+            publisher = raw[start + 3:pos].decode()
             seq, now = _QQ.unpack_from(raw, pos)
             pos += 16
             key = None
@@ -258,7 +260,7 @@ def decode(raw: bytes) -> Command:
             if pos + hlen > len(raw):
                 raise ValueError("fifo command truncated")
             return Enqueue(publisher, seq, key, raw[pos:pos + hlen], raw[pos + hlen:], now)
-        r = Reader(raw)
+        r = Reader(raw[start:] if start else raw)
         (code,) = r.take(_U8)
         if code == 1:
             publisher = r.str()
@@ -389,6 +391,9 @@ class FifoQueue:
         self.consumers: OrderedDict[str, _Consumer] = OrderedDict()
         self.dedup: OrderedDict[str, int] = OrderedDict()
         self._rr = 0
+        #: Whether ``Confirm`` effects are made (``cluster.quorum.machine`` has its own).
+        self.confirms = True
+        self._active: list[str] | None = None   # consumers that may get messages; None: stale
 
     # ------------------------------------------------------------------ applying
     def apply(self, index: int, raw: bytes) -> list[Effect]:
@@ -401,6 +406,7 @@ class FifoQueue:
         if isinstance(cmd, Enqueue):
             self._enqueue(index, cmd, out)
         elif isinstance(cmd, Checkout):
+            self._active = None
             known = self.consumers.get(cmd.consumer)
             if known is None:
                 self.consumers[cmd.consumer] = _Consumer(cmd.prefetch)
@@ -408,6 +414,7 @@ class FifoQueue:
                 known.prefetch = cmd.prefetch
             self._expire(cmd.now_ms, out)
         elif isinstance(cmd, Cancel):
+            self._active = None
             c = self.consumers.pop(cmd.consumer, None)
             if c is not None:
                 self._give_back(list(c.out.values()), out)
@@ -436,7 +443,8 @@ class FifoQueue:
         self._expire(cmd.now_ms, out)
         if cmd.dedup_key is not None and cfg.dedup_window:
             if cmd.dedup_key in self.dedup:
-                out.append(Confirm(cmd.publisher, cmd.seq))   # a duplicate: accepted, not kept
+                if self.confirms:   # a duplicate: accepted, not kept
+                    out.append(Confirm(cmd.publisher, cmd.seq))
                 return
             self.dedup[cmd.dedup_key] = index
             while len(self.dedup) > cfg.dedup_window:
@@ -455,7 +463,8 @@ class FifoQueue:
                               or (cfg.max_length_bytes is not None
                                   and self.ready_bytes > cfg.max_length_bytes)):
             self._drop_head("maxlen", out)
-        out.append(Confirm(cmd.publisher, cmd.seq))
+        if self.confirms:
+            out.append(Confirm(cmd.publisher, cmd.seq))
 
     def _take(self, cmd: Take) -> None:
         ready = self.ready
@@ -466,6 +475,7 @@ class FifoQueue:
                 c = self.consumers.get(cmd.consumer)
                 if c is None:
                     c = self.consumers[cmd.consumer] = _Consumer(-1)
+                    self._active = None
                 c.out[m.msg_id] = m
                 return
 
@@ -498,10 +508,12 @@ class FifoQueue:
         consumer under single-active-consumer."""
         if not self.consumers or not self.ready:
             return
-        names = list(self.consumers)
-        if self.config.single_active_consumer:
-            names = names[:1]
-        names = [n for n in names if self.consumers[n].prefetch >= 0]
+        names = self._active
+        if names is None:   # recomputed only when consumers came, went or changed credit
+            names = list(self.consumers)
+            if self.config.single_active_consumer:
+                names = names[:1]
+            names = self._active = [n for n in names if self.consumers[n].prefetch >= 0]
         if not names:
             return
         idle = 0
@@ -546,3 +558,4 @@ class FifoQueue:
             (n, _Consumer(p, {m.msg_id: m for m in map(msg, out)})) for n, p, out in d["consumers"])
         self.dedup = OrderedDict((k, v) for k, v in d["dedup"])
         self._rr = d["rr"]
+        self._active = None
