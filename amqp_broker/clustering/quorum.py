@@ -89,6 +89,7 @@ TIMING = ra.Timing(election_ms=600, heartbeat_ms=100, max_batch_entries=512,
                    max_batch_bytes=1 << 20, max_inflight=8, snapshot_keep=256)
 _U32 = struct.Struct(">I")
 _NOTICE = struct.Struct(">QB")
+_BODY_HEAD = struct.Struct(">BHI")   # a frame's type, channel, size
 _FRAME_MAX = 131072
 _HELD_BYTES = 64 << 20
 _RECONNECT_MS = 500   # a link to a member that is down is retried at most this often
@@ -349,8 +350,11 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
                 return
 
     def _forward(self, rep: _Replica, act: Forward) -> None:
-        payload = b"".join(_U32.pack(len(e)) + e for e in act.envelopes)
-        self._send(rep, act.to, QUORUM_FORWARD, payload, hold=True)
+        parts = []
+        for env in act.envelopes:   # one copy of each entry: the join
+            parts.append(_U32.pack(len(env)))
+            parts.append(env)
+        self._send(rep, act.to, QUORUM_FORWARD, b"".join(parts), hold=True)
 
     def _persist(self, rep: _Replica, act: Any) -> None:
         assert rep.log is not None
@@ -401,10 +405,13 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
         links = self.links
         if links is None or to == self.me:
             return
-        data = b"".join((encode_frame(c.FRAME_METHOD, 1, rep.prefix[kind]),
-                         encode_frame(c.FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0,
-                                                                     len(payload), 0)),
-                         *encode_body_frames(1, payload, _FRAME_MAX)))
+        head = (encode_frame(c.FRAME_METHOD, 1, rep.prefix[kind]),
+                encode_frame(c.FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0, len(payload), 0)))
+        if len(payload) <= _FRAME_MAX - c.FRAME_OVERHEAD:   # one body frame: one copy, the join
+            data = b"".join((*head, _BODY_HEAD.pack(c.FRAME_BODY, 1, len(payload)), payload,
+                             c.FRAME_END_BYTE))
+        else:
+            data = b"".join((*head, *encode_body_frames(1, payload, _FRAME_MAX)))
         if links.can_send(to, 1 << 30):
             held = self._held.pop(to, None)
             if held:
