@@ -23,7 +23,7 @@ Envelope (big-endian): ``origin`` (u16 length, utf-8), ``seq`` u64, ``kind`` u8,
   returns to the queue, redelivered (delivery count + 1), as RabbitMQ returns a disconnected
   node's checked-out messages.
 
-Effects: those of ``FifoQueue`` (``Confirm`` dropped: ``Applied`` says more), plus
+Effects: those of ``FifoQueue`` (no ``Confirm``: ``Applied`` says more), plus
 ``Applied(origin, seq)`` (every command of ``origin`` up to ``seq`` is in the state: the publisher
 confirm of a publish means a majority holds it, since only committed entries are applied),
 ``Gap(origin, next)``, ``Cancelled(consumer)`` (by Down or a newer incarnation, not by its own

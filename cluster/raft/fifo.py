@@ -21,9 +21,10 @@ A message is identified by the Raft index of its Enqueue (``msg_id``). Commands 
         the consumer is created suspended, so it never gets deliveries)
 
 Effects: ``Deliver(consumer, msg_id, header, body, delivery_count)`` (``delivery_count`` > 0 is
-a redelivery: the ``x-delivery-count`` header), ``Confirm(publisher, seq)``, ``Rejected(publisher,
-seq)`` (overflow reject-publish: nack), ``DeadLetter(reason, header, body, delivery_count)`` with
-reason "expired" | "maxlen" | "rejected" | "delivery_limit", ``Purged(count)``.
+a redelivery: the ``x-delivery-count`` header), ``Confirm(publisher, seq)`` (unless
+``FifoQueue.confirms`` is False), ``Rejected(publisher, seq)`` (overflow reject-publish: nack),
+``DeadLetter(reason, header, body, delivery_count)`` with reason "expired" | "maxlen" |
+"rejected" | "delivery_limit", ``Purged(count)``.
 
 Sources: RabbitMQ quorum queues documentation (delivery-limit, overflow, single active consumer)
 and ``rabbit_fifo`` (commands and effects); RabbitMQ message deduplication plugin (window).
