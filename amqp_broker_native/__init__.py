@@ -1,8 +1,9 @@
 """The compiled hot path: which modules mypyc compiles, and whether this process runs them.
 
 Owns the list of hot-path modules (``MODULES``: frame split, content assembly, publish, route,
-enqueue, deliver, encode) that ``setup.py`` compiles with mypyc when the project is installed, and
-the one decision per process between their compiled builds and their Python source (``ACTIVE``).
+enqueue, deliver, encode; and the quorum queues' Raft core, state machine and group) that
+``setup.py`` compiles with mypyc when the project is installed, and the one decision per process
+between their compiled builds and their Python source (``ACTIVE``).
 The Python source stays the one truth: the builds live apart from it, in ``_lib/`` of this
 package (``_lib/amqp_broker/protocol/framing.*.so``, ``_lib/hotpath__mypyc.*.so`` and a manifest
 of the sources they were built from), and each package holding a compiled module calls
@@ -55,6 +56,19 @@ MODULES: tuple[str, ...] = (
     "queues.queue_view",
     "queues.queue",
     "routing.table",
+    # quorum queues (issue 12): the Raft core, the queue's state machine, the group around it
+    "cluster.raft.messages",
+    "cluster.raft.actions",
+    "cluster.raft.progress",
+    "cluster.raft.raftlog",
+    "cluster.raft.leader",
+    "cluster.raft.node",
+    "cluster.raft.codec",
+    "cluster.raft.fifo",
+    "cluster.quorum.machine",
+    "cluster.quorum.outbox",
+    "cluster.quorum.group",
+    "cluster.quorum.queue",
 )
 #: Set to anything but "" or "0": run every module from its Python source.
 PURE_ENV = "AMQP_BROKER_PURE"

@@ -7,7 +7,8 @@ Modules, one job each:
   (``cluster.links``) and the driver (``cluster.driver``) and plugs them into the core's seams
   (``core.broker``: peer authentication, the peer handler, propagation hooks, the relay sink);
 * ``replay`` -- the broker's state as the AMQP methods a joiner replays, and the ping load figures;
-* ``quorum`` -- quorum queues' I/O: one Raft group per queue (``cluster.quorum``), its disk log
+* ``quorum`` (with ``quorum_members``, ``quorum_timers``) -- quorum queues' I/O: one Raft group per
+  queue (``cluster.quorum``), its disk log
   synced in a worker thread, its messages on the peer links;
 * ``discovery`` -- finding the members by mDNS (``--cluster NAME`` without ``--seed``);
 * ``cli`` -- ``amqp-broker cluster-status``; ``local`` -- ``make cluster`` (N brokers here).

@@ -12,9 +12,9 @@ before responding"); ``Apply`` -> the machine, then the queue object's effects (
 confirms). Nothing fsyncs on the event loop.
 
 Orderly stop (SIGTERM): ``hand_over`` transfers each leadership held here first.
-Timers: every ``TICK_MS`` the replicas due are ticked (elections, heartbeats, re-sends) and the
-leaders do their duties (Down for members that left the cluster view, TTL expiry). A broker
-without clustering serves quorum queues too: a group of one, persisted (RabbitMQ accepts
+Timers (``quorum_timers``, mixed in with the group commit): every ``TICK_MS`` the replicas due are
+ticked (elections, heartbeats, re-sends) and the leaders do their duties (Down for members that
+left the cluster view, TTL expiry). A broker without clustering serves quorum queues too: a group of one, persisted (RabbitMQ accepts
 ``x-queue-type: quorum`` on a single node). A member outside a queue's group (a cluster larger than
 ``x-quorum-initial-group-size``) holds no replica: it forwards publishes and its consumers'
 commands to the group, hears from the leader how far they were applied, and receives from the
@@ -77,6 +77,7 @@ from ..protocol import constants as c
 from ..protocol.framing import encode_body_frames, encode_frame
 from ..protocol.methods import encode_method
 from .quorum_members import ReplicaManagement, has_log, read_members
+from .quorum_timers import TICK_MS, QuorumTimers
 
 __all__ = ["QuorumRuntime", "TIMING", "TICK_MS", "install"]
 
@@ -86,9 +87,9 @@ log = logging.getLogger(__name__)
 #: election (so a dead leader's queue is served again in about 1-1.5 s).
 TIMING = ra.Timing(election_ms=600, heartbeat_ms=100, max_batch_entries=512,
                    max_batch_bytes=1 << 20, max_inflight=8, snapshot_keep=256)
-TICK_MS = 50
 _U32 = struct.Struct(">I")
 _NOTICE = struct.Struct(">QB")
+_BODY_HEAD = struct.Struct(">BHI")   # a frame's type, channel, size
 _FRAME_MAX = 131072
 _HELD_BYTES = 64 << 20
 _RECONNECT_MS = 500   # a link to a member that is down is retried at most this often
@@ -126,7 +127,7 @@ class _Replica:
                                     QUORUM_MEMBERS)}
 
 
-class QuorumRuntime(ReplicaManagement):
+class QuorumRuntime(ReplicaManagement, QuorumTimers):
     """Quorum queues of one broker (see the module docstring). ``me``: this broker's node name;
     ``data_dir``: the broker's data directory; ``fsync``: False under ``--sync-policy none``."""
 
@@ -153,6 +154,9 @@ class QuorumRuntime(ReplicaManagement):
         self._held_bytes: dict[str, int] = {}
         self._connect_ms: dict[str, int] = {}   # last link (re)open attempt per member
         self._rng = random.Random()
+        #: True while someone runs the group commit (``run``'s syncer, or a caller of
+        #: ``sync_round``): appends wait for it instead of being synced at once.
+        self.group_commit = False
 
     # ------------------------------------------------------------------ clocks
     def now_ms(self) -> int:
@@ -347,8 +351,11 @@ class QuorumRuntime(ReplicaManagement):
                 return
 
     def _forward(self, rep: _Replica, act: Forward) -> None:
-        payload = b"".join(_U32.pack(len(e)) + e for e in act.envelopes)
-        self._send(rep, act.to, QUORUM_FORWARD, payload, hold=True)
+        parts = []
+        for env in act.envelopes:   # one copy of each entry: the join
+            parts.append(_U32.pack(len(env)))
+            parts.append(env)
+        self._send(rep, act.to, QUORUM_FORWARD, b"".join(parts), hold=True)
 
     def _persist(self, rep: _Replica, act: Any) -> None:
         assert rep.log is not None
@@ -390,7 +397,7 @@ class QuorumRuntime(ReplicaManagement):
         self._dirty.add(rep)
         if self._sync_wake is not None:
             self._sync_wake.set()
-        elif self._tg is None:   # not running yet (recovery): sync now
+        elif self._tg is None and not self.group_commit:   # not running yet (recovery): sync now
             pending, newest = rep.log.flush()
             pending.run()
             self._dirty.discard(rep)
@@ -413,10 +420,13 @@ class QuorumRuntime(ReplicaManagement):
         links = self.links
         if links is None or to == self.me:
             return
-        data = b"".join((encode_frame(c.FRAME_METHOD, 1, rep.prefix[kind]),
-                         encode_frame(c.FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0,
-                                                                     len(payload), 0)),
-                         *encode_body_frames(1, payload, _FRAME_MAX)))
+        head = (encode_frame(c.FRAME_METHOD, 1, rep.prefix[kind]),
+                encode_frame(c.FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0, len(payload), 0)))
+        if len(payload) <= _FRAME_MAX - c.FRAME_OVERHEAD:   # one body frame: one copy, the join
+            data = b"".join((*head, _BODY_HEAD.pack(c.FRAME_BODY, 1, len(payload)), payload,
+                             c.FRAME_END_BYTE))
+        else:
+            data = b"".join((*head, *encode_body_frames(1, payload, _FRAME_MAX)))
         if links.can_send(to, 1 << 30):
             held = self._held.pop(to, None)
             if held:
@@ -500,92 +510,10 @@ class QuorumRuntime(ReplicaManagement):
         elif method.kind == QUORUM_STATUS:
             group.status(frm, body)
 
-    # ------------------------------------------------------------------ tasks
-    async def run(self) -> None:
-        """The timers and the group commit; runs until cancelled."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            self._sync_wake = anyio.Event()
-            if self._dirty:
-                self._sync_wake.set()
-            tg.start_soon(self._syncer)
-            tg.start_soon(self._ticker)
-
-    async def _ticker(self) -> None:
-        while True:
-            await anyio.sleep(TICK_MS / 1000)
-            now = self.now_ms()
-            wall = self.wall_ms()
-            # a clustered broker knows who left only once it is in a view
-            view = self.view if self.links is None or self.view_number else None
-            for rep in list(self.replicas.values()):
-                if rep.closed or rep.blocked:
-                    continue
-                remote, group = rep.remote, rep.raft
-                if remote is not None and rep.group is remote:   # outside (or catching up)
-                    if remote.outbox.pending or remote.checkouts:
-                        self.execute(rep, remote.tick(now))
-                    if group is not None and now >= group.node.next_deadline():
-                        self.execute(rep, group.node.tick(now))   # Raft timers only
-                    continue
-                if group is None:
-                    continue
-                if now >= group.node.next_deadline() or group.outbox.pending:
-                    self.execute(rep, group.tick(now))
-                if group.is_leader:
-                    self.execute(rep, group.leader_duties(now, wall, view))
-            for to in [t for t, held in self._held.items() if held]:
-                if self.links is not None and self.links.can_send(to, 1 << 30):
-                    self._held_bytes.pop(to, None)
-                    for item in self._held.pop(to):
-                        self.links.send_raw(to, item)
-            self.broker.run_dispatch()
-
-    async def _syncer(self) -> None:
-        assert self._sync_wake is not None
-        while True:
-            await self._sync_wake.wait()
-            self._sync_wake = anyio.Event()
-            reps = [r for r in self._dirty if not r.blocked and not r.closed]
-            self._dirty.difference_update(reps)
-            flushed = [(r, *r.log.flush()) for r in reps if r.log is not None]
-            try:
-                await anyio.to_thread.run_sync(_run_all, [p for _r, p, _n in flushed])
-            except OSError as exc:
-                log.critical("quorum queues: fsync failed: %s; stopping", exc)
-                raise
-            for rep, _p, newest in flushed:
-                if newest is not None and not rep.closed and rep.raft is not None:
-                    self.execute(rep, rep.raft.persisted(*newest))
-            self.broker.run_dispatch()
-
-    async def hand_over(self, grace: float = 1.0) -> int:
-        """Orderly stop: every replica that leads hands leadership to its most up-to-date
-        follower (Raft thesis §3.10: no election timeout for the others to wait out); waits up to
-        ``grace`` seconds for them to step down. Returns how many still lead."""
-        for rep in list(self.replicas.values()):
-            group = rep.raft
-            if group is not None and group.is_leader and not rep.closed:
-                self.execute(rep, group.node.transfer_leadership())
-        with anyio.move_on_after(grace):
-            while self._leading():
-                await anyio.sleep(0.02)
-        return self._leading()
-
-    def _leading(self) -> int:
-        return sum(1 for r in self.replicas.values()
-                   if r.raft is not None and r.raft.is_leader and not r.closed)
-
     def close(self) -> None:
         """Sync and close every replica's log (broker stop)."""
         for rep in list(self.replicas.values()):
             self._close(rep, delete_files=False)
-
-
-def _run_all(pendings: list[Any]) -> None:
-    """Run the fsyncs of one group-commit round (in a worker thread)."""
-    for pending in pendings:
-        pending.run()
 
 
 def install(broker: Any, data_dir: Path | str, me: str, fsync: bool = True) -> QuorumRuntime:

@@ -104,10 +104,11 @@ def encode_frame(frame_type: int, channel: int, payload: bytes) -> bytes:
 def encode_body_frames(channel: int, body: bytes, frame_max: int) -> list[bytes]:
     """Body frames for ``body`` split so that no frame exceeds ``frame_max`` bytes (§4.2.6.2)."""
     step = frame_max - c.FRAME_OVERHEAD
-    if len(body) <= step:
-        return [_pack_head(c.FRAME_BODY, channel, len(body)) + body + c.FRAME_END_BYTE]
+    if len(body) <= step:   # joined: one copy of the body (a + b + c makes two)
+        return [b"".join((_pack_head(c.FRAME_BODY, channel, len(body)), body, c.FRAME_END_BYTE))]
     out = []
     for i in range(0, len(body), step):
         chunk = body[i:i + step]
-        out.append(_pack_head(c.FRAME_BODY, channel, len(chunk)) + chunk + c.FRAME_END_BYTE)
+        out.append(b"".join((_pack_head(c.FRAME_BODY, channel, len(chunk)), chunk,
+                             c.FRAME_END_BYTE)))
     return out

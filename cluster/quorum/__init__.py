@@ -26,3 +26,7 @@ consumers cancelled (their messages redelivered). The Raft
 election picks a new leader among the survivors; a minority side never commits, so it neither
 confirms nor delivers new work.
 """
+
+from amqp_broker_native import extend_path
+
+extend_path(__path__, __name__)  # the compiled build first, when in use (amqp_broker_native)

@@ -23,8 +23,8 @@ Envelope (big-endian): ``origin`` (u16 length, utf-8), ``seq`` u64, ``kind`` u8,
   returns to the queue, redelivered (delivery count + 1), as RabbitMQ returns a disconnected
   node's checked-out messages.
 
-Effects: those of ``FifoQueue`` (``Confirm`` dropped: ``Applied`` says more; ``Purged`` tagged
-with the purging command's origin and seq), plus
+Effects: those of ``FifoQueue`` (no ``Confirm``: ``Applied`` says more; ``Purged`` tagged with
+the purging command's origin and seq), plus
 ``Applied(origin, seq)`` (every command of ``origin`` up to ``seq`` is in the state: the publisher
 confirm of a publish means a majority holds it, since only committed entries are applied),
 ``Gap(origin, next)``, ``Cancelled(consumer)`` (by Down or a newer incarnation, not by its own
@@ -33,6 +33,8 @@ Cancel). Consumer ids are ``"<origin>/<n>"``.
 Sources: RabbitMQ "Quorum Queues" guide (consumers on a node that went down; delivery-limit);
 ``rabbit_fifo`` (enqueuer seqs, returns on nodedown); Raft paper §8 (client requests must be
 idempotent: "the state machine tracks the latest serial number processed for each client").
+``Applied`` (one per command or batch) has an explicit ``__init__`` and is not frozen, for mypyc
+(see ``cluster.raft.fifo``, "Speed").
 """
 
 from __future__ import annotations
@@ -66,13 +68,20 @@ def down_envelope(member: str) -> bytes:
 
 def decode_envelope(data: bytes) -> tuple[str, int, int, bytes]:
     """(origin, seq, kind, body) of an entry. Raises ``ValueError`` when malformed."""
+    origin, seq, kind, start = _decode_head(data)
+    return origin, seq, kind, bytes(data[start:])
+
+
+def _decode_head(data: bytes) -> tuple[str, int, int, int]:
+    """(origin, seq, kind, offset of the body) of an entry, without copying the body. Raises
+    ``ValueError`` when malformed."""
     try:
         (n,) = _U16.unpack_from(data, 0)
         origin = bytes(data[2:2 + n]).decode()
         seq, kind = _HEAD.unpack_from(data, 2 + n)
     except (struct.error, UnicodeDecodeError) as exc:
         raise ValueError(f"not a quorum queue entry: {exc}") from exc
-    return origin, seq, kind, bytes(data[2 + n + _HEAD.size:])
+    return origin, seq, kind, 2 + n + _HEAD.size
 
 
 def origin_member(origin: str) -> tuple[str, int]:
@@ -86,12 +95,16 @@ def consumer_origin(consumer: str) -> str:
     return consumer.rpartition("/")[0]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Applied:
     """Every command of ``origin`` up to ``seq`` is applied (committed on a majority)."""
 
     origin: str
     seq: int
+
+    def __init__(self, origin: str, seq: int) -> None:
+        self.origin = origin
+        self.seq = seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +131,7 @@ class QuorumMachine:
 
     def __init__(self, config: f.FifoConfig) -> None:
         self.fifo = f.FifoQueue(config)
+        self.fifo.confirms = False
         self.next_seq: dict[str, int] = {}
         self.incarnation: dict[str, int] = {}
         self._origins: dict[str, tuple[str, int]] = {}   # origin -> (member, incarnation)
@@ -130,7 +144,7 @@ class QuorumMachine:
         """Apply the committed entry ``data`` at Raft ``index`` (see the module docstring).
         A malformed entry is skipped (no effects) rather than stopping the replica."""
         try:
-            origin, seq, kind, body = decode_envelope(data)
+            origin, seq, kind, start = _decode_head(data)
             out: list[Effect] = []
             if origin:
                 parsed = self._origins.get(origin)
@@ -159,14 +173,16 @@ class QuorumMachine:
                     out.append(Gap(origin, expected))
                     return out
                 self.next_seq[origin] = seq + 1
-            if kind == KIND_FIFO:
-                for e in self.fifo.apply_command(index, f.decode(body)):
-                    if isinstance(e, f.Purged):
-                        out.append(f.Purged(e.count, origin, seq))
-                    elif not isinstance(e, f.Confirm):
-                        out.append(e)
+            if kind == KIND_FIFO:   # the fifo makes no Confirm: Applied says more
+                command = f.decode(data, start)
+                if isinstance(command, f.Purge):
+                    for e in self.fifo.apply_command(index, command):
+                        out.append(f.Purged(e.count, origin, seq)
+                                   if isinstance(e, f.Purged) else e)
+                else:
+                    out.extend(self.fifo.apply_command(index, command))
             elif kind == KIND_DOWN:
-                member = body.decode()
+                member = bytes(data[start:]).decode()
                 self._cancel_where(lambda c: origin_member(consumer_origin(c))[0] == member, out)
             if origin:
                 out.append(Applied(origin, seq))
@@ -217,6 +233,7 @@ class QuorumMachine:
         """Replace the state with a ``snapshot()``'s (b"": the empty state)."""
         if not data:
             self.fifo = f.FifoQueue(self.fifo.config)
+            self.fifo.confirms = False
             self.next_seq = {}
             self.incarnation = {}
             return

@@ -60,6 +60,10 @@ Sources: Ongaro and Ousterhout 2014 (Raft paper, §5, §7, §8, figure 2); Ongar
 (§3.10, §4.1-§4.2, §6.2, §9.6, §10.2.1); etcd/raft (flow control, rejection hints); RabbitMQ Ra.
 """
 
+from amqp_broker_native import extend_path
+
+extend_path(__path__, __name__)  # the compiled build first, when in use (amqp_broker_native)
+
 from .actions import (
     Action,
     AppendLog,

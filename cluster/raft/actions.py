@@ -1,8 +1,15 @@
 """What the Raft core asks its driver to do, the timings it runs on, and the answers to proposals.
 
-Owns the output values of ``cluster.raft.node.RaftNode`` (frozen, slotted dataclasses: match on them
-in the driver, compare them in tests). Must not know: sockets, files, the broker. The driver runs
-the actions of one call in list order; the rules for each are in its docstring.
+Owns the output values of ``cluster.raft.node.RaftNode`` (slotted dataclasses, frozen but for the
+four below: match on them in the driver, compare them in tests). Must not know: sockets, files,
+the broker. The driver runs the actions of one call in list order; the rules for each are in its
+docstring.
+
+Speed (issue 12): the values built for every message or batch (``Send``, ``AppendLog``, ``Apply``,
+``CommitAdvanced``) are slotted dataclasses with an explicit ``__init__`` and not frozen: mypyc
+compiles an explicit ``__init__`` to C, while a frozen dataclass's generated one runs as Python
+(``object.__setattr__`` per field: about 18x the cost per object, measured). Treat them as
+immutable all the same.
 """
 
 from __future__ import annotations
@@ -53,12 +60,16 @@ class Role(Enum):
     LEADER = "leader"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Send:
     """Send ``message`` to node ``to``. Best effort: loss, duplication and reordering are safe."""
 
     to: str
     message: Message
+
+    def __init__(self, to: str, message: Message) -> None:
+        self.to = to
+        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +82,7 @@ class PersistState:
     voted_for: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class AppendLog:
     """Drop every stored entry with index >= ``first_index`` (a conflicting suffix, paper §5.3),
     then append ``entries`` (consecutive, starting at ``first_index``; may be empty). May be written
@@ -80,6 +91,10 @@ class AppendLog:
 
     first_index: int
     entries: tuple[Entry, ...]
+
+    def __init__(self, first_index: int, entries: tuple[Entry, ...]) -> None:
+        self.first_index = first_index
+        self.entries = entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +108,16 @@ class PersistSnapshot:
     discard_log: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Apply:
     """Committed entries, consecutive and in index order, each exactly once per node incarnation
     (paper §5.3 "apply to state machine"). Feed the COMMAND ones to the state machine; NOOP and
     CONFIG ones only advance the applied index."""
 
     entries: tuple[Entry, ...]
+
+    def __init__(self, entries: tuple[Entry, ...]) -> None:
+        self.entries = entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,13 +128,16 @@ class Restore:
     snapshot: Snapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class CommitAdvanced:
     """The commit index is now ``commit_index``: a majority stores every entry up to it (paper
     §5.3/§5.4.2). On the leader: release publisher confirms of proposals at or below it whose
     ``Proposed.term`` equals the entry's term."""
 
     commit_index: int
+
+    def __init__(self, commit_index: int) -> None:
+        self.commit_index = commit_index
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,19 @@ A message is identified by the Raft index of its Enqueue (``msg_id``). Commands 
         the consumer is created suspended, so it never gets deliveries)
 
 Effects: ``Deliver(consumer, msg_id, header, body, delivery_count)`` (``delivery_count`` > 0 is
-a redelivery: the ``x-delivery-count`` header), ``Confirm(publisher, seq)``, ``Rejected(publisher,
-seq)`` (overflow reject-publish: nack), ``DeadLetter(reason, header, body, delivery_count)`` with
-reason "expired" | "maxlen" | "rejected" | "delivery_limit", ``Purged(count)``.
+a redelivery: the ``x-delivery-count`` header), ``Confirm(publisher, seq)`` (unless
+``FifoQueue.confirms`` is False), ``Rejected(publisher, seq)`` (overflow reject-publish: nack),
+``DeadLetter(reason, header, body, delivery_count)`` with reason "expired" | "maxlen" |
+"rejected" | "delivery_limit", ``Purged(count)``.
 
 Sources: RabbitMQ quorum queues documentation (delivery-limit, overflow, single active consumer)
 and ``rabbit_fifo`` (commands and effects); RabbitMQ message deduplication plugin (window).
+
+Speed (issue 12): the values built for every message or batch (``Enqueue``, ``Settle``,
+``Deliver``, ``Confirm``, the queue's ``_Msg``) are slotted dataclasses with an explicit
+``__init__`` and not frozen: mypyc compiles an explicit ``__init__`` to C, while a frozen
+dataclass's generated one runs as Python (``object.__setattr__`` per field: about 18x the cost per
+object, measured). Treat them as immutable all the same.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ class FifoConfig:
 
 
 # ---------------------------------------------------------------- commands
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Enqueue:
     """A publish: ``header`` and ``body`` opaque bytes, ``dedup_key`` optional."""
 
@@ -71,6 +78,15 @@ class Enqueue:
     header: bytes
     body: bytes
     now_ms: int
+
+    def __init__(self, publisher: str, seq: int, dedup_key: str | None, header: bytes, body: bytes,
+                 now_ms: int) -> None:
+        self.publisher = publisher
+        self.seq = seq
+        self.dedup_key = dedup_key
+        self.header = header
+        self.body = body
+        self.now_ms = now_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +106,16 @@ class Cancel:
     now_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Settle:
     """Ack: the messages are gone."""
 
     consumer: str
     msg_ids: tuple[int, ...]
+
+    def __init__(self, consumer: str, msg_ids: tuple[int, ...]) -> None:
+        self.consumer = consumer
+        self.msg_ids = msg_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,14 +239,16 @@ class Reader:
         return out
 
 
-def decode(raw: bytes) -> Command:
-    """The command in ``raw`` (``encode``'s layout). Raises ``ValueError`` when malformed."""
+def decode(raw: bytes, start: int = 0) -> Command:
+    """The command in ``raw`` from offset ``start`` on (``encode``'s layout; an offset spares
+    the caller a copy of the body: ``cluster.quorum.machine``'s envelope). Raises ``ValueError``
+    when malformed."""
     try:
         raw = bytes(raw)
-        if raw[:1] == b"\x01":   # Enqueue, the hot path: no reader object
-            (n,) = _U16.unpack_from(raw, 1)
-            pos = 3 + n
-            publisher = raw[3:pos].decode()
+        if raw[start:start + 1] == b"\x01":   # Enqueue, the hot path: no reader object
+            (n,) = _U16.unpack_from(raw, start + 1)
+            pos = start + 3 + n
+            publisher = raw[start + 3:pos].decode()
             seq, now = _QQ.unpack_from(raw, pos)
             pos += 16
             key = None
@@ -239,7 +261,7 @@ def decode(raw: bytes) -> Command:
             if pos + hlen > len(raw):
                 raise ValueError("fifo command truncated")
             return Enqueue(publisher, seq, key, raw[pos:pos + hlen], raw[pos + hlen:], now)
-        r = Reader(raw)
+        r = Reader(raw[start:] if start else raw)
         (code,) = r.take(_U8)
         if code == 1:
             publisher = r.str()
@@ -276,7 +298,7 @@ def decode(raw: bytes) -> Command:
 
 
 # ---------------------------------------------------------------- effects
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Deliver:
     """Send message ``msg_id`` to ``consumer``; ``delivery_count`` > 0 means redelivered."""
 
@@ -286,13 +308,25 @@ class Deliver:
     body: bytes
     delivery_count: int
 
+    def __init__(self, consumer: str, msg_id: int, header: bytes, body: bytes,
+                 delivery_count: int) -> None:
+        self.consumer = consumer
+        self.msg_id = msg_id
+        self.header = header
+        self.body = body
+        self.delivery_count = delivery_count
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Confirm:
     """Publisher confirm (ack) of ``seq``."""
 
     publisher: str
     seq: int
+
+    def __init__(self, publisher: str, seq: int) -> None:
+        self.publisher = publisher
+        self.seq = seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,13 +361,21 @@ class Purged:
 Effect = Deliver | Confirm | Rejected | DeadLetter | Purged
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Msg:
     msg_id: int
     header: bytes
     body: bytes
     expires_at: int | None
     delivery_count: int = 0
+
+    def __init__(self, msg_id: int, header: bytes, body: bytes, expires_at: int | None,
+                 delivery_count: int = 0) -> None:
+        self.msg_id = msg_id
+        self.header = header
+        self.body = body
+        self.expires_at = expires_at
+        self.delivery_count = delivery_count
 
 
 @dataclass(slots=True)
@@ -354,6 +396,9 @@ class FifoQueue:
         self.consumers: OrderedDict[str, _Consumer] = OrderedDict()
         self.dedup: OrderedDict[str, int] = OrderedDict()
         self._rr = 0
+        #: Whether ``Confirm`` effects are made (``cluster.quorum.machine`` has its own).
+        self.confirms = True
+        self._active: list[str] | None = None   # consumers that may get messages; None: stale
 
     # ------------------------------------------------------------------ applying
     def apply(self, index: int, raw: bytes) -> list[Effect]:
@@ -366,6 +411,7 @@ class FifoQueue:
         if isinstance(cmd, Enqueue):
             self._enqueue(index, cmd, out)
         elif isinstance(cmd, Checkout):
+            self._active = None
             known = self.consumers.get(cmd.consumer)
             if known is None:
                 self.consumers[cmd.consumer] = _Consumer(cmd.prefetch)
@@ -373,6 +419,7 @@ class FifoQueue:
                 known.prefetch = cmd.prefetch
             self._expire(cmd.now_ms, out)
         elif isinstance(cmd, Cancel):
+            self._active = None
             c = self.consumers.pop(cmd.consumer, None)
             if c is not None:
                 self._give_back(list(c.out.values()), out)
@@ -401,7 +448,8 @@ class FifoQueue:
         self._expire(cmd.now_ms, out)
         if cmd.dedup_key is not None and cfg.dedup_window:
             if cmd.dedup_key in self.dedup:
-                out.append(Confirm(cmd.publisher, cmd.seq))   # a duplicate: accepted, not kept
+                if self.confirms:   # a duplicate: accepted, not kept
+                    out.append(Confirm(cmd.publisher, cmd.seq))
                 return
             self.dedup[cmd.dedup_key] = index
             while len(self.dedup) > cfg.dedup_window:
@@ -420,7 +468,8 @@ class FifoQueue:
                               or (cfg.max_length_bytes is not None
                                   and self.ready_bytes > cfg.max_length_bytes)):
             self._drop_head("maxlen", out)
-        out.append(Confirm(cmd.publisher, cmd.seq))
+        if self.confirms:
+            out.append(Confirm(cmd.publisher, cmd.seq))
 
     def _take(self, cmd: Take) -> None:
         ready = self.ready
@@ -431,6 +480,7 @@ class FifoQueue:
                 c = self.consumers.get(cmd.consumer)
                 if c is None:
                     c = self.consumers[cmd.consumer] = _Consumer(-1)
+                    self._active = None
                 c.out[m.msg_id] = m
                 return
 
@@ -463,10 +513,12 @@ class FifoQueue:
         consumer under single-active-consumer."""
         if not self.consumers or not self.ready:
             return
-        names = list(self.consumers)
-        if self.config.single_active_consumer:
-            names = names[:1]
-        names = [n for n in names if self.consumers[n].prefetch >= 0]
+        names = self._active
+        if names is None:   # recomputed only when consumers came, went or changed credit
+            names = list(self.consumers)
+            if self.config.single_active_consumer:
+                names = names[:1]
+            names = self._active = [n for n in names if self.consumers[n].prefetch >= 0]
         if not names:
             return
         idle = 0
@@ -511,3 +563,4 @@ class FifoQueue:
             (n, _Consumer(p, {m.msg_id: m for m in map(msg, out)})) for n, p, out in d["consumers"])
         self.dedup = OrderedDict((k, v) for k, v in d["dedup"])
         self._rr = d["rr"]
+        self._active = None

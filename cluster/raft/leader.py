@@ -12,7 +12,6 @@ count, a removed leader steps down once the change is committed), §6.2 (check-q
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from . import actions as a
 from .messages import (
@@ -27,9 +26,7 @@ from .messages import (
     encode_members,
 )
 from .progress import Progress
-
-if TYPE_CHECKING:
-    from .raftlog import RaftLog
+from .raftlog import RaftLog
 
 __all__ = ["LeaderRole"]
 
@@ -37,25 +34,37 @@ __all__ = ["LeaderRole"]
 class LeaderRole:
     """Leader behaviour of ``RaftNode``; every public method returns the actions to run."""
 
-    if TYPE_CHECKING:
-        id: str
-        timing: a.Timing
-        now: int
-        term: int
-        role: a.Role
-        leader: str | None
-        log: RaftLog
-        snapshot: Snapshot
-        commit_index: int
-        persisted_index: int
+    # The node's state and helpers this half uses (``RaftNode`` sets and defines them); plain
+    # declarations, not an ``if TYPE_CHECKING`` block, which mypyc does not take in a class body.
+    id: str
+    timing: a.Timing
+    now: int
+    term: int
+    role: a.Role
+    leader: str | None
+    log: RaftLog
+    snapshot: Snapshot
+    commit_index: int
+    persisted_index: int
+    _out: list[a.Action]
 
-        def _take(self) -> list[a.Action]: ...
-        def _send(self, to: str, msg: Message) -> None: ...
-        def _become_follower(self, term: int, leader: str | None) -> None: ...
-        def _apply_committed(self) -> None: ...
-        def _config_changed(self) -> None: ...
-        def _state_changed(self) -> None: ...
-        _out: list[a.Action]
+    def _take(self) -> list[a.Action]:
+        raise NotImplementedError
+
+    def _send(self, to: str, msg: Message) -> None:
+        raise NotImplementedError
+
+    def _become_follower(self, term: int, leader: str | None) -> None:
+        raise NotImplementedError
+
+    def _apply_committed(self) -> None:
+        raise NotImplementedError
+
+    def _config_changed(self) -> None:
+        raise NotImplementedError
+
+    def _state_changed(self) -> None:
+        raise NotImplementedError
 
     def _init_leader(self) -> None:
         self.progress: dict[str, Progress] = {}

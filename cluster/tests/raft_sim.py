@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -77,8 +78,10 @@ class Replica:
     sync_at: float = -1.0
     incarnation: int = 0
 
-    def local(self, t: float) -> float:
-        return self.offset + self.rate * t
+    def local(self, t: float) -> int:
+        """The replica's clock in whole ms (the core takes ``now_ms`` as an int: compiled by
+        mypyc, it refuses a float)."""
+        return math.floor(self.offset + self.rate * t)
 
     def global_time(self, local: float) -> float:
         return (local - self.offset) / self.rate
@@ -125,7 +128,7 @@ class RaftSim:
         rate = 1.0 + self.rng.uniform(-self.skew, self.skew)
         offset = self.rng.uniform(0, 10_000)
         state = storage.load()
-        node = RaftNode(node_id, state, offset + rate * self.now, self.timing,
+        node = RaftNode(node_id, state, math.floor(offset + rate * self.now), self.timing,
                         random.Random(self.rng.random()), bootstrap=bootstrap,
                         vote_floor=self.vote_floors.get(node_id, 0))
         rep = Replica(node, storage, rate, offset, incarnation=next(self.incarnations))
