@@ -1,16 +1,20 @@
 """The broker's hot path in one process, for ``valgrind --tool=callgrind`` (instructions per message
 repeat across runs and machines, unlike time): ``python -m benchmarks.hotpath [--messages N]
-[--case noack|ack|persistent] [--callgrind]``.
+[--case noack|ack|persistent] [--size BYTES] [--callgrind]``.
 
 A core ``Broker`` (no sockets: ``amqp_broker.core``) with one publishing and one consuming
-connection; the publisher's frames (Basic.Publish + header + 1 KiB body, as amqbench sends them)
-are fed to ``Connection.receive_data`` in chunks of 100 messages, the consumer's output is taken
-after each chunk (the bytes a socket write would carry) and, for ``ack``, a Basic.Ack multiple
-every 100 deliveries is fed back. ``persistent`` adds delivery-mode 2, a durable queue over a
+connection; the publisher's frames (Basic.Publish + header + body of ``--size`` bytes, default
+1024, one body frame up to frame_max 131072, as amqbench sends them) are fed to
+``Connection.receive_data`` in chunks of 100 messages, each chunk cut into reads of at most 256 KiB
+(what the I/O layer's socket reads hand over: ``server.connection_io.READ_SIZE``), so a large
+frame straddles two reads as it does on a socket. The consumer's output is taken after each chunk
+(the bytes a socket write would carry; when output credit stopped deliveries, the I/O layer's
+``output_drained`` lets them go on and the rest is taken too) and, for ``ack``, a Basic.Ack
+multiple every 100 deliveries is fed back. ``persistent`` adds delivery-mode 2, a durable queue over a
 message store in a temporary directory, publisher confirms and the store's sync.
 
 ``--callgrind`` runs itself twice under callgrind (N and 2N messages) and prints the difference
-divided by N: instructions per message, free of start-up costs. Without it, prints msg/s of one
+divided by N: instructions per message (of ``--size`` bytes), free of start-up costs. Without it, prints msg/s of one
 in-process run (a rough figure: it varies with the machine's load).
 """
 
@@ -28,6 +32,8 @@ from pamqp import body as pbody
 from pamqp import commands, frame, header
 
 CHUNK = 100
+#: Bytes per simulated socket read (``amqp_broker.server.connection_io.READ_SIZE``).
+READ_SIZE = 262144
 
 
 def _frames(routing_key: str, body: bytes, persistent: bool) -> bytes:
@@ -37,8 +43,14 @@ def _frames(routing_key: str, body: bytes, persistent: bool) -> bytes:
             + frame.marshal(pbody.ContentBody(body), 1))
 
 
-def run(messages: int, case: str) -> float:
-    """Publish ``messages`` 1 KiB messages through the core and consume them; returns seconds."""
+def _reads(data: bytes) -> list[bytes]:
+    """``data`` cut into the pieces socket reads of ``READ_SIZE`` bytes would return."""
+    return [data[i:i + READ_SIZE] for i in range(0, len(data), READ_SIZE)]
+
+
+def run(messages: int, case: str, size: int = 1024) -> float:
+    """Publish ``messages`` messages of ``size`` bytes through the core and consume them;
+    returns seconds."""
     from amqp_broker.core.broker import Broker
     from amqp_broker.core.durability import Durability
     from amqp_broker.core.tests.client import Client
@@ -63,12 +75,14 @@ def run(messages: int, case: str) -> float:
         pub.call(1, commands.Confirm.Select())
     con.call(1, commands.Basic.Qos(prefetch_count=1000))
     con.consume(1, "hot", "c", no_ack=(case == "noack"))
-    chunk = _frames("hot", b"x" * 1024, persistent) * CHUNK
+    channel = con.conn.channels[1]
+    reads = _reads(_frames("hot", b"x" * size, persistent) * CHUNK)
     store = durability.store if durability is not None else None
     delivered = 0
     started = time.perf_counter()
     for _ in range(messages // CHUNK):
-        pub.conn.receive_data(chunk)
+        for data in reads:
+            pub.conn.receive_data(data)
         if store is not None:  # the group commit (in the I/O layer's worker thread normally)
             durability.begin_sync()  # type: ignore[union-attr]
             sync = store.flush()
@@ -76,7 +90,10 @@ def run(messages: int, case: str) -> float:
             durability.synced(store.synced(sync))  # type: ignore[union-attr]
             pub.conn.take_output()
         out = con.conn.take_output()
-        delivered += out.count(b"\x00\x3c\x00\x3c")  # Basic.Deliver method frames
+        while out:
+            con.conn.output_drained()
+            out = con.conn.take_output()
+        delivered = channel.next_delivery_tag - 1
         if case != "noack":
             con.conn.receive_data(frame.marshal(commands.Basic.Ack(delivered, True), 1))
     elapsed = time.perf_counter() - started
@@ -87,9 +104,11 @@ def run(messages: int, case: str) -> float:
     return elapsed
 
 
-def callgrind(messages: int, case: str, module: str = "benchmarks.hotpath") -> float:
+def callgrind(messages: int, case: str, module: str = "benchmarks.hotpath",
+              size: int | None = None) -> float:
     """Instructions per message: callgrind totals at 2N and N messages, difference over N, of
-    ``python -m module --messages N [--case case]`` (``case`` "relay": no ``--case``)."""
+    ``python -m module --messages N [--case case] [--size size]`` (``case`` "relay": no
+    ``--case``)."""
     totals = []
     for n in (messages, 2 * messages):
         with tempfile.TemporaryDirectory() as d:
@@ -97,7 +116,8 @@ def callgrind(messages: int, case: str, module: str = "benchmarks.hotpath") -> f
             proc = subprocess.run(
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                  sys.executable, "-m", module, "--messages", str(n),
-                 *(["--case", case] if case != "relay" else [])],
+                 *(["--case", case] if case != "relay" else []),
+                 *(["--size", str(size)] if size is not None else [])],
                 capture_output=True, text=True, timeout=3600)
             match = re.search(r"Collected : (\d+)", proc.stderr)
             if proc.returncode or not match:
@@ -110,13 +130,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--case", choices=["noack", "ack", "persistent"], default="noack")
+    parser.add_argument("--size", type=int, default=1024, help="body bytes (default 1024)")
     parser.add_argument("--callgrind", action="store_true")
     args = parser.parse_args()
     if args.callgrind:
-        per = callgrind(args.messages, args.case)
-        print(f"{args.case}: {per:,.0f} instructions per 1 KiB message")
+        per = callgrind(args.messages, args.case, size=args.size)
+        print(f"{args.case}: {per:,.0f} instructions per {args.size}-byte message")
     else:
-        seconds = run(args.messages, args.case)
+        seconds = run(args.messages, args.case, args.size)
         print(f"{args.case}: {args.messages / seconds:,.0f} msg/s in-process ({seconds:.2f} s)")
 
 

@@ -2,7 +2,9 @@
 
 Two tasks per connection: the reader receives large chunks (256 KiB) and hands each to
 ``Connection.receive_data`` synchronously (every frame in the chunk handled, no task per message);
-the writer sleeps until the connection has output, then sends all of it in one ``send``. Back
+the writer sleeps until the connection has output, then sends all of it in one ``send`` (or, when
+large bodies are among it, as a list of buffers in one gather write, so that they are not copied
+into a joined buffer first). Back
 pressure: the reader does not read while the connection's own output is above the high-water mark,
 nor while the connection is blocked by the memory alarm after it has published (RabbitMQ's
 connection.blocked), so one client can never make the broker buffer without bound. Source:
@@ -12,7 +14,8 @@ DESIGN.md §5 (figures: one send per chunk, not per frame).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, cast
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from anyio.abc import ByteStream
@@ -45,13 +48,51 @@ class _Link:
         self.wake.set()
 
 
-async def _writer(conn: Connection, stream: ByteStream, link: _Link) -> None:
+#: Sends a list of buffers in order, returning once the transport took them all.
+GatherSend = Callable[[list[bytes]], Awaitable[None]]
+
+
+def gather_sender(stream: ByteStream) -> GatherSend | None:
+    """A gather write for ``stream``: the list of buffers goes to the asyncio transport's
+    ``writelines`` (uvloop: one ``writev`` with the buffers as they are, no join), with the
+    same flow control as anyio's ``SocketStream.send`` (its transport's write-buffer limit is
+    0: wait until the transport drained). anyio offers no public way to the transport, so this
+    uses the attributes of its asyncio backend's ``SocketStream`` (``_transport``,
+    ``_protocol``; anyio 4.x, as pinned); None when ``stream`` is not one (a TLS stream, another
+    backend): the caller then joins and ``send``s. Raises ``anyio.BrokenResourceError`` when the
+    transport is closing or failed, as ``send`` does. Source: uvloop ``UVStream.writelines``."""
+    transport: Any = getattr(stream, "_transport", None)
+    protocol: Any = getattr(stream, "_protocol", None)
+    if not callable(getattr(transport, "writelines", None)) or \
+            getattr(protocol, "write_event", None) is None:
+        return None
+
+    async def send_parts(parts: list[bytes]) -> None:
+        if protocol.exception is not None or transport.is_closing():
+            raise anyio.BrokenResourceError
+        try:
+            transport.writelines(parts)
+        except RuntimeError as exc:  # uvloop: the handle closed under us
+            raise anyio.BrokenResourceError from exc
+        if not protocol.write_event.is_set():
+            await protocol.write_event.wait()
+        if protocol.exception is not None:
+            raise anyio.BrokenResourceError from protocol.exception
+
+    return send_parts
+
+
+async def _writer(conn: Connection, stream: ByteStream, link: _Link,
+                  gather: GatherSend | None) -> None:
     while True:
         await link.wake.wait()
         link.wake = anyio.Event()
-        data = conn.take_output()
-        if data:
-            await stream.send(data)
+        if gather is not None and conn.output_has_large:
+            await gather(conn.take_output_parts())
+        else:
+            data = conn.take_output()
+            if data:
+                await stream.send(data)
         if conn.closed and not conn.output_size:
             break
         if not conn.output_size:
@@ -106,11 +147,12 @@ async def serve_connection(broker: Broker, stream: ByteStream, tls: TlsPeer | No
     conn.tls = tls
     link = _Link()
     conn.on_writable = link.on_writable
+    gather = gather_sender(stream) if tls is None else None
     try:
         async with anyio.create_task_group() as tg:
             async def write_then_stop() -> None:
                 try:
-                    await _writer(conn, stream, link)
+                    await _writer(conn, stream, link, gather)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                     pass
                 if not conn.linger:  # else the reader discards input until the peer closes
