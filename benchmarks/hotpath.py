@@ -1,6 +1,6 @@
 """The broker's hot path in one process, for ``valgrind --tool=callgrind`` (instructions per message
 repeat across runs and machines, unlike time): ``python -m benchmarks.hotpath [--messages N]
-[--case noack|ack|persistent] [--size BYTES] [--callgrind]``.
+[--case noack|ack|persistent|many] [--size BYTES] [--callgrind]``.
 
 A core ``Broker`` (no sockets: ``amqp_broker.core``) with one publishing and one consuming
 connection; the publisher's frames (Basic.Publish + header + body of ``--size`` bytes, default
@@ -11,7 +11,8 @@ frame straddles two reads as it does on a socket. The consumer's output is taken
 (the bytes a socket write would carry; when output credit stopped deliveries, the I/O layer's
 ``output_drained`` lets them go on and the rest is taken too) and, for ``ack``, a Basic.Ack
 multiple every 100 deliveries is fed back. ``persistent`` adds delivery-mode 2, a durable queue over a
-message store in a temporary directory, publisher confirms and the store's sync.
+message store in a temporary directory, publisher confirms and the store's sync. ``many``: 100
+queues, 10 publishing and 10 consuming connections (``run_many``).
 
 ``--callgrind`` runs itself twice under callgrind (N and 2N messages) and prints the difference
 divided by N: instructions per message (of ``--size`` bytes), free of start-up costs. Without it, prints msg/s of one
@@ -104,6 +105,51 @@ def run(messages: int, case: str, size: int = 1024) -> float:
     return elapsed
 
 
+def run_many(messages: int, size: int = 1024, queues: int = 100, producers: int = 10,
+             consumers: int = 10) -> float:
+    """The "many queues" case in the core: ``producers`` publishing connections, each sending
+    chunks of 100 messages round-robin over its share of ``queues`` queues (queue q belongs to
+    producer q % producers, as ``benchmarks/manyqueues.c``), ``consumers`` consuming connections
+    with no-ack consumers on their share; a chunk from every producer in turn, then every
+    consumer's output is taken. Returns seconds."""
+    from amqp_broker.core.broker import Broker
+    from amqp_broker.core.tests.client import Client
+
+    broker = Broker()
+    pubs, cons = [], []
+    for i in range(producers + consumers):
+        client = Client(broker, "127.0.0.1", 40001 + i)
+        client.handshake()
+        client.open_channel(1)
+        (pubs if i < producers else cons).append(client)
+    names = [f"q{q}" for q in range(queues)]
+    for name in names:
+        pubs[0].call(1, commands.Queue.Declare(queue=name))
+    for q, name in enumerate(names):
+        consumer = cons[(q % producers + q // producers) % consumers]
+        consumer.consume(1, name, f"c{q}", no_ack=True)
+    body = b"x" * size
+    chunks = []
+    for p in range(producers):
+        mine = names[p::producers]
+        chunks.append(_reads(b"".join(_frames(mine[i % len(mine)], body, False)
+                                      for i in range(CHUNK))))
+    channels = [c.conn.channels[1] for c in cons]
+    started = time.perf_counter()
+    for _ in range(messages // (CHUNK * producers)):
+        for p, reads in enumerate(chunks):
+            for data in reads:
+                pubs[p].conn.receive_data(data)
+        for c in cons:
+            while c.conn.take_output():
+                c.conn.output_drained()
+    elapsed = time.perf_counter() - started
+    delivered = sum(ch.next_delivery_tag - 1 for ch in channels)
+    if delivered < messages // (CHUNK * producers) * CHUNK * producers:
+        raise SystemExit(f"only {delivered} of {messages} delivered")
+    return elapsed
+
+
 def callgrind(messages: int, case: str, module: str = "benchmarks.hotpath",
               size: int | None = None) -> float:
     """Instructions per message: callgrind totals at 2N and N messages, difference over N, of
@@ -129,7 +175,8 @@ def callgrind(messages: int, case: str, module: str = "benchmarks.hotpath",
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=20000)
-    parser.add_argument("--case", choices=["noack", "ack", "persistent"], default="noack")
+    parser.add_argument("--case", choices=["noack", "ack", "persistent", "many"], default="noack",
+                        help="many: 100 queues, 10 producing and 10 consuming connections, no-ack")
     parser.add_argument("--size", type=int, default=1024, help="body bytes (default 1024)")
     parser.add_argument("--callgrind", action="store_true")
     args = parser.parse_args()
@@ -137,7 +184,8 @@ def main() -> None:
         per = callgrind(args.messages, args.case, size=args.size)
         print(f"{args.case}: {per:,.0f} instructions per {args.size}-byte message")
     else:
-        seconds = run(args.messages, args.case, args.size)
+        seconds = (run_many(args.messages, args.size) if args.case == "many"
+                   else run(args.messages, args.case, args.size))
         print(f"{args.case}: {args.messages / seconds:,.0f} msg/s in-process ({seconds:.2f} s)")
 
 

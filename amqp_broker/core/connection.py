@@ -163,8 +163,8 @@ class Connection:
         self._out.append(data)
         self.output_size += len(data)
 
-    def write_parts(self, parts: tuple[bytes, ...]) -> None:
-        """Queue several pieces of one write (a large delivery: head, body, frame end)."""
+    def write_parts(self, parts: list[bytes]) -> None:
+        """Queue several pieces of one write (a large delivery: envelopes and body slices)."""
         out = self._out
         was_empty = not out
         out.extend(parts)
