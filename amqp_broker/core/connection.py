@@ -196,7 +196,7 @@ class Connection:
         as separate buffers than joined."""
         out = self._out
         if not out:
-            return out
+            return []
         self._out = []
         self.output_size = 0
         self.output_has_large = False

@@ -54,9 +54,9 @@ class FrameSplitter:
     def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
         """Append ``data`` and return every complete frame in order (see class docstring).
 
-        Each payload is copied once out of the received chunks: a frame split across reads is
-        kept as views of the chunks until its last byte arrives, then joined (a 64 KiB body
-        straddling two 256 KiB reads costs one copy of itself, not three)."""
+        A frame split across reads is kept as pieces of the chunks (views where large) until its
+        last byte arrives, then joined straight into its payload: a 64 KiB body straddling two
+        256 KiB reads costs one to two copies of itself, not three."""
         tail = self._tail
         if not tail:
             return self._split(data, 0)
@@ -65,7 +65,7 @@ class FrameSplitter:
             self._tail = []
             self._tail_len = 0
             return self._split(b"".join(tail) + data, 0)
-        first = tail[0]  # holds the whole header (``_split`` keeps tails of 7+ bytes in one piece)
+        first = tail[0]  # holds the whole header (``_split`` keeps a tail in one piece)
         ftype, channel, size = _unpack_head(first, 0)
         need = 8 + size - held  # bytes of ``data`` that complete the frame (size checked already)
         if need > len(data):
@@ -109,9 +109,13 @@ class FrameSplitter:
             append((ftype, channel, data[pos + 7:stop]))
             pos = stop + 1
         if pos < end:
-            # A view, not a copy: the frame's bytes are copied once, when it is complete.
-            self._tail = [memoryview(data)[pos:] if end - pos >= 7 else data[pos:]]
-            self._tail_len = end - pos
+            # A view, not a copy, when the tail is at least a quarter of the chunk (a large
+            # frame's head): its bytes are copied once, when the frame is complete, and the view
+            # holds at most four times its size. A small tail is copied, not to hold the chunk.
+            held = end - pos
+            self._tail = [memoryview(data)[pos:] if held >= 7 and 4 * held >= end
+                          else data[pos:]]
+            self._tail_len = held
         return frames
 
 

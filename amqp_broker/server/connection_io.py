@@ -4,10 +4,10 @@ Two tasks per connection: the reader receives large chunks (256 KiB) and hands e
 ``Connection.receive_data`` synchronously (every frame in the chunk handled, no task per message);
 the writer sleeps until the connection has output, then sends all of it in one ``send`` (or, when
 large bodies are among it, as a list of buffers in one gather write, so that they are not copied
-into a joined buffer first). Back
-pressure: the reader does not read while the connection's own output is above the high-water mark,
-nor while the connection is blocked by the memory alarm after it has published (RabbitMQ's
-connection.blocked), so one client can never make the broker buffer without bound. Source:
+into a joined buffer first). Back pressure: the reader does not read while the connection's own
+output is above the high-water mark, nor while the connection is blocked by the memory alarm
+after it has published (RabbitMQ's connection.blocked), so one client can never make the broker
+buffer without bound. Source:
 DESIGN.md §5 (figures: one send per chunk, not per frame).
 """
 
