@@ -27,6 +27,7 @@ from .management import persist
 from .management import server as management_server
 from .server.amqps import TlsServer
 from .server.listener import run_broker
+from .server.malloc_tuning import tune_malloc
 from .server.tls import TlsOptions, server_context
 
 __all__ = ["run", "serve", "shutdown"]
@@ -215,6 +216,7 @@ def run(config: Config) -> None:
         log.info("broker %s ready on %s:%s (data dir %s)", config.node_name, config.host, port,
                  config.data_dir)
 
+    tune_malloc()
     backend_options = {}
     try:
         import uvloop  # noqa: F401

@@ -54,6 +54,7 @@ MODULES: tuple[str, ...] = (
     "queues.ready_list",
     "queues.paged_list",
     "queues.queue_view",
+    "queues.discards",
     "queues.queue",
     "routing.table",
     # quorum queues (issue 12): the Raft core, the queue's state machine, the group around it
@@ -98,6 +99,10 @@ def _decide() -> tuple[bool, str]:
         built_from = json.loads((LIB / "manifest.json").read_text())["sources"]
     except (OSError, ValueError, KeyError, TypeError):
         return False, "pure Python (not compiled: no mypyc build was made at install)"
+    added = [mod for mod in MODULES if mod not in built_from]
+    if added:  # a module joined MODULES since the build: rebuilding compiles it too
+        return False, (f"pure Python (the mypyc build is stale: {', '.join(added)} added since; "
+                       "`make native` rebuilds it)")
     libname = GROUP.rsplit(".", 1)[1] + "__mypyc"
     missing = [mod for mod in MODULES if not _built(LIB.joinpath(*mod.split(".")))]
     if missing or not _built(LIB / libname):

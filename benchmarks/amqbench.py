@@ -1,7 +1,9 @@
 """amqbench, the C load generator on rabbitmq-c that drives both brokers: cases, build, run, parse.
 
 Split out of ``benchmarks/run.py``. amqbench's sources live in ``../shared/bench`` (``build.sh``
-and ``amqbench.c``); :func:`build_amqbench` builds it into ``benchmarks/out/``,
+and ``amqbench.c``); :func:`build_amqbench` builds it into ``benchmarks/out/``, and
+:func:`build_manyqueues` the "many queues" generator (``benchmarks/manyqueues.c``: amqbench's
+options and output over Q queues, which amqbench's one queue cannot do) beside it,
 :func:`run_amqbench` runs one :class:`Case` against one broker (measuring the broker process's CPU
 time and disk writes over the run) and :func:`parse_amqbench` reads its machine-readable last line
 into a :class:`Result`.
@@ -23,11 +25,13 @@ OUT_DIR = REPO_ROOT / "benchmarks" / "out"
 
 @dataclass(frozen=True)
 class Case:
-    """One benchmark case: a short key for ``--cases``, a title for the table, amqbench options."""
+    """One benchmark case: a short key for ``--cases``, a title for the table, the options of
+    its load generator ``tool`` (amqbench, or manyqueues for several queues)."""
 
     key: str
     title: str
     args: tuple[str, ...]
+    tool: str = "amqbench"
 
     @property
     def size(self) -> int:
@@ -55,6 +59,12 @@ CASES: tuple[Case, ...] = (
         ("--size", "1024", "--persistent", "--confirm", "--ack"),
     ),
     Case("latency", "latency at 1,000 msg/s (1 KiB, no-ack)", ("--size", "1024", "--rate", "1000")),
+    Case(
+        "many-queues",
+        "many queues: 100 queues, 10 producers, 10 consumers (1 KiB, no-ack)",
+        ("--size", "1024", "--queues", "100", "--producers", "10", "--consumers", "10"),
+        tool="manyqueues",
+    ),
 )
 CASES_BY_KEY = {case.key: case for case in CASES}
 WARMUP = Case("warmup", "warm-up (discarded)", ("--size", "1024"))
@@ -115,6 +125,27 @@ def build_amqbench(out_dir: Path) -> Path | None:
     return binary
 
 
+MANYQUEUES_SRC = REPO_ROOT / "benchmarks" / "manyqueues.c"
+
+
+def build_manyqueues(out_dir: Path) -> Path:
+    """Build ``benchmarks/manyqueues.c`` into ``out_dir`` (reused while newer than its source)
+    with gcc and rabbitmq-c (librabbitmq-dev, which amqbench's build installs); raises
+    ``RuntimeError`` when the build fails."""
+    binary = out_dir / "manyqueues"
+    if binary.is_file() and binary.stat().st_mtime >= MANYQUEUES_SRC.stat().st_mtime:
+        return binary
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"building manyqueues -> {binary}", flush=True)
+    proc = subprocess.run(
+        ["gcc", "-O2", "-Wall", "-o", str(binary), str(MANYQUEUES_SRC), "-lrabbitmq", "-lpthread"],
+        capture_output=True, text=True, timeout=600,
+    )
+    if proc.returncode != 0 or not binary.is_file():
+        raise RuntimeError(f"building manyqueues failed:\n{proc.stdout}{proc.stderr}")
+    return binary
+
+
 LAST_LINE = re.compile(r"(\w+)=([0-9.]+)")
 
 
@@ -127,7 +158,8 @@ def parse_amqbench(stdout: str) -> dict[str, float] | None:
 
 
 def run_amqbench(binary: Path, broker: Broker, case: Case, seconds: int) -> Result:
-    """Run one case against one broker, measuring the broker's CPU time over the run."""
+    """Run one case against one broker with ``binary`` (the case's ``tool``), measuring the
+    broker's CPU time over the run."""
     result = Result(broker=broker.label, case=case)
     cmd = [str(binary), "--host", HOST, "--port", str(broker.port), "--seconds", str(seconds)]
     cmd += case.args

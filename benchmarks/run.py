@@ -2,7 +2,8 @@
 
 ``python -m benchmarks.run`` (or ``make bench``) from the repository root:
 
-1. builds amqbench (a C load generator on rabbitmq-c, ``../shared/bench``) into ``benchmarks/out/``;
+1. builds amqbench (a C load generator on rabbitmq-c, ``../shared/bench``) into ``benchmarks/out/``,
+   and manyqueues (``benchmarks/manyqueues.c``, the same for many queues) beside it;
 2. starts our broker as a real process (``python -m amqp_broker``) on a free port, data in a temp dir;
 3. starts a private RabbitMQ node (its own node name, ports, data and log dirs) when
    ``rabbitmq-server`` is installed, and stops it at the end;
@@ -33,6 +34,7 @@ from benchmarks.amqbench import (
     WARMUP,
     Result,
     build_amqbench,
+    build_manyqueues,
     run_amqbench,
 )
 from benchmarks.processes import REPO_ROOT, Broker, OurBroker, RabbitMQ, stop_brokers, tail
@@ -102,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     binary = args.amqbench or build_amqbench(OUT_DIR)
     if binary is None:
         return 0
+    tools = {"amqbench": binary}
+    if any(case.tool == "manyqueues" for case in args.case_list):
+        tools["manyqueues"] = build_manyqueues(OUT_DIR)
 
     workdir = Path(tempfile.mkdtemp(prefix="amqbench-ours-"))
     ours = OurBroker(workdir, shlex.split(args.our_args))
@@ -152,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ours.stop()
                     ours.start()
                 print(f"{case.title}, {broker.label} ...", end=" ", flush=True)
-                r = run_amqbench(binary, broker, case, args.seconds)
+                r = run_amqbench(tools[case.tool], broker, case, args.seconds)
                 if not broker.alive():
                     r.error = (
                         r.error + "; " if r.error else ""

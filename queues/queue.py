@@ -34,8 +34,9 @@ from queues.arguments import (
     message_ttl_or_none,
 )
 from queues.consumers import ConsumerSet
-from queues.dead_letter import REASON_EXPIRED, REASON_MAXLEN, REASON_REJECTED, make_dead_letter
+from queues.dead_letter import REASON_EXPIRED, REASON_MAXLEN, REASON_REJECTED
 from queues.dedup import DedupWindow, dedup_key
+from queues.discards import Discards
 from queues.entry import QueueEntry
 from queues.errors import QueueDeleted, UnknownEntry
 from queues.message import Message, body_size_of
@@ -87,11 +88,11 @@ class Queue(QueueView):
 
     __slots__ = (
         "name", "durable", "exclusive_owner", "auto_delete", "arguments", "settings",
-        "_clock", "_wall_clock", "_dead_letter", "_on_discard",
+        "_clock", "_discards",
         "_ready", "_bytes", "_unacked", "_consumers", "_next_seq", "_dispatching", "_deleted",
         "_ttl", "_max_length", "_max_bytes", "_limited", "_drop_head", "_max_priority",
         "changes",
-        "_dlx", "_dlrk", "had_consumers", "dedup", "_journal",
+        "had_consumers", "dedup", "_journal",
     )
 
     def __init__(self, name: str, settings: QueueSettings, *, durable: bool = False,
@@ -109,12 +110,12 @@ class Queue(QueueView):
         self.arguments = dict(arguments) if arguments else {}
         self.settings = settings
         self._clock = clock
-        self._wall_clock = wall_clock
-        self._dead_letter = dead_letter
-        self._on_discard = on_discard
         #: The queue's persistence (``queues.queue_type.Journal``): told as stored entries are
         #: delivered and leave; None for a queue whose messages are not stored.
         self._journal = journal
+        #: Dead-lettering, the journal's settle and ``on_discard`` for leaving entries.
+        self._discards = Discards(name, dead_letter=dead_letter, on_discard=on_discard,
+                                  journal=journal, wall_clock=wall_clock)
         self._max_priority = settings.max_priority
         self._ready: ReadyList | PriorityReadyList | PagedReadyList
         if settings.max_priority is not None:
@@ -155,8 +156,7 @@ class Queue(QueueView):
         self._max_bytes = settings.max_length_bytes
         self._limited = settings.max_length is not None or settings.max_length_bytes is not None
         self._drop_head = self._limited and settings.overflow == OVERFLOW_DROP_HEAD
-        self._dlx = settings.dead_letter_exchange
-        self._dlrk = settings.dead_letter_routing_key
+        self._discards.configure(settings.dead_letter_exchange, settings.dead_letter_routing_key)
         if self._ready:
             self._after_enqueue(False)
 
@@ -195,7 +195,7 @@ class Queue(QueueView):
             raise QueueDeleted(self.name)
         if self._limited and not self._drop_head and self._would_overflow(len(message.body)):
             if self.settings.overflow == OVERFLOW_REJECT_PUBLISH_DLX:
-                self._dead_letter_message(message, REASON_MAXLEN)
+                self._discards.dead_letter_message(message, REASON_MAXLEN)
             self._refused(message)
             return _REJECTED
         dedup = self.dedup
@@ -280,7 +280,7 @@ class Queue(QueueView):
                              or (max_bytes is not None and self._bytes > max_bytes)):
                 entry = ready.popleft()
                 self._bytes -= len(entry.message.body)
-                self._discard(entry, REASON_MAXLEN)
+                self._discards.discard(entry, REASON_MAXLEN)
                 check_expiry = True
         if check_expiry:
             self.expire()
@@ -327,7 +327,7 @@ class Queue(QueueView):
                 if head.expires_at is not None and clock() >= head.expires_at:
                     ready.popleft()
                     self._bytes -= len(head.message.body)
-                    self._discard(head, REASON_EXPIRED)
+                    self._discards.discard(head, REASON_EXPIRED)
                     continue
                 consumer = pick()
                 if consumer is None:
@@ -357,7 +357,7 @@ class Queue(QueueView):
             entry = ready.popleft()
             self._bytes -= len(entry.message.body)
             if entry.expires_at is not None and self._clock() >= entry.expires_at:
-                self._discard(entry, REASON_EXPIRED)
+                self._discards.discard(entry, REASON_EXPIRED)
                 continue
             entry.delivery_count += 1
             if not no_ack:
@@ -484,7 +484,7 @@ class Queue(QueueView):
         if self._deleted:
             return
         self._take_unacked(entry)
-        self._discard(entry, REASON_REJECTED)
+        self._discards.discard(entry, REASON_REJECTED)
 
     # --- housekeeping -----------------------------------------------------------------------
 
@@ -499,7 +499,7 @@ class Queue(QueueView):
         if self._journal is not None:
             self._journal.settled(entries)
         for entry in entries:
-            self._notify_discard(entry, REASON_PURGED)
+            self._discards.notify(entry, REASON_PURGED)
         return len(entries)
 
     def expire(self) -> int:
@@ -521,7 +521,7 @@ class Queue(QueueView):
             for entry in expired:
                 self._bytes -= len(entry.message.body)
             for entry in expired:
-                self._discard(entry, REASON_EXPIRED)
+                self._discards.discard(entry, REASON_EXPIRED)
 
     def next_expiry(self) -> int | None:
         """When (``clock`` ms) the earliest head expires, ``None`` if no head has a TTL.
@@ -548,7 +548,7 @@ class Queue(QueueView):
         self._unacked.clear()
         self._consumers.clear()
         for entry in entries:
-            self._notify_discard(entry, REASON_DELETED)
+            self._discards.notify(entry, REASON_DELETED)
         return entries
 
     # --- consumers --------------------------------------------------------------------------
@@ -577,31 +577,6 @@ class Queue(QueueView):
         if removed:
             self.dispatch()
         return removed
-
-    # --- dead-lettering ---------------------------------------------------------------------
-
-    def _discard(self, entry: QueueEntry, reason: str) -> None:
-        """``entry`` has left the queue for ``reason``: dead-letter it if configured, notify."""
-        if self._dlx is not None:
-            self._dead_letter_message(entry.message, reason)
-        if self._journal is not None and entry.message.store_id is not None:
-            self._journal.settled((entry,))
-        if self._on_discard is not None:
-            self._on_discard(entry, reason)
-
-    def _notify_discard(self, entry: QueueEntry, reason: str) -> None:
-        if self._on_discard is not None:
-            self._on_discard(entry, reason)
-
-    def _dead_letter_message(self, message: Message, reason: str) -> None:
-        dlx = self._dlx
-        callback = self._dead_letter
-        if dlx is None or callback is None:
-            return
-        dead, routing_keys = make_dead_letter(
-            message, reason=reason, queue=self.name, dead_letter_exchange=dlx,
-            dead_letter_routing_key=self._dlrk, now=self._wall_clock())
-        callback(dead, dlx, routing_keys)
 
     def __repr__(self) -> str:
         return (f"Queue({self.name!r}, ready={len(self._ready)}, unacked={len(self._unacked)}, "

@@ -78,9 +78,10 @@ class ChannelConsumer:
             routing_raw = msg.routing_raw = encode_routing(msg.exchange, msg.routing_key)
         conn = ch.connection
         body = msg.body
-        if LARGE_BODY < len(body) <= conn.frame_max - 8:
+        if len(body) > LARGE_BODY:
             conn.write_parts(encode_deliver_parts(ch.id, self._prefix, tag, entry.redelivered,
-                                                  routing_raw, msg.header_payload, body))
+                                                  routing_raw, msg.header_payload, body,
+                                                  conn.frame_max))
         else:
             conn.write(encode_deliver(ch.id, self._prefix, tag, entry.redelivered, routing_raw,
                                       msg.header_payload, body, conn.frame_max))

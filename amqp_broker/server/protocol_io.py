@@ -3,7 +3,8 @@
 ``AmqpProtocol`` feeds one ``core.Connection``: each received chunk goes to
 ``Connection.receive_data`` synchronously (every frame in it handled); when the connection gets
 output (``on_writable``), one flush is scheduled with ``loop.call_soon``, so everything produced in
-this turn of the loop goes out in one ``transport.write``. An idle connection costs nothing but its
+this turn of the loop goes out in one ``transport.write`` (or, when large bodies are among it, one
+``transport.writelines`` of the pieces: uvloop sends them with one ``writev``, not joined first). An idle connection costs nothing but its
 timers: a heartbeat is one callback each way, where the stream tasks of ``connection_io`` woke two
 tasks and an event per frame (issue 14: 10,000 idle connections with heartbeats).
 
@@ -127,12 +128,13 @@ class AmqpProtocol(asyncio.Protocol):
         t, conn = self.transport, self.conn
         if t is None or conn is None or t.is_closing():
             return
-        if not self.writing_paused:
-            data = conn.take_output()
-            if data:
-                t.write(data)
-                if not conn.output_size and not conn.closed:
-                    conn.output_drained()   # may produce more: flushed next turn
+        if not self.writing_paused and conn.output_size:
+            if conn.output_has_large:   # large bodies among it: one gather write, no join
+                t.writelines(conn.take_output_parts())
+            else:
+                t.write(conn.take_output())
+            if not conn.closed:
+                conn.output_drained()   # may produce more: flushed next turn
         if conn.closed:
             if not conn.output_size and not self.lingering:
                 t.close()   # after the buffered output is sent

@@ -105,6 +105,16 @@ def test_an_edited_source_makes_the_build_stale(tree: Path) -> None:
     assert "RuntimeWarning" in text  # warned once, on stderr
 
 
+def test_a_module_added_to_the_list_makes_the_build_stale(tree: Path) -> None:
+    manifest = tree / "amqp_broker_native" / "_lib" / "manifest.json"
+    sources = json.loads(manifest.read_text())["sources"]
+    del sources["queues.discards"]  # built before queues.discards joined MODULES
+    manifest.write_text(json.dumps({"sources": sources}))
+    code, text = _status(tree)
+    assert code == 2  # `make native` rebuilds on 2
+    assert "stale: queues.discards added since" in text
+
+
 @pytest.mark.parametrize("lost", ["manifest.json", "queues/consumers", "hotpath__mypyc"])
 def test_a_missing_or_partial_build_falls_back_to_source(tree: Path, lost: str) -> None:
     lib = tree / "amqp_broker_native" / "_lib"

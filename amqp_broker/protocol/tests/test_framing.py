@@ -115,6 +115,33 @@ def test_partial_frame_is_kept_until_complete() -> None:
     assert splitter.buffered == 0
 
 
+def test_large_bodies_across_socket_sized_reads() -> None:
+    """64 KiB body frames in 256 KiB reads (the server's read size): frames straddle reads, some
+    over three reads when a read is short, and every body comes out whole and as bytes."""
+    bodies = [bytes([i]) * 65536 for i in range(9)]
+    data = b"".join(frame.marshal(body.ContentBody(b), 1) for b in bodies)
+    splitter = FrameSplitter(FRAME_MAX)
+    out: list[tuple[int, int, bytes]] = []
+    for size in (262144, 1000, 40000, 262144):
+        out += splitter.feed(data[:size])
+        data = data[size:]
+    out += splitter.feed(data)
+    assert [p for _, _, p in out] == bodies
+    assert all(type(p) is bytes for _, _, p in out)
+    assert splitter.buffered == 0
+
+
+@pytest.mark.parametrize("cut", [3, 7, 100, 65543])
+def test_bad_frame_end_of_a_frame_split_across_reads(cut: int) -> None:
+    raw = bytearray(frame.marshal(body.ContentBody(b"z" * 65536), 1))
+    raw[-1] = 0x00
+    splitter = FrameSplitter(FRAME_MAX)
+    assert splitter.feed(bytes(raw[:cut])) == []
+    with pytest.raises(ConnectionException) as exc_info:
+        splitter.feed(bytes(raw[cut:]))
+    _assert_frame_error(exc_info)
+
+
 def test_empty_feed_returns_nothing() -> None:
     splitter = FrameSplitter()
     assert splitter.feed(b"") == []
