@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 # The unit tests of the packages whose hot-path modules are compiled (amqp_broker_native): `make
 # test` runs them a second time from the Python source (AMQP_BROKER_PURE=1).
-PURE_TESTS := amqp_broker/protocol amqp_broker/core queues routing amqp_broker_native
+PURE_TESTS := amqp_broker/protocol amqp_broker/core queues routing amqp_broker_native \
+	cluster/tests/test_driver.py cluster/tests/test_codec.py cluster/tests/test_links.py
 
 .PHONY: run test lint unit interop bench clean cluster native
 

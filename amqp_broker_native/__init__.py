@@ -1,13 +1,13 @@
 """The compiled hot path: which modules mypyc compiles, and whether this process runs them.
 
 Owns the list of hot-path modules (``MODULES``: frame split, content assembly, publish, route,
-enqueue, deliver, encode) that ``setup.py`` compiles with mypyc when the project is installed, and
-the one decision per process between their compiled builds and their Python source (``ACTIVE``).
-The Python source stays the one truth: the builds live apart from it, in ``_lib/`` of this
-package (``_lib/amqp_broker/protocol/framing.*.so``, ``_lib/hotpath__mypyc.*.so`` and a manifest
-of the sources they were built from), and each package holding a compiled module calls
-``extend_path`` first thing in its ``__init__``, which puts its directory under ``_lib/`` first
-on the package's ``__path__`` when ``ACTIVE``.
+enqueue, deliver, encode, and both ends of the cluster relay) that ``setup.py`` compiles with
+mypyc when the project is installed, and the one decision per process between their compiled
+builds and their Python source (``ACTIVE``). The Python source stays the one truth: the builds
+live apart from it, in ``_lib/`` of this package (``_lib/amqp_broker/protocol/framing.*.so``,
+``_lib/hotpath__mypyc.*.so`` and a manifest of the sources they were built from), and each
+package holding a compiled module calls ``extend_path`` first thing in its ``__init__``, which
+puts its directory under ``_lib/`` first on the package's ``__path__`` when ``ACTIVE``.
 
 ``ACTIVE`` is False (every module runs from source) when ``AMQP_BROKER_PURE`` is set to anything
 but "" or "0", when there is no build (no C compiler or no mypyc at install: the install goes on
@@ -47,6 +47,8 @@ MODULES: tuple[str, ...] = (
     "amqp_broker.core.consumer",
     "amqp_broker.core.vhost",
     "amqp_broker.core.handlers.basic",
+    "amqp_broker.core.relay",
+    "amqp_broker.core.relay_inbox",
     "queues.entry",
     "queues.message",
     "queues.consumers",
@@ -55,6 +57,8 @@ MODULES: tuple[str, ...] = (
     "queues.queue_view",
     "queues.queue",
     "routing.table",
+    "cluster.relay_wire",
+    "cluster.driver",
 )
 #: Set to anything but "" or "0": run every module from its Python source.
 PURE_ENV = "AMQP_BROKER_PURE"
