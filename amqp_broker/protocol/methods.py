@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from pamqp import base, commands
 from pamqp import constants as pamqp_constants
@@ -22,7 +22,7 @@ from pamqp.exceptions import UnmarshalingException
 from . import constants as c
 from .errors import ConnectionException
 
-__all__ = ["Publish", "decode_method", "encode_method", "PUBLISH_INDEX", "method_ids",
+__all__ = ["FastCommand", "Publish", "decode_method", "encode_method", "PUBLISH_INDEX", "method_ids",
            "register_fast_decoder"]
 
 PUBLISH_INDEX = 0x003C0028
@@ -38,14 +38,30 @@ _INDEX = struct.Struct(">I")
 _FIXED_SIZE = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
 _ARG_TYPES: dict[int, tuple[str, ...]] = {}  # method index -> argument types, filled on first use
 #: class+method prefix (4 bytes) -> a hand-written decoder of a hot extension method
-_FAST: dict[bytes, Callable[[bytes], base.Frame | None]] = {}
+_FAST: dict[bytes, Callable[[bytes], FastCommand | None]] = {}
 
 
-def register_fast_decoder(index: int, decoder: Callable[[bytes], base.Frame | None]) -> None:
+class FastCommand(Protocol):
+    """What a fast decoder (``register_fast_decoder``) returns: a decoded method of its own class
+    (not a pamqp command: the cluster's ``cluster.relay_wire.DecodedRelay``) that has pamqp's
+    ``index`` ((class << 16) | method) and ``name`` for error reports."""
+
+    @property
+    def index(self) -> int:
+        """(class-id << 16) | method-id."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """"Class.Method", as in pamqp."""
+        ...
+
+
+def register_fast_decoder(index: int, decoder: Callable[[bytes], FastCommand | None]) -> None:
     """Decode method ``index`` ((class << 16) | method) with ``decoder(payload)`` instead of
     pamqp's generic unmarshal: for an extension method sent once per message (the cluster's
-    Cluster.Relay). ``decoder`` returns the command, or None for a payload it does not accept
-    exactly; the generic path then decodes it and reports the error (502 / 540)."""
+    Cluster.Relay). ``decoder`` returns the decoded method, or None for a payload it does not
+    accept exactly; the generic path then decodes it and reports the error (502 / 540)."""
     _FAST[_INDEX.pack(index)] = decoder
 
 
@@ -128,10 +144,11 @@ def _decode_publish(payload: bytes) -> Publish:
     return Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[6:bits_at])
 
 
-def decode_method(payload: bytes) -> Publish | base.Frame:
+def decode_method(payload: bytes) -> Publish | base.Frame | FastCommand:
     """Decode a method frame payload.
 
-    Returns a ``Publish`` for Basic.Publish, else the pamqp command object. Raises
+    Returns a ``Publish`` for Basic.Publish, a registered fast decoder's object for its method
+    (``register_fast_decoder``), else the pamqp command object. Raises
     ``ConnectionException`` 540 NOT_IMPLEMENTED (unknown class/method) or 502 SYNTAX_ERROR (malformed
     arguments, or a payload under 4 bytes). Source: AMQP 0-9-1 §2.3.5.2 and §4.2.4.
     """
@@ -163,7 +180,7 @@ def decode_method(payload: bytes) -> Publish | base.Frame:
     return method
 
 
-def method_ids(method: base.Frame | Publish) -> tuple[int, int]:
+def method_ids(method: base.Frame | Publish | FastCommand) -> tuple[int, int]:
     """(class_id, method_id) of a decoded method, for error reports."""
     if isinstance(method, Publish):
         return c.CLASS_BASIC, 40
