@@ -73,7 +73,6 @@ class FrameSplitter:
 
     def _split(self, data: bytes, pos: int = 0) -> list[tuple[int, int, bytes]]:
         frames: list[tuple[int, int, bytes]] = []
-        append = frames.append
         end = len(data)
         limit = self.frame_max - c.FRAME_OVERHEAD
         while end - pos >= 7:
@@ -96,7 +95,7 @@ class FrameSplitter:
             if (ftype != c.FRAME_METHOD and ftype != c.FRAME_HEADER and ftype != c.FRAME_BODY
                     and ftype != c.FRAME_HEARTBEAT):
                 raise ConnectionException(c.FRAME_ERROR, f"FRAME_ERROR - unknown frame type {ftype}")
-            append((ftype, channel, data[pos + 7:stop]))
+            frames.append((ftype, channel, data[pos + 7:stop]))
             pos = stop + 1
         self._pending = data[pos:] if pos < end else b""
         return frames

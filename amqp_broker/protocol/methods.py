@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from pamqp import base, commands
 from pamqp import constants as pamqp_constants
@@ -100,22 +100,42 @@ def _arguments_fit(types: tuple[str, ...], data: bytes) -> bool:
     return pos == n
 
 
-class Publish(NamedTuple):
+class Publish:
     """Basic.Publish arguments (spec §1.8.3.7 / class basic, method publish).
 
     ``routing_raw`` is ``exchange`` and ``routing_key`` as the two short strings that came in, kept so
-    Basic.Deliver can reuse them without re-encoding.
+    Basic.Deliver can reuse them without re-encoding. A plain class, not a NamedTuple: compiled, it
+    is made with a C call (a NamedTuple's ``__new__`` is Python code), one per published message.
     """
 
-    exchange: str
-    routing_key: str
-    mandatory: bool
-    immediate: bool
-    routing_raw: bytes
+    __slots__ = ("exchange", "routing_key", "mandatory", "immediate", "routing_raw")
+
+    def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
+                 routing_raw: bytes) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.mandatory = mandatory
+        self.immediate = immediate
+        self.routing_raw = routing_raw
+
+    def _fields(self) -> tuple[str, str, bool, bool, bytes]:
+        return self.exchange, self.routing_key, self.mandatory, self.immediate, self.routing_raw
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Publish):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a pamqp command
+
+    def __repr__(self) -> str:
+        names = ("exchange", "routing_key", "mandatory", "immediate", "routing_raw")
+        args = ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True))
+        return f"Publish({args})"
 
     @property
     def name(self) -> str:
-        """"Basic.Publish", as pamqp's commands' ``name``, for error texts (not a tuple field)."""
+        """"Basic.Publish", as pamqp's commands' ``name``, for error texts."""
         return "Basic.Publish"
 
 
