@@ -63,9 +63,8 @@ class ContentAssembler(Generic[M]):
                                       c.CLASS_BASIC, 40)
         # class-id u16, weight u16, body-size u64 (read byte by byte: native ints when compiled)
         class_id = (payload[0] << 8) | payload[1]
-        size = 0
-        for i in range(4, 12):
-            size = (size << 8) | payload[i]
+        size = (((payload[4] << 24) | (payload[5] << 16) | (payload[6] << 8) | payload[7]) << 32
+                | (payload[8] << 24) | (payload[9] << 16) | (payload[10] << 8) | payload[11])
         if class_id != c.CLASS_BASIC:
             raise ConnectionException(c.UNEXPECTED_FRAME,
                                       f"UNEXPECTED_FRAME - content header for class {class_id}",
