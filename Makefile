@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # test` runs them a second time from the Python source (AMQP_BROKER_PURE=1).
 PURE_TESTS := amqp_broker/protocol amqp_broker/core queues routing amqp_broker_native \
 	cluster/tests/test_raft_codec.py cluster/tests/test_raft_node.py cluster/tests/test_raft_fifo.py \
-	cluster/tests/test_raft_sim.py cluster/tests/test_quorum_group.py cluster/tests/test_quorum_remote.py
+	cluster/tests/test_raft_sim.py cluster/tests/test_quorum_group.py cluster/tests/test_quorum_remote.py \
+	cluster/tests/test_driver.py cluster/tests/test_codec.py cluster/tests/test_links.py
 
 .PHONY: run test lint unit interop bench clean cluster native
 

@@ -1,9 +1,9 @@
 """The compiled hot path: which modules mypyc compiles, and whether this process runs them.
 
 Owns the list of hot-path modules (``MODULES``: frame split, content assembly, publish, route,
-enqueue, deliver, encode; and the quorum queues' Raft core, state machine and group) that
-``setup.py`` compiles with mypyc when the project is installed, and the one decision per process
-between their compiled builds and their Python source (``ACTIVE``).
+enqueue, deliver, encode; both ends of the cluster relay; and the quorum queues' Raft core, state
+machine and group) that ``setup.py`` compiles with mypyc when the project is installed, and the one
+decision per process between their compiled builds and their Python source (``ACTIVE``).
 The Python source stays the one truth: the builds live apart from it, in ``_lib/`` of this
 package (``_lib/amqp_broker/protocol/framing.*.so``, ``_lib/hotpath__mypyc.*.so`` and a manifest
 of the sources they were built from), and each package holding a compiled module calls
@@ -48,6 +48,8 @@ MODULES: tuple[str, ...] = (
     "amqp_broker.core.consumer",
     "amqp_broker.core.vhost",
     "amqp_broker.core.handlers.basic",
+    "amqp_broker.core.relay",
+    "amqp_broker.core.relay_inbox",
     "queues.entry",
     "queues.message",
     "queues.consumers",
@@ -57,6 +59,8 @@ MODULES: tuple[str, ...] = (
     "queues.discards",
     "queues.queue",
     "routing.table",
+    "cluster.relay_wire",
+    "cluster.driver",
     # quorum queues (issue 12): the Raft core, the queue's state machine, the group around it
     "cluster.raft.messages",
     "cluster.raft.actions",

@@ -22,70 +22,23 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from pamqp import commands, frame
 
 from benchmarks.hotpath import CHUNK, _frames, callgrind
 
 
-class _Capture:
-    """Stands for the peer links on A: keeps the bytes ``send_raw`` would write to B."""
-
-    def __init__(self) -> None:
-        self.out: list[bytes] = []
-
-    def send_raw(self, node: str, data: bytes) -> None:
-        self.out.append(data)
-
-    def take(self) -> bytes:
-        data = b"".join(self.out)
-        self.out.clear()
-        return data
-
-
 def run(messages: int) -> float:
     """Relay ``messages`` 1 KiB messages from A to B's consumer and settle them; returns s."""
     from amqp_broker.core import relay
-    from amqp_broker.core.broker import Broker
-    from amqp_broker.core.tests.client import Client
     from amqp_broker.protocol import constants as c
     from amqp_broker.protocol.framing import FrameSplitter
-    from cluster.driver import ClusterDriver
     from cluster.links import _decode_settle
-    from cluster.membership import Node
+    from cluster.tests.relay_pair import relay_pair
 
-    a, b = Broker(), Broker()
-    links = _Capture()
-    driver_a = ClusterDriver(Node("A", "127.0.0.2:5672"), a, links, lambda shared: [], time.monotonic)
-    driver_b = ClusterDriver(Node("B", "127.0.0.3:5672"), b, _Capture(), lambda shared: [],
-                             time.monotonic)
-
-    class Sink:  # A's relay sink, as amqp_broker.clustering.runtime.RelayGate without the gate
-        def can_relay(self, node: str) -> bool:
-            return True
-
-        def relay(self, node: str, vhost: str, queue: str, message: Any, delivery_tag: int = 0,
-                  redelivered: bool = False) -> None:
-            driver_a.relay(node, vhost, queue, message, delivery_tag, redelivered)
-
-    a.relay_sink = Sink()
-    b.peer_handler = driver_b.on_peer_method
-    pub = Client(a, "127.0.0.1", 40001)
-    pub.handshake()
-    pub.open_channel(1)
-    pub.call(1, commands.Queue.Declare(queue="hot"))
-    peer = Client(b, "127.0.0.2", 40003)  # A's link to B
-    peer.handshake()
-    peer.open_channel(1)
-    peer.conn.peer_node = "A"
-    con = Client(b, "127.0.0.1", 40002)
-    con.handshake()
-    con.open_channel(1)
-    con.call(1, commands.Queue.Declare(queue="hot"))
+    a, _b, pub, peer, con, links = relay_pair("hot")
     con.call(1, commands.Basic.Qos(prefetch_count=1000))
     con.consume(1, "hot", "c")
-    relay.set_remote_consumers(a.vhosts["/"], "hot", "B", 1)
     chunk = _frames("hot", b"x" * 1024, False) * CHUNK
     splitter = FrameSplitter()
     delivered = 0

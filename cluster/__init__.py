@@ -12,3 +12,7 @@ the relay over the links). The cluster package never imports the broker core: th
 the seams is described by the Protocols in ``amqp_broker.core.broker`` (``ClusterHooks``,
 ``RelaySink``, ``PeerAuth``) and wired by ``amqp_broker.clustering``.
 """
+
+from amqp_broker_native import extend_path
+
+extend_path(__path__, __name__)  # the compiled build first, when in use (amqp_broker_native)

@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from amqp_broker.protocol import constants as c
-from amqp_broker.protocol.delivery import encode_routing
-from amqp_broker.protocol.framing import encode_body_frames, encode_frame
-from amqp_broker.protocol.methods import Publish, encode_method
+from amqp_broker.protocol.methods import encode_method
 
 from . import actions as a
 from .codec import (
@@ -40,15 +36,21 @@ from .codec import (
 )
 from .durable import DurableVote
 from .membership import IN_VIEW, Node, Status
-from .relay_wire import relay_routing_raw
+from .relay_wire import DecodedRelay, encode_relay, relay_prefix
+
+if TYPE_CHECKING:
+    from queues.message import Message
 
 __all__ = ["ClusterDriver", "LinkSender", "reply_quorum", "in_vhost"]
 
 log = logging.getLogger(__name__)
 
 Done = Callable[[tuple[int, str] | None], None]
-_TAG_BIT = struct.Struct(">QB")  # Cluster.Relay's delivery_tag (longlong) and redelivered (bit)
-RELAY_FRAME_MAX = 131072
+#: ``peer_handler(channel, method, payload) -> bool``: True when it consumed the method.
+PeerHandler = Callable[[Any, Any, bytes], bool]
+# (module constants, not attribute lookups on the enum class: read once per relayed message)
+_JOINING: Final = Status.JOINING
+_SYNCING: Final = Status.SYNCING
 
 
 class LinkSender(Protocol):
@@ -141,8 +143,14 @@ class ClusterDriver:
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._buffers: dict[str, list[tuple[Any, bytes]]] = {}
-        #: Cluster.Relay payloads up to the delivery tag, encoded once per (vhost, queue)
-        self._relay_prefixes: dict[tuple[str, str], bytes] = {}
+        #: Cluster.Relay payloads up to the delivery tag, encoded once per vhost and queue
+        self._relay_prefixes: dict[str, dict[str, bytes]] = {}
+        #: Members whose link refused a relay (down or backed up, ``can_relay``): the cluster
+        #: ticker gives the queues they consume from another chance once it takes more.
+        self.refused: set[str] = set()
+        #: Asked first for every method on a peer link but Cluster.Relay (the quorum queues'
+        #: handler, ``amqp_broker.clustering.quorum``); True: it consumed the method.
+        self.peer_first: PeerHandler | None = None
         self._applied: set[str] = set()
         self.on_view: Callable[[int, a.Members], None] | None = None
         #: ``on_policy(vhost, name, body)``: a member's Cluster.Policy (empty body: cleared).
@@ -155,20 +163,26 @@ class ClusterDriver:
 
     # ------------------------------------------------------------------ broker seams
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
-        """``broker.peer_handler``: Cluster methods go to the membership; on a node still joining,
-        a member's other methods wait for its replay turn. False: run the ordinary handler."""
+        """``broker.peer_handler``: a Cluster.Relay starts the assembly of the message it deals
+        here (``Channel.relay_target``); other methods go to ``peer_first``, then Cluster methods
+        to the membership; on a node still joining, a member's other methods wait for its replay
+        turn. False: run the ordinary handler."""
         sender = channel.connection.peer_node
+        if isinstance(method, DecodedRelay):  # one per relayed message: its content follows
+            if self._waits_for_replay(sender):
+                self._buffers.setdefault(sender, []).append((channel, payload))
+            else:
+                channel.relay_target = method
+                channel.assembler.start(method)
+            return True
+        first = self.peer_first
+        if first is not None and first(channel, method, payload):
+            return True
         if isinstance(method, ClusterMethod) and not isinstance(method, _NOT_MEMBERSHIP):
             self._run(self.node.receive(sender, method, self.clock()))
             return True
-        if self.node.status in (Status.JOINING, Status.SYNCING) and sender not in self._applied:
+        if self._waits_for_replay(sender):
             self._buffers.setdefault(sender, []).append((channel, payload))
-            return True
-        if method.__class__ is Relay:  # its content follows: assembled as a publish's
-            channel.relay_target = (method.vhost, method.queue, method.delivery_tag,
-                                    bool(method.redelivered))
-            channel.assembler.start(Publish(method.exchange, method.routing_key, False, False,
-                                            relay_routing_raw(payload)))
             return True
         if isinstance(method, InVhost):
             if self.on_in_vhost is not None:
@@ -187,6 +201,11 @@ class ClusterDriver:
                 self.on_definition(method.kind, method.vhost, method.user, method.body)
             return True
         return False
+
+    def _waits_for_replay(self, sender: str) -> bool:
+        """True on a node still joining while ``sender``'s replay has not been applied."""
+        status = self.node.status
+        return (status is _JOINING or status is _SYNCING) and sender not in self._applied
 
     def definition_changed(self, kind: str, vhost: str, user: str, body: str) -> None:
         """A user, permission or vhost changed here (``body`` JSON, empty: deleted): tell every
@@ -211,38 +230,33 @@ class ClusterDriver:
                 self.links.send(name, address, Consumers(vhost, queue, self.node.name, count))
 
     def can_relay(self, node: str) -> bool:
-        """True when a message may be dealt to ``node`` now (link up, backlog short); a link
-        that is down is reopened meanwhile (while ``node`` is in the view)."""
+        """``broker.relay_sink``: True when a message may be dealt to ``node`` now (link up,
+        backlog short); else ``node`` is remembered in ``refused`` and a link that is down is
+        reopened meanwhile (while ``node`` is in the view)."""
         if self.links.can_send(node):
             return True
+        self.refused.add(node)
         for name, address in self.node.members:
             if name == node:
                 self.links.connect(node, address)
                 break
         return False
 
-    def relay(self, node: str, vhost: str, queue: str, message: Any, delivery_tag: int = 0,
+    def relay(self, node: str, vhost: str, queue: str, message: Message, delivery_tag: int = 0,
               redelivered: bool = False) -> None:
-        """Deal ``message`` to ``node``'s consumers of ``queue`` as transfer ``delivery_tag``:
-        Cluster.Relay with the original exchange and routing key, then the message's raw content
-        (header and body frames). The receiver settles the tag (``core.relay``)."""
-        routing_raw = message.routing_raw
-        if routing_raw is None:
-            routing_raw = encode_routing(message.exchange, message.routing_key)
-        prefix = self._relay_prefixes.get((vhost, queue))
+        """``broker.relay_sink``: deal ``message`` to ``node``'s consumers of ``queue`` as
+        transfer ``delivery_tag``: Cluster.Relay with the original exchange and routing key, then
+        the message's raw content (header and body frames; ``cluster.relay_wire``). The receiver
+        settles the tag (``core.relay``). Raises ``ValueError`` for a name over 255 bytes."""
+        per_vhost = self._relay_prefixes.get(vhost)
+        if per_vhost is None:
+            per_vhost = self._relay_prefixes[vhost] = {}
+        prefix = per_vhost.get(queue)
         if prefix is None:
-            if len(self._relay_prefixes) > 4096:
-                self._relay_prefixes.clear()
-            # the method frame's payload up to the tag: class, method, vhost, queue
-            prefix = self._relay_prefixes[(vhost, queue)] = encode_method(
-                1, Relay(vhost, queue))[7:-12]
-        data = b"".join((
-            encode_frame(c.FRAME_METHOD, 1, b"".join((
-                prefix, _TAG_BIT.pack(delivery_tag, 1 if redelivered else 0), routing_raw))),
-            encode_frame(c.FRAME_HEADER, 1, message.header_payload),
-            *(encode_body_frames(1, message.body, RELAY_FRAME_MAX) if message.body else ()),
-        ))
-        self.links.send_raw(node, data)
+            if len(per_vhost) > 4096:
+                per_vhost.clear()
+            prefix = per_vhost[queue] = relay_prefix(vhost, queue)
+        self.links.send_raw(node, encode_relay(prefix, delivery_tag, redelivered, message))
 
     def propagate(self, vhost: str, method: Any, done: Done) -> None:
         """``broker.cluster_hooks.propagate``: send the change to every other member; ``done``

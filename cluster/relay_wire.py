@@ -1,36 +1,72 @@
-"""The hot half of Cluster.Relay's codec: one arrives per relayed message, so its method frame is
-decoded by hand instead of by pamqp's generic unmarshal (registered with
-``amqp_broker.protocol.methods.register_fast_decoder`` when this module is imported: the cluster
-driver imports it), and the receiver takes the original exchange and routing key as raw bytes for
-Basic.Deliver. The frame layout is ``cluster.codec.Relay``'s (AMQP 0-9-1 §4.2.5 field encoding).
+"""The hot half of Cluster.Relay's codec, both ways: one frame of it travels per relayed message.
+
+Sending: ``encode_relay`` writes the method frame and the message's content (header as it came in,
+body) in one join, through ``amqp_broker.protocol.delivery.encode_deliver`` -- Cluster.Relay's
+arguments after the queue name (delivery_tag longlong, redelivered bit, exchange and routing key
+short strings) are laid out as Basic.Deliver's after the consumer tag, so only the prefix differs
+(``relay_prefix``: class, method, vhost and queue, made once per queue).
+
+Receiving: ``decode_relay`` reads the method frame by hand into a ``DecodedRelay`` (a compiled
+class, not a pamqp object) instead of pamqp's generic unmarshal; it is registered with
+``amqp_broker.protocol.methods.register_fast_decoder`` when this module is imported (the cluster
+driver imports it). The receiver keeps the original exchange and routing key as the raw bytes
+Basic.Deliver carries (``routing_raw``). The frame layout is ``cluster.codec.Relay``'s (AMQP 0-9-1
+§4.2.5 field encoding).
 """
 
 from __future__ import annotations
 
-import struct
+from typing import TYPE_CHECKING, ClassVar, Final
 
-from amqp_broker.protocol.methods import register_fast_decoder
+from amqp_broker.protocol.delivery import encode_deliver, encode_routing
+from amqp_broker.protocol.methods import encode_method, register_fast_decoder
 
-from .codec import _MAX_LONGLONG, Relay
+from .codec import Relay
 
-__all__ = ["decode_relay", "relay_routing_raw"]
+if TYPE_CHECKING:
+    from queues.message import Message
 
-_RELAY_TAIL = struct.Struct(">QB")
+__all__ = ["DecodedRelay", "RELAY_FRAME_MAX", "decode_relay", "encode_relay", "relay_prefix"]
 
-
-def relay_routing_raw(payload: bytes) -> bytes:
-    """The ``exchange`` and ``routing_key`` short strings of a Cluster.Relay method payload (one
-    ``decode_relay`` accepted), as Basic.Publish and Basic.Deliver carry them."""
-    vlen = payload[4]
-    return payload[15 + vlen + payload[5 + vlen]:]
+_MAX_LONGLONG: Final = (1 << 63) - 1  # the largest delivery tag (a signed longlong)
+#: Largest frame (bytes) a relay's body is cut into on a peer link (the links negotiate more).
+RELAY_FRAME_MAX: Final = 131072
 
 
-def decode_relay(payload: bytes) -> Relay | None:
+class DecodedRelay:
+    """A received Cluster.Relay: the fields of ``cluster.codec.Relay``, the exchange and routing
+    key also as the short strings that came in (``routing_raw``, reused for Basic.Deliver). Its
+    content (header and body frames) follows on the channel. ``index`` and ``name`` as a pamqp
+    command's (for error reports: a client that sends Cluster.Relay gets 503 naming it)."""
+
+    index: ClassVar[int] = Relay.index
+    name: ClassVar[str] = Relay.name
+
+    def __init__(self, vhost: str, queue: str, delivery_tag: int, redelivered: bool,
+                 routing_raw: bytes, exchange: str, routing_key: str) -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.delivery_tag = delivery_tag
+        self.redelivered = redelivered
+        self.routing_raw = routing_raw
+        self.exchange = exchange
+        self.routing_key = routing_key
+
+    def to_relay(self) -> Relay:
+        """The same method as a pamqp ``cluster.codec.Relay`` (for tests and logs)."""
+        return Relay(self.vhost, self.queue, self.delivery_tag, self.redelivered, self.exchange,
+                     self.routing_key)
+
+    def __repr__(self) -> str:
+        return repr(self.to_relay())
+
+
+def decode_relay(payload: bytes) -> DecodedRelay | None:
     """The method frame payload of a Cluster.Relay (class, method, vhost shortstr, queue shortstr,
-    delivery_tag longlong, redelivered bit, exchange shortstr, routing_key shortstr) -> ``Relay``,
-    without pamqp's generic decoder: one arrives per relayed message. None for a payload that is
-    not exactly that (or names that are not UTF-8, or a tag of 2**63 or more): the generic decoder
-    then reports it (502 SYNTAX_ERROR)."""
+    delivery_tag longlong, redelivered bit, exchange shortstr, routing_key shortstr) ->
+    ``DecodedRelay``, without pamqp's generic decoder. None for a payload that is not exactly
+    that (or names that are not UTF-8, or a tag of 2**63 or more): the generic decoder then
+    reports it (502 SYNTAX_ERROR)."""
     try:
         vlen = payload[4]
         qpos = 5 + vlen
@@ -41,19 +77,33 @@ def decode_relay(payload: bytes) -> Relay | None:
         rpos = epos + 1 + elen
         if len(payload) != rpos + 1 + payload[rpos]:
             return None
-        tag, bits = _RELAY_TAIL.unpack_from(payload, tpos)
+        tag = 0
+        for i in range(tpos, tpos + 8):  # longlong, big-endian (native ints when compiled)
+            tag = (tag << 8) | payload[i]
         if tag > _MAX_LONGLONG:
             return None
-        relay = Relay.__new__(Relay)
-        relay.vhost = payload[5:qpos].decode()
-        relay.queue = payload[qpos + 1:tpos].decode()
-        relay.exchange = payload[epos + 1:rpos].decode()
-        relay.routing_key = payload[rpos + 1:].decode()
+        return DecodedRelay(payload[5:qpos].decode(), payload[qpos + 1:tpos].decode(), tag,
+                            bool(payload[tpos + 8] & 1), payload[epos:],
+                            payload[epos + 1:rpos].decode(), payload[rpos + 1:].decode())
     except (IndexError, UnicodeDecodeError):
         return None
-    relay.delivery_tag = tag
-    relay.redelivered = bool(bits & 1)
-    return relay
+
+
+def relay_prefix(vhost: str, queue: str) -> bytes:
+    """Cluster.Relay's method payload up to the delivery tag (class, method, vhost, queue), the
+    constant part of every relay to one queue. Raises ``ValueError`` for a name over 255 bytes."""
+    return encode_method(1, Relay(vhost, queue))[7:-12]
+
+
+def encode_relay(prefix: bytes, delivery_tag: int, redelivered: bool, message: Message) -> bytes:
+    """The frames of one relayed message on channel 1 of a peer link: Cluster.Relay (``prefix``
+    from ``relay_prefix``, then the tag, the flag, the original exchange and routing key), the
+    content header as it came in and the body (cut at ``RELAY_FRAME_MAX``; none when empty)."""
+    routing_raw = message.routing_raw
+    if routing_raw is None:
+        routing_raw = encode_routing(message.exchange, message.routing_key)
+    return encode_deliver(1, prefix, delivery_tag, redelivered, routing_raw,
+                          message.header_payload, message.body, RELAY_FRAME_MAX)
 
 
 register_fast_decoder(Relay.index, decode_relay)

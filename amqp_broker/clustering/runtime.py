@@ -32,7 +32,7 @@ from ..core.broker import Broker
 from . import discovery
 from .replay import load_figures, replay_methods
 
-__all__ = ["SecretAuth", "RelayGate", "start_cluster", "parse_seeds", "load_vote", "save_vote"]
+__all__ = ["SecretAuth", "start_cluster", "parse_seeds", "load_vote", "save_vote"]
 
 log = logging.getLogger(__name__)
 
@@ -83,30 +83,6 @@ class SecretAuth:
     def new_server(self) -> peer_secret.SecretServer:
         """Per-connection challenge/verify state."""
         return peer_secret.SecretServer(self.secret)
-
-
-class RelayGate:
-    """``broker.relay_sink``: the driver's, remembering the members whose link refused a relay
-    (full or down: ``refused``), so the cluster ticker gives the queues with that member's relay
-    consumers another chance once the link takes more -- instead of every queue on every tick."""
-
-    __slots__ = ("_driver", "refused")
-
-    def __init__(self, driver: Any) -> None:
-        self._driver = driver
-        self.refused: set[str] = set()
-
-    def can_relay(self, node: str) -> bool:
-        """The driver's answer (a link that is down is reopened); a refusal is remembered."""
-        if self._driver.can_relay(node):
-            return True
-        self.refused.add(node)
-        return False
-
-    def relay(self, node: str, vhost: str, queue: str, message: Any, delivery_tag: int = 0,
-              redelivered: bool = False) -> None:
-        """The driver's ``relay``."""
-        self._driver.relay(node, vhost, queue, message, delivery_tag, redelivered)
 
 
 def parse_seeds(text: str) -> list[tuple[str, str]]:
@@ -174,7 +150,7 @@ async def start_cluster(broker: Broker, config: Config, port: int,
 
     def on_node_removed(peer: str) -> None:
         relaying.pop(peer, None)
-        gate.refused.discard(peer)
+        driver.refused.discard(peer)
         for vhost in broker.vhosts.values():
             relay.remove_node(vhost, peer)
             proxies.remove_home(vhost, peer)
@@ -186,20 +162,14 @@ async def start_cluster(broker: Broker, config: Config, port: int,
                            on_consumers, on_node_removed,
                            lambda vote: save_vote(config.data_dir, vote,
                                                   config.sync_policy != "none"))
-    gate = RelayGate(driver)
-    broker.relay_sink = gate
+    broker.relay_sink = driver  # it remembers the members whose link refused a relay
     broker.peer_auth = SecretAuth(secret)
     broker.peer_handler = driver.on_peer_method
     quorum = getattr(broker, "quorum", None)
     if quorum is not None:  # quorum queues' Raft traffic rides on the same peer links
         quorum.attach(links, lambda: dict(node.members))
         driver.on_view = quorum.view_changed
-
-        def peer_handler(channel: Any, method: Any, payload: bytes) -> bool:
-            return quorum.on_peer_method(channel, method, payload) or \
-                driver.on_peer_method(channel, method, payload)
-
-        broker.peer_handler = peer_handler
+        driver.peer_first = quorum.on_peer_method
     broker.cluster_hooks = driver
     driver.on_policy = lambda vhost, name, body: policy_store.apply_remote(broker, vhost, name,
                                                                            body)
@@ -215,10 +185,10 @@ async def start_cluster(broker: Broker, config: Config, port: int,
             driver.tick()
             # Links drain between ticks: a link that refused a relay and takes more now gives
             # the queues with that member's relay consumers another chance (O(those queues)).
-            for node in list(gate.refused):
+            for node in list(driver.refused):
                 if not driver.can_relay(node):  # still full or down (reopened meanwhile)
                     continue
-                gate.refused.discard(node)
+                driver.refused.discard(node)
                 for vhost_name, queue_name in relaying.get(node, ()):
                     vhost = broker.vhosts.get(vhost_name)
                     q = vhost.queues.get(queue_name) if vhost is not None else None

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from queues.queue_type import QueueType
     from queues.stream.manager import StreamManager
 
-    from ..protocol.methods import Publish
+    from ..protocol.methods import FastCommand, Publish
     from .channel import Channel
     from .connection import Connection
 
@@ -75,10 +75,10 @@ class PeerAuth(Protocol):
 
 
 #: ``Broker.peer_handler(channel, method, payload) -> bool``: True when the cluster consumed it.
-PeerHandler = Callable[["Channel", "Publish | Frame", bytes], bool]
+PeerHandler = Callable[["Channel", "Publish | Frame | FastCommand", bytes], bool]
 #: ``Broker.peer_content(channel, method, body)``: the content (body bytes) that followed a
 #: cluster method whose peer handler started the channel's content assembler on it.
-PeerContent = Callable[["Channel", "Frame", bytes], None]
+PeerContent = Callable[["Channel", "Frame | FastCommand", bytes], None]
 
 
 class ClusterHooks(Protocol):

@@ -20,11 +20,11 @@ from queues.message import Message
 from ..protocol import constants as c
 from ..protocol.assembler import ContentAssembler
 from ..protocol.errors import ChannelException, ConnectionException
-from ..protocol.methods import Publish, decode_method, method_ids
+from ..protocol.methods import FastCommand, Publish, decode_method, method_ids
 from .confirms import ConfirmTracker
 from .handlers import HANDLERS
 from .handlers.basic import publish_message, settle_unacked
-from .relay_inbox import PeerSettles, receive_relayed
+from .relay_inbox import PeerSettles, RelayedTransfer, receive_relayed
 from .stats import fold_channel
 
 if TYPE_CHECKING:
@@ -58,8 +58,8 @@ class Channel:
         self.vhost: VirtualHost = vhost
         self.closing = False  # we sent Channel.Close and wait for Close-Ok
         #: Assembles a Basic.Publish's content, or on a cluster peer link the content of a
-        #: cluster method its peer handler started (Cluster.Quorum).
-        self.assembler: ContentAssembler[Publish | Frame] = ContentAssembler()
+        #: cluster method its peer handler started (Cluster.Quorum, Cluster.Relay).
+        self.assembler: ContentAssembler[Publish | Frame | FastCommand] = ContentAssembler()
         self.next_delivery_tag = 1
         self.unacked: dict[int, tuple[QueueType, QueueEntry, ChannelConsumer | None]] = {}
         self.consumers: dict[str, ChannelConsumer] = {}
@@ -68,9 +68,9 @@ class Channel:
         self.confirms: ConfirmTracker | None = None
         self.tx: list[tuple[str, Any]] | None = None
         self.last_queue = ""  # "the last queue declared on this channel" (spec: empty queue name)
-        #: On a cluster peer link: (vhost, shared queue, delivery tag, redelivered) of the next
-        #: Basic.Publish, a message another member relays to us (Cluster.Relay).
-        self.relay_target: tuple[str, str, int, bool] | None = None
+        #: On a cluster peer link: the Cluster.Relay whose content the assembler collects, a
+        #: message another member deals to one of our consumers (set by the peer handler).
+        self.relay_target: RelayedTransfer | None = None
         #: On a cluster peer link: its relayed transfers not settled yet (``core.relay_inbox``).
         self.relay_settles: PeerSettles | None = None
         #: Message counters for the management API and Prometheus (``core.stats``).
@@ -153,7 +153,8 @@ class Channel:
             return
         done = self.assembler.header(payload)
         if done is not None:
-            self._publish(*done)
+            publish, header, body = done  # unpacked here: a native call, not a ``*args`` one
+            self._publish(publish, header, body)
 
     def on_body(self, payload: bytes) -> None:
         """Handle a content body frame payload."""
@@ -161,29 +162,32 @@ class Channel:
             return
         done = self.assembler.body(payload)
         if done is not None:
-            self._publish(*done)
+            publish, header, body = done
+            self._publish(publish, header, body)
 
     def _check_publish(self, publish: Publish) -> None:
         if publish.immediate:
             raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true",
                                       c.CLASS_BASIC, 40)
 
-    def _publish(self, publish: Publish | Frame, header: bytes, body: bytes) -> None:
+    def _publish(self, publish: Publish | Frame | FastCommand, header: bytes, body: bytes) -> None:
         if not isinstance(publish, Publish):
-            # the content of a cluster method the peer handler started (Cluster.Quorum): only
-            # on a peer link
-            sink = self.connection.broker.peer_content
-            if sink is not None and self.connection.peer_node is not None:
+            # the content of a cluster method the peer handler started: only on a peer link
+            if self.connection.peer_node is None:
+                return
+            relay = self.relay_target
+            if relay is not None and relay is publish:
+                # A message another member dealt to one of our consumers (Cluster.Relay): it
+                # goes to the named queue's local consumers, never through routing again.
+                self.relay_target = None
+                msg = Message(relay.exchange, relay.routing_key, header, body)
+                msg.routing_raw = relay.routing_raw
+                receive_relayed(self.connection.broker.vhosts.get(relay.vhost), self, relay.queue,
+                                msg, relay.delivery_tag, relay.redelivered)
+                return
+            sink = self.connection.broker.peer_content  # Cluster.Quorum's
+            if sink is not None:
                 sink(self, publish, body)
-            return
-        if self.connection.peer_node is not None and self.relay_target is not None:
-            # A message another member dealt to one of our consumers (cluster relay): it goes to
-            # the named queue's local consumers, never through routing again.
-            msg = Message(publish.exchange, publish.routing_key, header, body)
-            msg.routing_raw = publish.routing_raw
-            (vhost, queue, tag, redelivered), self.relay_target = self.relay_target, None
-            receive_relayed(self.connection.broker.vhosts.get(vhost), self, queue, msg, tag,
-                            redelivered)
             return
         try:
             publish_message(self, publish, header, body)

@@ -26,8 +26,6 @@ Must not know: links, sockets (the sink is ``broker.relay_sink``: ``can_relay(no
 
 from __future__ import annotations
 
-import itertools
-from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -93,15 +91,16 @@ class RelayOutbox:
     Tags grow per broker and are never reused, so a settle meant for an old link cannot hit a
     new transfer."""
 
-    __slots__ = ("_tags", "_unsettled")
+    __slots__ = ("_last_tag", "_unsettled")
 
     def __init__(self) -> None:
-        self._tags = itertools.count(1)
+        self._last_tag = 0
         self._unsettled: dict[str, dict[int, tuple[QueueType, QueueEntry, RelayConsumer]]] = {}
 
     def add(self, node: str, queue: QueueType, entry: QueueEntry, consumer: RelayConsumer) -> int:
         """Record a transfer to ``node``; returns its delivery tag (> 0)."""
-        tag = next(self._tags)
+        tag = self._last_tag + 1
+        self._last_tag = tag
         per_node = self._unsettled.get(node)
         if per_node is None:
             per_node = self._unsettled[node] = {}
@@ -121,14 +120,21 @@ class RelayOutbox:
         if not per_node:
             return []
         if not multiple:
-            item = per_node.pop(tag, None)
-            return [] if item is None else [item]
-        tags = []
-        for t in per_node:  # tags were added in increasing order: stop at the first later one
+            item = per_node.get(tag)
+            if item is None:
+                return []
+            del per_node[tag]
+            return [item]
+        tags: list[int] = []
+        items: list[tuple[QueueType, QueueEntry, RelayConsumer]] = []
+        for t, item in per_node.items():  # added in increasing order: stop at the first later
             if t > tag:
                 break
             tags.append(t)
-        return [per_node.pop(t) for t in tags]
+            items.append(item)
+        for t in tags:
+            del per_node[t]
+        return items
 
     def take_all(self, node: str) -> list[tuple[QueueType, QueueEntry, RelayConsumer]]:
         """Remove and return every transfer to ``node`` (its link or the node is gone)."""
@@ -149,10 +155,10 @@ def settle_batch(broker: Broker, node: str,
     """``settle_relayed`` for a run of ``(tag, multiple, outcome)`` read together from
     ``node``'s link, applied per queue and outcome in one pass (one ``ack_many`` per queue).
     Returns how many transfers they covered (0: nothing to dispatch)."""
-    take = broker.relay_outbox.take
+    outbox = broker.relay_outbox
     by_outcome: dict[str, list[tuple[QueueType, QueueEntry, RelayConsumer]]] = {}
     for tag, multiple, outcome in settles:
-        items = take(node, tag, multiple)
+        items = outbox.take(node, tag, multiple)
         if items:
             got = by_outcome.get(outcome)
             if got is None:
@@ -174,18 +180,22 @@ def requeue_node(broker: Broker, node: str) -> int:
 
 def _settle(broker: Broker, items: list[tuple[QueueType, QueueEntry, RelayConsumer]],
             outcome: str) -> None:
-    needs_dispatch = broker.needs_dispatch
-    grouped: dict[QueueType, list[QueueEntry]] = defaultdict(list)
+    grouped: dict[QueueType, list[QueueEntry]] = {}
     for q, entry, consumer in items:
         consumer.unsettled -= 1
-        needs_dispatch.add(q)
-        if outcome == REJECT:
-            q.reject(entry)
+        entries = grouped.get(q)
+        if entries is None:
+            grouped[q] = [entry]
         else:
-            grouped[q].append(entry)
+            entries.append(entry)
+    needs_dispatch = broker.needs_dispatch
     for q, entries in grouped.items():
+        needs_dispatch.add(q)
         if outcome == ACK:
             q.ack_many(entries)  # the queue's journal forgets the stored copies
+        elif outcome == REJECT:
+            for entry in entries:
+                q.reject(entry)
         else:
             q.requeue_many(entries)
 

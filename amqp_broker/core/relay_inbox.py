@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..protocol import constants as c
 from .proxies import route_private
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from .channel import Channel
     from .vhost import VirtualHost
 
-__all__ = ["RelayOrigin", "RelayInbox", "PeerSettles", "receive_relayed"]
+__all__ = ["RelayOrigin", "RelayInbox", "PeerSettles", "RelayedTransfer", "receive_relayed"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,22 @@ _SETTLE_FRAME = struct.Struct(">BHIIQB")
 #: outcome -> ((class << 16) | method, bits): Ack (multiple=0), Nack (requeue), Reject (no requeue)
 _SETTLE_METHODS = {"ack": ((60 << 16) | 80, 0), "requeue": ((60 << 16) | 120, 2),
                    "reject": ((60 << 16) | 90, 0)}
+
+
+class RelayedTransfer(Protocol):
+    """A received Cluster.Relay as the peer handler hands it to the channel
+    (``Channel.relay_target``; ``cluster.relay_wire.DecodedRelay``): the shared queue ``queue``
+    of ``vhost`` it is for, the sender's ``delivery_tag`` and ``redelivered`` flag, the original
+    ``exchange`` and ``routing_key`` and those two as the short strings that came in
+    (``routing_raw``, reused for Basic.Deliver). Its content follows on the channel."""
+
+    vhost: str
+    queue: str
+    delivery_tag: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    routing_raw: bytes
 
 
 def _settle_frame(channel: int, outcome: str, tag: int, multiple: bool = False) -> bytes:

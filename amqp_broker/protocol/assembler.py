@@ -9,15 +9,12 @@ body overrunning the declared size, is 505 as well (RabbitMQ's choice). Modelled
 
 from __future__ import annotations
 
-import struct
 from typing import Generic, TypeVar
 
 from . import constants as c
 from .errors import ConnectionException
 
 __all__ = ["ContentAssembler"]
-
-_BODY_SIZE = struct.Struct(">HHQ")
 
 #: What ``start`` is given and the finished tuple hands back: the broker's ``Publish``, the
 #: client's ``Message`` (the assembler only holds it).
@@ -64,7 +61,10 @@ class ContentAssembler(Generic[M]):
         if len(payload) < 14:
             raise ConnectionException(c.SYNTAX_ERROR, "SYNTAX_ERROR - truncated content header",
                                       c.CLASS_BASIC, 40)
-        class_id, _weight, size = _BODY_SIZE.unpack_from(payload)
+        # class-id u16, weight u16, body-size u64 (read byte by byte: native ints when compiled)
+        class_id = (payload[0] << 8) | payload[1]
+        size = (((payload[4] << 24) | (payload[5] << 16) | (payload[6] << 8) | payload[7]) << 32
+                | (payload[8] << 24) | (payload[9] << 16) | (payload[10] << 8) | payload[11])
         if class_id != c.CLASS_BASIC:
             raise ConnectionException(c.UNEXPECTED_FRAME,
                                       f"UNEXPECTED_FRAME - content header for class {class_id}",
@@ -74,8 +74,7 @@ class ContentAssembler(Generic[M]):
             return publish, payload, b""
         self._header = payload
         self._size = size
-        self._parts = []
-        self._got = 0
+        self._got = 0  # (``_parts`` is empty: ``body`` and ``reset`` leave it so)
         return None
 
     def body(self, payload: bytes) -> tuple[M, bytes, bytes] | None:
@@ -91,10 +90,15 @@ class ContentAssembler(Generic[M]):
                 f"UNEXPECTED_FRAME - body of {got} bytes exceeds declared size {self._size}",
                 c.CLASS_BASIC, 40)
         if got == self._size:
-            body = b"".join(self._parts) + payload if self._parts else payload
+            parts = self._parts
+            if parts:
+                parts.append(payload)
+                body = b"".join(parts)
+                self._parts = []
+            else:
+                body = payload
             self._publish = None
             self._header = None
-            self._parts = []
             return publish, header, body
         self._parts.append(payload)
         self._got = got

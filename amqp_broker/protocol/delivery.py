@@ -9,20 +9,22 @@ Must not know: queues, channels, sockets.
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from . import constants as c
 
 __all__ = ["encode_shortstr", "deliver_prefix", "encode_deliver", "encode_deliver_parts",
            "encode_get_ok", "encode_return", "encode_routing"]
 
-_HEAD = struct.Struct(">BHI")
-_pack_head = _HEAD.pack
-_TAG_BIT = struct.Struct(">QB")
-_pack_tag_bit = _TAG_BIT.pack
-_END = c.FRAME_END_BYTE
-_DELIVER = b"\x00\x3c\x00\x3c"
-_GET_OK = b"\x00\x3c\x00\x47"
-_RETURN = b"\x00\x3c\x00\x32"
+# Final: compiled code reads them as constants, not from the module's dict on every call
+_HEAD: Final = struct.Struct(">BHI")
+_pack_head: Final = _HEAD.pack
+_TAG_BIT: Final = struct.Struct(">QB")
+_pack_tag_bit: Final = _TAG_BIT.pack
+_END: Final = c.FRAME_END_BYTE
+_DELIVER: Final = b"\x00\x3c\x00\x3c"
+_GET_OK: Final = b"\x00\x3c\x00\x47"
+_RETURN: Final = b"\x00\x3c\x00\x32"
 
 
 def encode_shortstr(value: str) -> bytes:

@@ -11,16 +11,17 @@ keeps only an incomplete tail between calls (as views of the chunks it came in, 
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from . import constants as c
 from .errors import ConnectionException
 
 __all__ = ["FrameSplitter", "encode_frame", "encode_body_frames"]
 
-_HEAD = struct.Struct(">BHI")
-_unpack_head = _HEAD.unpack_from
-_pack_head = _HEAD.pack
-_KNOWN_TYPES = frozenset((c.FRAME_METHOD, c.FRAME_HEADER, c.FRAME_BODY, c.FRAME_HEARTBEAT))
+# Final: compiled code reads them as constants, not from the module's dict on every call
+_HEAD: Final = struct.Struct(">BHI")
+_unpack_head: Final = _HEAD.unpack_from
+_pack_head: Final = _HEAD.pack
 
 
 class FrameSplitter:
@@ -75,7 +76,8 @@ class FrameSplitter:
         if data[need - 1] != c.FRAME_END:
             raise ConnectionException(c.FRAME_ERROR,
                                       f"FRAME_ERROR - bad frame end octet {data[need - 1]:#x}")
-        if ftype not in _KNOWN_TYPES:
+        if (ftype != c.FRAME_METHOD and ftype != c.FRAME_HEADER and ftype != c.FRAME_BODY
+                and ftype != c.FRAME_HEARTBEAT):
             raise ConnectionException(c.FRAME_ERROR, f"FRAME_ERROR - unknown frame type {ftype}")
         tail[0] = memoryview(first)[7:]
         tail.append(memoryview(data)[:need - 1])
@@ -88,11 +90,14 @@ class FrameSplitter:
 
     def _split(self, data: bytes, pos: int) -> list[tuple[int, int, bytes]]:
         frames: list[tuple[int, int, bytes]] = []
-        append = frames.append
         end = len(data)
         limit = self.frame_max - c.FRAME_OVERHEAD
         while end - pos >= 7:
-            ftype, channel, size = _unpack_head(data, pos)
+            # the envelope read byte by byte: native ints when compiled (struct returns objects)
+            ftype = data[pos]
+            channel = (data[pos + 1] << 8) | data[pos + 2]
+            size = ((data[pos + 3] << 24) | (data[pos + 4] << 16) | (data[pos + 5] << 8)
+                    | data[pos + 6])
             if size > limit:
                 raise ConnectionException(
                     c.FRAME_ERROR,
@@ -104,9 +109,10 @@ class FrameSplitter:
             if data[stop] != c.FRAME_END:
                 raise ConnectionException(c.FRAME_ERROR,
                                           f"FRAME_ERROR - bad frame end octet {data[stop]:#x}")
-            if ftype not in _KNOWN_TYPES:
+            if (ftype != c.FRAME_METHOD and ftype != c.FRAME_HEADER and ftype != c.FRAME_BODY
+                    and ftype != c.FRAME_HEARTBEAT):
                 raise ConnectionException(c.FRAME_ERROR, f"FRAME_ERROR - unknown frame type {ftype}")
-            append((ftype, channel, data[pos + 7:stop]))
+            frames.append((ftype, channel, data[pos + 7:stop]))
             pos = stop + 1
         if pos < end:
             # A view, not a copy, when the tail is at least a quarter of the chunk (a large

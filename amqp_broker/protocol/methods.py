@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Protocol
 
 from pamqp import base, commands
 from pamqp import constants as pamqp_constants
@@ -22,7 +22,7 @@ from pamqp.exceptions import UnmarshalingException
 from . import constants as c
 from .errors import ConnectionException
 
-__all__ = ["Publish", "decode_method", "encode_method", "PUBLISH_INDEX", "method_ids",
+__all__ = ["FastCommand", "Publish", "decode_method", "encode_method", "PUBLISH_INDEX", "method_ids",
            "register_fast_decoder"]
 
 PUBLISH_INDEX = 0x003C0028
@@ -38,14 +38,30 @@ _INDEX = struct.Struct(">I")
 _FIXED_SIZE = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
 _ARG_TYPES: dict[int, tuple[str, ...]] = {}  # method index -> argument types, filled on first use
 #: class+method prefix (4 bytes) -> a hand-written decoder of a hot extension method
-_FAST: dict[bytes, Callable[[bytes], base.Frame | None]] = {}
+_FAST: dict[bytes, Callable[[bytes], FastCommand | None]] = {}
 
 
-def register_fast_decoder(index: int, decoder: Callable[[bytes], base.Frame | None]) -> None:
+class FastCommand(Protocol):
+    """What a fast decoder (``register_fast_decoder``) returns: a decoded method of its own class
+    (not a pamqp command: the cluster's ``cluster.relay_wire.DecodedRelay``) that has pamqp's
+    ``index`` ((class << 16) | method) and ``name`` for error reports."""
+
+    @property
+    def index(self) -> int:
+        """(class-id << 16) | method-id."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """"Class.Method", as in pamqp."""
+        ...
+
+
+def register_fast_decoder(index: int, decoder: Callable[[bytes], FastCommand | None]) -> None:
     """Decode method ``index`` ((class << 16) | method) with ``decoder(payload)`` instead of
     pamqp's generic unmarshal: for an extension method sent once per message (the cluster's
-    Cluster.Relay). ``decoder`` returns the command, or None for a payload it does not accept
-    exactly; the generic path then decodes it and reports the error (502 / 540)."""
+    Cluster.Relay). ``decoder`` returns the decoded method, or None for a payload it does not
+    accept exactly; the generic path then decodes it and reports the error (502 / 540)."""
     _FAST[_INDEX.pack(index)] = decoder
 
 
@@ -84,22 +100,42 @@ def _arguments_fit(types: tuple[str, ...], data: bytes) -> bool:
     return pos == n
 
 
-class Publish(NamedTuple):
+class Publish:
     """Basic.Publish arguments (spec §1.8.3.7 / class basic, method publish).
 
     ``routing_raw`` is ``exchange`` and ``routing_key`` as the two short strings that came in, kept so
-    Basic.Deliver can reuse them without re-encoding.
+    Basic.Deliver can reuse them without re-encoding. A plain class, not a NamedTuple: compiled, it
+    is made with a C call (a NamedTuple's ``__new__`` is Python code), one per published message.
     """
 
-    exchange: str
-    routing_key: str
-    mandatory: bool
-    immediate: bool
-    routing_raw: bytes
+    __slots__ = ("exchange", "routing_key", "mandatory", "immediate", "routing_raw")
+
+    def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
+                 routing_raw: bytes) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.mandatory = mandatory
+        self.immediate = immediate
+        self.routing_raw = routing_raw
+
+    def _fields(self) -> tuple[str, str, bool, bool, bytes]:
+        return self.exchange, self.routing_key, self.mandatory, self.immediate, self.routing_raw
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Publish):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a pamqp command
+
+    def __repr__(self) -> str:
+        names = ("exchange", "routing_key", "mandatory", "immediate", "routing_raw")
+        args = ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True))
+        return f"Publish({args})"
 
     @property
     def name(self) -> str:
-        """"Basic.Publish", as pamqp's commands' ``name``, for error texts (not a tuple field)."""
+        """"Basic.Publish", as pamqp's commands' ``name``, for error texts."""
         return "Basic.Publish"
 
 
@@ -128,10 +164,11 @@ def _decode_publish(payload: bytes) -> Publish:
     return Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[6:bits_at])
 
 
-def decode_method(payload: bytes) -> Publish | base.Frame:
+def decode_method(payload: bytes) -> Publish | base.Frame | FastCommand:
     """Decode a method frame payload.
 
-    Returns a ``Publish`` for Basic.Publish, else the pamqp command object. Raises
+    Returns a ``Publish`` for Basic.Publish, a registered fast decoder's object for its method
+    (``register_fast_decoder``), else the pamqp command object. Raises
     ``ConnectionException`` 540 NOT_IMPLEMENTED (unknown class/method) or 502 SYNTAX_ERROR (malformed
     arguments, or a payload under 4 bytes). Source: AMQP 0-9-1 §2.3.5.2 and §4.2.4.
     """
@@ -163,7 +200,7 @@ def decode_method(payload: bytes) -> Publish | base.Frame:
     return method
 
 
-def method_ids(method: base.Frame | Publish) -> tuple[int, int]:
+def method_ids(method: base.Frame | Publish | FastCommand) -> tuple[int, int]:
     """(class_id, method_id) of a decoded method, for error reports."""
     if isinstance(method, Publish):
         return c.CLASS_BASIC, 40

@@ -30,9 +30,12 @@ from ...protocol.errors import ChannelException, ConnectionException
 from ..access import permit
 from ..confirms import STORE
 from ..consumer import ChannelConsumer
+from ..relay_inbox import RelayOrigin
 from .queue import queue_name
 
 if TYPE_CHECKING:
+    from queues.entry import Origin
+
     from ...protocol.methods import Publish
     from ..channel import Channel
 
@@ -275,31 +278,40 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
     requeues: dict[Any, list] = defaultdict(list) if requeue and not ack else {}
     acks: dict[Any, list] = {}  # queue -> entries acked: one journal record each (multiple acks)
     single = len(tags) == 1
+    relayed: list[Origin] = []
     for tag in tags:
         q, entry, consumer = unacked.pop(tag)
         if consumer is not None:
             consumer.unacked -= 1
             needs_dispatch.add(q)
         origin = entry.origin
-        if origin is not None:  # relayed by another member, still its: it settles it
-            q.ack(entry)
-            origin.settle("ack" if ack else "requeue" if requeue else "reject")
-            continue
-        if ack:
-            if single:
-                q.ack(entry)
+        if origin is not None:
+            # relayed by another member, still its: it leaves our queue whatever the outcome,
+            # and the sender settles it (``core.relay_inbox``)
+            relayed.append(origin)
+        elif not ack:
+            if requeue:
+                requeues[q].append(entry)
             else:
-                batch = acks.get(q)
-                if batch is None:
-                    acks[q] = [entry]
-                else:
-                    batch.append(entry)
-        elif requeue:
-            requeues[q].append(entry)
+                q.reject(entry)
+            continue
+        if single:
+            q.ack(entry)
         else:
-            q.reject(entry)
+            batch = acks.get(q)
+            if batch is None:
+                acks[q] = [entry]
+            else:
+                batch.append(entry)
     for q, entries in acks.items():
         q.ack_many(entries)
+    if relayed:
+        outcome = "ack" if ack else "requeue" if requeue else "reject"
+        for origin in relayed:
+            if isinstance(origin, RelayOrigin):  # the core's own (compiled: a direct call)
+                origin.settle(outcome)
+            else:
+                origin.settle(outcome)
     for q, entries in requeues.items():
         q.requeue_many(entries)
         needs_dispatch.add(q)
