@@ -579,27 +579,3 @@ def test_one_mib_message_intact(ch, declare, unique_name):
     assert len(got) == len(body) and got == body
     assert props.content_type == "application/octet-stream"
 
-
-def test_a_consumer_that_stops_reading_gets_everything_once_it_reads_again(broker, conn,
-                                                                             unique_name):
-    # A no-ack consumer whose client stops reading its socket: the broker holds the deliveries
-    # back (TCP back pressure) while a publisher on another connection goes on and is confirmed;
-    # once the consumer reads again it gets every message, in order.
-    reader = pika.BlockingConnection(pika.URLParameters(broker.uri))
-    try:
-        rch = reader.channel()
-        rch.queue_declare(unique_name, auto_delete=True)
-        got: list[bytes] = []
-        rch.basic_consume(unique_name, lambda _c, _m, _p, body: got.append(body[:8]),
-                          auto_ack=True)
-        pch = conn.channel()
-        pch.confirm_delivery()
-        pad = b"." * (16384 - 8)
-        for i in range(1500):   # 24 MiB, more than the socket buffers hold
-            pch.basic_publish("", unique_name, b"%08d" % i + pad)
-        deadline = time.monotonic() + 60
-        while len(got) < 1500 and time.monotonic() < deadline:
-            reader.process_data_events(time_limit=0.2)
-        assert got == [b"%08d" % i for i in range(1500)]
-    finally:
-        reader.close()
