@@ -66,6 +66,9 @@ Members travel as JSON in a longstr rather than a field table because a table is
 spec and the order *is* the membership. Load values are integers because pamqp encodes a Python
 float in a table as a 32-bit float.
 
+The class id, field checks and ``ClusterMethod`` are in ``codec_base``; Policy, Definition and
+InVhost in ``codec_definitions``; this module holds the others and registers them all.
+
 Must not know: sockets, peer links, the broker core, membership rules (see ``membership``).
 """
 
@@ -77,6 +80,11 @@ from collections.abc import Iterable
 
 from pamqp import base, commands
 
+from .codec_base import CLUSTER_CLASS_ID, ClusterMethod, check_shortstr, check_view
+from .codec_definitions import DEFINITION_KINDS, Definition, InVhost, Policy
+
+_LOAD_KEYS = ("connections", "queues", "messages", "cpu")
+
 __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
     "Synch", "Ping", "Vote", "Consumers", "Relay", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
@@ -84,45 +92,6 @@ __all__ = [
     "QUORUM_MEMBERS", "Policy", "Definition", "DEFINITION_KINDS", "InVhost",
     "register",
 ]
-
-CLUSTER_CLASS_ID = 3200
-_MAX_LONGLONG = (1 << 63) - 1
-_LOAD_KEYS = ("connections", "queues", "messages", "cpu")
-
-
-def _check_shortstr(name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a str")
-    if len(value.encode()) > 255:
-        raise ValueError(f"{name} longer than 255 bytes once encoded")
-
-
-def _check_view(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_LONGLONG:
-        raise ValueError(f"{name} must be an int in [0, 2**63)")
-
-
-class ClusterMethod(base.Frame):
-    """Base of the Cluster class methods: value equality and a readable repr (pamqp's has neither)."""
-
-    __slots__: typing.ClassVar[list[str]] = []
-    frame_id: typing.ClassVar[int] = 0
-    index: typing.ClassVar[int] = CLUSTER_CLASS_ID << 16
-    name: typing.ClassVar[str] = "Cluster"
-    synchronous: typing.ClassVar[bool] = False
-    valid_responses: typing.ClassVar[list[str]] = []
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, like every pamqp frame
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{s}={getattr(self, s)!r}" for s in self.__slots__)
-        return f"{self.name}({args})"
-
 
 class Join(ClusterMethod):
     """Cluster.Join: a new broker asks to join (proposal "Cluster.Join").
@@ -151,7 +120,7 @@ class Join(ClusterMethod):
     def validate(self) -> None:
         """Raises ``ValueError`` when a field is not a short string."""
         for slot in self.__slots__:
-            _check_shortstr(slot, getattr(self, slot))
+            check_shortstr(slot, getattr(self, slot))
 
 
 class Membership(ClusterMethod):
@@ -204,7 +173,7 @@ class Membership(ClusterMethod):
 
     def validate(self) -> None:
         """Raises ``ValueError`` for a view out of range or a malformed member list."""
-        _check_view("view", self.view)
+        check_view("view", self.view)
         self.member_list  # noqa: B018 - parses and raises
 
 
@@ -223,7 +192,7 @@ class Leave(ClusterMethod):
 
     def validate(self) -> None:
         """Raises ``ValueError`` when node_name is not a short string."""
-        _check_shortstr("node_name", self.node_name)
+        check_shortstr("node_name", self.node_name)
 
 
 class Suspect(ClusterMethod):
@@ -244,8 +213,8 @@ class Suspect(ClusterMethod):
 
     def validate(self) -> None:
         """Raises ``ValueError`` for a bad name or view."""
-        _check_shortstr("node_name", self.node_name)
-        _check_view("view", self.view)
+        check_shortstr("node_name", self.node_name)
+        check_view("view", self.view)
 
 
 class Synch(ClusterMethod):
@@ -266,8 +235,8 @@ class Synch(ClusterMethod):
 
     def validate(self) -> None:
         """Raises ``ValueError`` for a bad view or name."""
-        _check_view("view", self.view)
-        _check_shortstr("from_node", self.from_node)
+        check_view("view", self.view)
+        check_shortstr("from_node", self.from_node)
 
 
 class Ping(ClusterMethod):
@@ -294,7 +263,7 @@ class Ping(ClusterMethod):
 
     def validate(self) -> None:
         """Raises ``ValueError`` for a bad view or a non-integer load figure."""
-        _check_view("view", self.view)
+        check_view("view", self.view)
         for key in _LOAD_KEYS:
             value = self.load.get(key, 0)
             if not isinstance(value, int) or isinstance(value, bool):
@@ -338,9 +307,9 @@ class Vote(ClusterMethod):
 
     def validate(self) -> None:
         """Raises ``ValueError`` for a bad view, name or round."""
-        _check_view("view", self.view)
-        _check_shortstr("candidate", self.candidate)
-        _check_view("round", self.round)
+        check_view("view", self.view)
+        check_shortstr("candidate", self.candidate)
+        check_view("round", self.round)
 
 
 class Consumers(ClusterMethod):
@@ -368,7 +337,7 @@ class Consumers(ClusterMethod):
     def validate(self) -> None:
         """Raises ``ValueError`` for a bad name or a count outside 0..2**32-1."""
         for slot in ("vhost", "queue", "node"):
-            _check_shortstr(slot, getattr(self, slot))
+            check_shortstr(slot, getattr(self, slot))
         if not isinstance(self.count, int) or not 0 <= self.count < 1 << 32:
             raise ValueError("count must be an int in [0, 2**32)")
 
@@ -408,11 +377,11 @@ class Relay(ClusterMethod):
 
     def validate(self) -> None:
         """Raises ``ValueError`` for a bad name or a tag outside 0..2**63-1."""
-        _check_shortstr("vhost", self.vhost)
-        _check_shortstr("queue", self.queue)
-        _check_view("delivery_tag", self.delivery_tag)
-        _check_shortstr("exchange", self.exchange)
-        _check_shortstr("routing_key", self.routing_key)
+        check_shortstr("vhost", self.vhost)
+        check_shortstr("queue", self.queue)
+        check_view("delivery_tag", self.delivery_tag)
+        check_shortstr("exchange", self.exchange)
+        check_shortstr("routing_key", self.routing_key)
 
 
 #: ``Quorum.kind`` values: a Raft message, entries forwarded to the leader, a notice of applied
@@ -460,122 +429,9 @@ class Quorum(ClusterMethod):
     def validate(self) -> None:
         """Raises ``ValueError`` for a bad name or a kind outside 0..255."""
         for slot in ("vhost", "queue", "group"):
-            _check_shortstr(slot, getattr(self, slot))
+            check_shortstr(slot, getattr(self, slot))
         if not isinstance(self.kind, int) or not 0 <= self.kind < 256:
             raise ValueError("kind must be an int in [0, 256)")
-
-
-class Policy(ClusterMethod):
-    """Cluster.Policy (our addition, issue 12): policy ``policy`` of ``vhost`` is now ``body`` (a
-    JSON text; empty: cleared). Sent to every member when a policy changes and replayed to a
-    joiner; a member applies it without sending it on."""
-
-    __slots__: typing.ClassVar[list[str]] = ["vhost", "policy", "body"]
-    frame_id: typing.ClassVar[int] = 110
-    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 110
-    name: typing.ClassVar[str] = "Cluster.Policy"
-    _vhost = "shortstr"
-    _policy = "shortstr"
-    _body = "longstr"
-
-    def __init__(self, vhost: str = "/", policy: str = "", body: str = "") -> None:
-        self.vhost = vhost
-        self.policy = policy
-        self.body = body
-        self.validate()
-
-    def validate(self) -> None:
-        """Raises ``ValueError`` for a bad vhost or name, or a body that is not a str."""
-        _check_shortstr("vhost", self.vhost)
-        _check_shortstr("policy", self.policy)
-        if not isinstance(self.body, str):
-            raise ValueError("body must be a str")
-
-
-#: ``Definition.kind`` values.
-DEFINITION_KINDS = ("user", "permission", "vhost")
-
-
-class Definition(ClusterMethod):
-    """Cluster.Definition (our addition, issue 13): a user, a permission or a vhost is now
-    ``body`` (JSON text; empty: deleted), see the module docstring for the keys of each ``kind``.
-    Sent to every member when it changes and replayed to a joiner; a member applies it without
-    sending it on. Passwords travel as RabbitMQ's salted hashes only."""
-
-    __slots__: typing.ClassVar[list[str]] = ["kind", "vhost", "user", "body"]
-    frame_id: typing.ClassVar[int] = 120
-    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 120
-    name: typing.ClassVar[str] = "Cluster.Definition"
-    _kind = "shortstr"
-    _vhost = "shortstr"
-    _user = "shortstr"
-    _body = "longstr"
-
-    def __init__(self, kind: str = "user", vhost: str = "", user: str = "",
-                 body: str = "") -> None:
-        self.kind = kind
-        self.vhost = vhost
-        self.user = user
-        self.body = body
-        self.validate()
-
-    def validate(self) -> None:
-        """Raises ``ValueError`` for an unknown kind, a bad vhost or user name, or a body that is
-        not a str."""
-        if self.kind not in DEFINITION_KINDS:
-            raise ValueError(f"kind must be one of {DEFINITION_KINDS}")
-        _check_shortstr("vhost", self.vhost)
-        _check_shortstr("user", self.user)
-        if not isinstance(self.body, str):
-            raise ValueError("body must be a str")
-
-
-class InVhost(ClusterMethod):
-    """Cluster.InVhost (our addition, issue 13): the AMQP method whose frame payload is
-    ``payload`` (bytes) applies to vhost ``vhost`` (a peer link opens vhost "/"). Build with
-    ``InVhost(vhost, method_payload)``; the receiver decodes ``payload`` as it would a method frame
-    and answers as for that method. On the wire ``method`` is a longstr holding the payload's
-    bytes as Latin-1 characters in UTF-8 (pamqp encodes only ``str`` longstrs and decodes valid
-    UTF-8 to ``str``): lossless for any bytes."""
-
-    __slots__: typing.ClassVar[list[str]] = ["vhost", "method"]
-    frame_id: typing.ClassVar[int] = 130
-    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 130
-    name: typing.ClassVar[str] = "Cluster.InVhost"
-    _vhost = "shortstr"
-    _method = "longstr"
-
-    def __init__(self, vhost: str = "/", method: str | bytes = "\0\0\0\0") -> None:
-        self.vhost = vhost
-        self.method: str | bytes = (method.decode("latin-1") if isinstance(method, bytes)
-                                    else method)
-        self.validate()
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        assert isinstance(other, InVhost)
-        return self.vhost == other.vhost and self.payload == other.payload
-
-    __hash__ = None  # type: ignore[assignment]
-
-    @property
-    def payload(self) -> bytes:
-        """The wrapped method frame payload; b"" when ``method`` holds a character above U+00FF
-        (not our encoding: decoding b"" then fails as a malformed frame, 502)."""
-        if isinstance(self.method, bytes):  # not valid UTF-8 on the wire: not ours either
-            return b""
-        try:
-            return self.method.encode("latin-1")
-        except UnicodeEncodeError:
-            return b""
-
-    def validate(self) -> None:
-        """Raises ``ValueError`` for a bad vhost or a wrapped payload shorter than a method's
-        class and method ids (4 bytes)."""
-        _check_shortstr("vhost", self.vhost)
-        if len(self.payload) < 4:
-            raise ValueError("method must be a method frame payload of at least 4 bytes")
 
 
 METHODS: tuple[type[ClusterMethod], ...] = (Join, Membership, Leave, Suspect, Synch, Ping, Vote,

@@ -52,6 +52,7 @@ from collections.abc import Callable, Sequence
 from . import actions as a
 from .codec import ClusterMethod, Join, Leave, Membership, Ping, Suspect, Synch, Vote
 from .durable import DurableVote, view_key
+from .lease import CheckStep, LeaderCheck
 from .restart import Restarted
 from .rounds import Decision, Grants, Round, decide
 from .syncing import JoinSync
@@ -87,8 +88,8 @@ class Node:
         self._bypassed: set[str] = set()          # candidates that did nothing: passed over
         self._want_takeover = False
         self._pending_suspects: set[str] = set()
-        self._next_ping = self._next_round = self._last_confirm = self._next_check = 0.0
-        self._check: tuple[float, set[str]] | None = None   # leader's quorum check: start, replies
+        self._next_ping = self._next_round = self._last_confirm = 0.0
+        self._check = LeaderCheck(self.timing.confirm_period, self.timing.verify_timeout)
         self._round: Round | None = None
         self._round_number = 0
         self._pending_joins: dict[str, str] = {}
@@ -202,8 +203,8 @@ class Node:
                 return self._take(now)
             if view == self.view:
                 self._last_heard[sender] = now
-                if self._check is not None and sender in self.names:
-                    self._check[1].add(sender)
+                if sender in self.names:
+                    self._check.heard(sender)
             self._maybe_inform(sender, view, now)
         handler(sender, method, now)
         return self._take(now)
@@ -465,22 +466,14 @@ class Node:
 
     # ----------------------------------------------------------------- leader's quorum check
     def _tick_check(self, now: float) -> None:
-        if self._check is None:
-            if now >= self._next_check:
-                self._next_check = now + self.timing.confirm_period
-                self._check = (now, set())
-                for n in self.names:
-                    if n != self.name:
-                        self._send(n, Ping(True, self.view, self.load))
-                if len(self.members) == 1:
-                    self._quorum_until = now + self.timing.quorum_lease
-                    self._check = None
-            return
-        started, replies = self._check
-        if now - started >= self.timing.verify_timeout or len(replies) >= len(self.members) - 1:
-            self._check = None
-            if len(replies) + 1 >= len(self.members) // 2 + 1:
-                self._quorum_until = now + self.timing.quorum_lease
+        step = self._check.tick(now, len(self.members))
+        if step is CheckStep.PING:
+            for n in self.names:
+                if n != self.name:
+                    self._send(n, Ping(True, self.view, self.load))
+        elif step is CheckStep.CONFIRMED:
+            self._quorum_until = now + self.timing.quorum_lease
+            if len(self.members) > 1:
                 self._broadcast(Membership(self.view, self.members), self.names)
 
     # ----------------------------------------------------------------- views
@@ -494,8 +487,7 @@ class Node:
         self._next_ping = now
         self._next_round = now
         self._last_confirm = now
-        self._check = None
-        self._next_check = now
+        self._check.reset(now)
 
     def _install(self, view: int, members: a.Members, now: float) -> None:
         old_names, old_leader = self.names, self.leader
