@@ -1,6 +1,4 @@
-"""Serving one accepted stream: feeds ``core.Connection`` and writes out what it produces. Used
-for TLS (anyio's TLS stream) and on anyio backends other than asyncio; plain sockets on asyncio
-are served by ``protocol_io`` (transport callbacks, no task per connection).
+"""Serving one accepted socket: feeds ``core.Connection`` and writes out what it produces.
 
 Two tasks per connection: the reader receives large chunks (256 KiB) and hands each to
 ``Connection.receive_data`` synchronously (every frame in the chunk handled, no task per message);

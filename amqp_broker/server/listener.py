@@ -1,8 +1,6 @@
 """TCP listener and the broker's periodic tasks (tick, memory watch, disk watch).
 
-``run_broker`` serves until cancelled; on asyncio each accepted plain socket is served by
-``protocol_io.AmqpProtocol`` (callbacks, no task per connection), elsewhere and for TLS by
-``connection_io.serve_connection`` (stream tasks). The memory
+``run_broker`` serves until cancelled; each accepted socket gets ``serve_connection``. The memory
 watch raises the core's memory alarm while the message memory held by queues is above the configured
 high watermark (RabbitMQ "Memory Alarms"; see ``Broker.message_memory``). The disk watch raises the
 disk alarm while the data directory's file system has less free space than ``disk_free_limit``
@@ -12,7 +10,6 @@ process RSS from /proc for logs and tests. Source: DESIGN.md §2 (server layer).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import shutil
@@ -26,7 +23,6 @@ from anyio.abc import SocketStream
 from ..core.broker import Broker
 from .amqps import TlsServer, listen_tls
 from .connection_io import serve_connection
-from .protocol_io import close_all, serve_plain
 
 __all__ = ["run_broker", "rss_bytes"]
 
@@ -115,14 +111,6 @@ async def _disk_watch(broker: Broker, path: str | Path, limit: int) -> None:
         await anyio.sleep(DISK_CHECK_SECONDS)
 
 
-def _on_asyncio() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:   # another anyio backend (trio)
-        return False
-    return True
-
-
 async def run_broker(broker: Broker, host: str, port: int,
                      ready: Callable[[int], None] | None = None,
                      data_dir: str | Path | None = None, tls: TlsServer | None = None,
@@ -144,25 +132,16 @@ async def run_broker(broker: Broker, host: str, port: int,
         except Exception:
             log.exception("connection task failed")
 
-    plain = None
-    listener = None
-    if _on_asyncio():
-        plain = await serve_plain(broker, host, port)
-        bound = plain[0].sockets[0].getsockname()[1]
-    else:
-        listener = await anyio.create_tcp_listener(local_host=host, local_port=port,
-                                                   reuse_port=False, backlog=1024)
-        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False,
+                                               backlog=1024)
+    bound = listener.extra(anyio.abc.SocketAttribute.local_port)
     log.info("listening on %s:%s", host, bound)
     tls_listener = None
     if tls is not None:
         try:
             tls_listener = await listen_tls(host, tls_port)
         except OSError:
-            if listener is not None:
-                await listener.aclose()
-            if plain is not None:
-                plain[0].close()
+            await listener.aclose()
             raise
         tls_bound = tls_listener.extra(anyio.abc.SocketAttribute.local_port)
         log.info("TLS (amqps) listening on %s:%s", host, tls_bound)
@@ -182,11 +161,4 @@ async def run_broker(broker: Broker, host: str, port: int,
                 tls_ready(tls_bound)
         if ready is not None:
             ready(bound)
-        if listener is not None:
-            await listener.serve(handle, task_group=tg)
-        elif plain is not None:
-            try:
-                await anyio.sleep_forever()
-            finally:
-                plain[0].close()
-                close_all(plain[1])
+        await listener.serve(handle, task_group=tg)
