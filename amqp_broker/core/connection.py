@@ -131,8 +131,6 @@ class Connection:
         self.has_published = False
         self._out: list[bytes] = []
         self.output_size = 0
-        #: A large body was queued as a part of its own (``write_parts``) since the last take.
-        self.output_has_large = False
         self._header = b""
         self._framing_broken = False
         now = broker.clock()
@@ -169,7 +167,6 @@ class Connection:
         was_empty = not out
         out.extend(parts)
         self.output_size += sum(map(len, parts))
-        self.output_has_large = True
         if was_empty and self.on_writable is not None:
             self.on_writable()
 
@@ -185,23 +182,8 @@ class Connection:
         data = out[0] if len(out) == 1 else b"".join(out)
         self._out = []
         self.output_size = 0
-        self.output_has_large = False
         self.last_sent = self.broker.clock()
         return data
-
-    def take_output_parts(self) -> list[bytes]:
-        """All queued output as the pieces it was queued in, for a gather write (one ``writev``:
-        large bodies are not copied into a joined buffer); resets the buffer like
-        ``take_output``. Worth it only when ``output_has_large``: many small pieces cost more
-        as separate buffers than joined."""
-        out = self._out
-        if not out:
-            return []
-        self._out = []
-        self.output_size = 0
-        self.output_has_large = False
-        self.last_sent = self.broker.clock()
-        return out
 
     def output_drained(self) -> None:
         """The I/O layer wrote everything: consumers blocked on output credit may go on."""
