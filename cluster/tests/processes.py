@@ -169,6 +169,15 @@ class Cluster:
         member.proc.kill()
         member.proc.wait(10)
 
+    def kill_together(self, members: list[Member]) -> None:
+        """kill -9 of ``members`` at one instant, as a power loss: each is stopped (SIGSTOP) before
+        any is killed, so that no survivor sees one die (its sockets close) while the others still
+        run and can agree a view without it."""
+        for m in members:
+            self.freeze(m)
+        for m in members:
+            self.kill(m)
+
     def terminate(self, member: Member) -> int:
         assert member.proc is not None
         member.proc.terminate()

@@ -88,8 +88,7 @@ def test_two_of_three_killed_and_restarted_agree_again(cluster: Cluster, survivo
     alive = n2 if survivor == "leader" else n4
     victims = [m for m in (n2, n3, n4) if m is not alive]
     before = view_of(alive)
-    for v in victims:
-        cluster.kill(v)
+    cluster.kill_together(victims)
     time.sleep(2.0)   # eight ping intervals: any suspicion has acted by now
     assert view_of(alive) == before   # a minority changes nothing
     for v in victims:
@@ -108,8 +107,7 @@ def test_full_cluster_power_loss_then_restart_one_by_one(cluster: Cluster) -> No
     declare(n3, "qq")
     wait_leader(cluster, "qq")
     confirmed = publish_confirmed(n4, "qq", 50)
-    for m in (n2, n3, n4):
-        cluster.kill(m)
+    cluster.kill_together([n2, n3, n4])
     cluster.start(2)   # as first started: no seed (its data dir knows the others)
     time.sleep(3.0)
     assert view_of(n2) == (0, [])   # alone, a minority of its last view: in no view, no clients
