@@ -5,13 +5,15 @@ Two tasks per connection: the reader receives large chunks (256 KiB) and hands e
 the writer sleeps until the connection has output, then sends all of it in one ``send``. Back
 pressure: the reader does not read while the connection's own output is above the high-water mark,
 nor while the connection is blocked by the memory alarm after it has published (RabbitMQ's
-connection.blocked), so one client can never make the broker buffer without bound. Source:
+connection.blocked), so one client can never make the broker buffer without bound. While the
+broker is saturated, an open-loop publisher's steady inflow is read in batches (``read_pacing``). Source:
 DESIGN.md §5 (figures: one send per chunk, not per frame).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, cast
 
 import anyio
@@ -20,6 +22,7 @@ from anyio.abc import ByteStream
 from ..core.broker import Broker
 from ..core.connection import LINGER_TIMEOUT, Connection
 from ..core.external import TlsPeer
+from .read_pacing import ReadPacer
 
 if TYPE_CHECKING:
     from anyio.abc import IPSockAddrType
@@ -64,17 +67,27 @@ async def _writer(conn: Connection, stream: ByteStream, link: _Link) -> None:
             break
 
 
-async def _reader(conn: Connection, stream: ByteStream, link: _Link) -> None:
+async def _reader(conn: Connection, stream: ByteStream, link: _Link,
+                  pacer: ReadPacer | None) -> None:
     high = conn.high_water
+    clock = time.monotonic if pacer is None else pacer.clock
+    last = prev = 0.0
+    size = 0
     while not conn.closed:
         while conn.output_size > high and not conn.closed:
             await link.drained.wait()
         while conn.blocked and conn.has_published and not conn.closed:
             await anyio.sleep(0.05)
+        if pacer is not None:
+            wait = pacer.delay(conn, last, prev, size)
+            if wait:   # saturated, and a steady inflow: let it gather (``read_pacing``)
+                await anyio.sleep(wait)
         try:
             data = await stream.receive(READ_SIZE)
         except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError, OSError):
             return
+        prev, last = last, clock()
+        size = len(data)
         conn.receive_data(data)
     if conn.linger:
         await _discard_until_peer_closes(stream)
@@ -93,9 +106,11 @@ async def _discard_until_peer_closes(stream: ByteStream) -> None:
                 return
 
 
-async def serve_connection(broker: Broker, stream: ByteStream, tls: TlsPeer | None = None) -> None:
+async def serve_connection(broker: Broker, stream: ByteStream, tls: TlsPeer | None = None,
+                           pacer: ReadPacer | None = None) -> None:
     """Run one client connection until either side closes it; ``tls``: the TLS session of an
-    AMQPS connection (``server.amqps``), None on the plain listener."""
+    AMQPS connection (``server.amqps``), None on the plain listener; ``pacer``: the listener's
+    ``read_pacing.ReadPacer`` (None: every read at once)."""
     try:
         # anyio types the address as ``str`` too (UNIX sockets); ours are TCP: (host, port, ...)
         addr = cast("IPSockAddrType", stream.extra(anyio.abc.SocketAttribute.remote_address))
@@ -117,7 +132,7 @@ async def serve_connection(broker: Broker, stream: ByteStream, tls: TlsPeer | No
                     tg.cancel_scope.cancel()
 
             tg.start_soon(write_then_stop)
-            await _reader(conn, stream, link)
+            await _reader(conn, stream, link, pacer)
             # Reader ended: let the writer flush what is left (e.g. a Connection.Close) briefly.
             link.done = True
             link.wake.set()

@@ -23,6 +23,7 @@ from anyio.abc import SocketStream
 from ..core.broker import Broker
 from .amqps import TlsServer, listen_tls
 from .connection_io import serve_connection
+from .read_pacing import ReadPacer
 
 __all__ = ["run_broker", "rss_bytes"]
 
@@ -121,6 +122,8 @@ async def run_broker(broker: Broker, host: str, port: int,
     the AMQPS listener is on ``tls_port`` too (bound before ``ready``; ``tls_ready(port)``
     before ``ready``)."""
 
+    pacer = ReadPacer()
+
     async def handle(stream: SocketStream) -> None:
         try:
             sock = stream.extra(anyio.abc.SocketAttribute.raw_socket)
@@ -128,7 +131,7 @@ async def run_broker(broker: Broker, host: str, port: int,
         except Exception:
             pass
         try:
-            await serve_connection(broker, stream)
+            await serve_connection(broker, stream, pacer=pacer)
         except Exception:
             log.exception("connection task failed")
 
