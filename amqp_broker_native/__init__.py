@@ -69,6 +69,7 @@ MODULES: tuple[str, ...] = (
     "cluster.raft.leader",
     "cluster.raft.node",
     "cluster.raft.codec",
+    "cluster.raft.fifo_commands",
     "cluster.raft.fifo",
     "cluster.quorum.machine",
     "cluster.quorum.outbox",

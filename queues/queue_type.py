@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from queues.protocols import Consumer, PublishResult
 
 __all__ = ["Capabilities", "CLASSIC", "STREAM", "QUORUM", "QueueType", "Journal", "SafeSource",
-           "SafeWaiter", "ReplicatedPurge"]
+           "SafeWaiter", "ReplicatedPurge", "ReplicatedGet", "GetAnswer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,4 +223,20 @@ class ReplicatedPurge(Protocol):
 
     def purge_then(self, done: Callable[[int], None]) -> None:
         """Propose the purge; ``done(count of messages purged)`` once it is applied here."""
+        ...
+
+
+#: ``done(entry, remaining)`` of a replicated Basic.Get: the message checked out (None: Get-Empty)
+#: and the ready messages left (Get-Ok's message_count).
+GetAnswer = Callable[["QueueEntry | None", int], None]
+
+
+class ReplicatedGet(Protocol):
+    """Basic.Get of a queue whose ``capabilities.replicated`` is set: one command in the queue's
+    log, answered once it is applied, so that a message reaches one client only (RabbitMQ
+    ``rabbit_quorum_queue:dequeue/4``)."""
+
+    def get_then(self, no_ack: bool, done: GetAnswer) -> None:
+        """Propose the get; ``done(entry or None, remaining)`` once it is applied here. Raises
+        ``NotServed`` (406) where the queue cannot answer (no replica on this broker)."""
         ...

@@ -23,8 +23,8 @@ Envelope (big-endian): ``origin`` (u16 length, utf-8), ``seq`` u64, ``kind`` u8,
   returns to the queue, redelivered (delivery count + 1), as RabbitMQ returns a disconnected
   node's checked-out messages.
 
-Effects: those of ``FifoQueue`` (no ``Confirm``: ``Applied`` says more; ``Purged`` tagged with
-the purging command's origin and seq), plus
+Effects: those of ``FifoQueue`` (no ``Confirm``: ``Applied`` says more; ``Purged`` and
+``Dequeued`` tagged with the command's origin and seq, so its proposer answers its client), plus
 ``Applied(origin, seq)`` (every command of ``origin`` up to ``seq`` is in the state: the publisher
 confirm of a publish means a majority holds it, since only committed entries are applied),
 ``Gap(origin, next)``, ``Cancelled(consumer)`` (by Down or a newer incarnation, not by its own
@@ -175,10 +175,14 @@ class QuorumMachine:
                 self.next_seq[origin] = seq + 1
             if kind == KIND_FIFO:   # the fifo makes no Confirm: Applied says more
                 command = f.decode(data, start)
-                if isinstance(command, f.Purge):
+                if isinstance(command, f.Purge | f.Dequeue):   # answered to the proposer
                     for e in self.fifo.apply_command(index, command):
-                        out.append(f.Purged(e.count, origin, seq)
-                                   if isinstance(e, f.Purged) else e)
+                        if isinstance(e, f.Purged):
+                            e = f.Purged(e.count, origin, seq)
+                        elif isinstance(e, f.Dequeued):
+                            e = f.Dequeued(e.consumer, e.msg_id, e.header, e.body,
+                                           e.delivery_count, e.remaining, origin, seq)
+                        out.append(e)
                 else:
                     out.extend(self.fifo.apply_command(index, command))
             elif kind == KIND_DOWN:

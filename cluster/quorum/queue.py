@@ -13,12 +13,13 @@ batch of input) submits them in order. Must not know: sockets, files, Raft messa
 classes (consumers are duck-typed: ``channel``, ``prefetch``, ``no_ack``, ``can_deliver``,
 ``deliver``).
 
+Basic.Get (``get_then``) and Queue.Purge (``purge_then``) are one command each in the queue's
+log, proposed by the member the client asked (after the commands its channel queued before them)
+and answered when applied there, as RabbitMQ's quorum queues answer them.
+
 Deviations from RabbitMQ (3.10): a consumer without a prefetch gets ``DEFAULT_CREDIT`` in flight
-(RabbitMQ's quorum queues also bound unlimited consumers by a credit); Basic.Get answers at once
-from this member's replica and takes the message through the log afterwards (optimistic: a
-message two members hand out at once reaches both clients, see ``get``); Queue.Purge
-is proposed once, by the member the client asked, and answered when applied there (a broker
-outside the group answers with a count of 0); per-message ``expiration`` is ignored (only
+(RabbitMQ's quorum queues also bound unlimited consumers by a credit); a purge from a broker
+outside the group is answered with a count of 0; per-message ``expiration`` is ignored (only
 ``x-message-ttl``); a broker outside the group (``remote.RemoteGroup``) forwards publishes and
 serves consumers through the leader, but reports 0 messages and only its own consumers, and
 refuses Basic.Get with 406 (``NotServed``: no replica to answer from at once). Sources: RabbitMQ "Quorum Queues" (feature matrix,
@@ -39,7 +40,7 @@ from queues.entry import QueueEntry
 from queues.errors import NotServed
 from queues.message import Message
 from queues.protocols import PublishResult
-from queues.queue_type import QUORUM, Capabilities, SafeWaiter
+from queues.queue_type import QUORUM, Capabilities, GetAnswer, SafeWaiter
 
 from .group import Action, QuorumGroup
 from .machine import Cancelled, Effect, consumer_origin
@@ -151,7 +152,7 @@ class QuorumQueue:
         self._next_cid = 0
         self._last_token = 0
         self._waiters: list[SafeWaiter] = []
-        self._taking: dict[int, int] = {}   # msg id -> seq of its Take (Basic.Get), until applied
+        self._getting: dict[int, GetAnswer] = {}   # seq of a Dequeue -> its answer
         self._purging: dict[int, Callable[[int], None]] = {}   # seq of a Purge -> its answer
         self._reported = 0
         self.rejected: set[int] = set()
@@ -215,8 +216,9 @@ class QuorumQueue:
         if applied == self._reported:
             return
         self._reported = applied
-        if self._taking:
-            self._taking = {i: s for i, s in self._taking.items() if s > applied}
+        if self._getting:   # applied, no Dequeued effect here (a snapshot installed past it)
+            for seq in [s for s in self._getting if s <= applied]:
+                self._getting.pop(seq)(None, self.message_count)
         if self._purging:   # applied, but no Purged effect here: forwarded from outside
             for seq in [s for s in self._purging if s <= applied]:
                 self._purging.pop(seq)(0)
@@ -296,34 +298,39 @@ class QuorumQueue:
         self._settled(entry, "discard")
 
     def get(self, no_ack: bool) -> QueueEntry | None:
-        """Basic.Get: the first ready message of this member's replica not already taken here,
-        handed out at once and taken through the log (``Take`` to this member's get consumer;
-        settled like a delivery). Optimistic: when another member's consumer or Basic.Get got the
-        same message first, the Take does nothing and the message may reach two clients (at
-        least once, never lost). None (Get-Empty) when the replica knows no ready message.
-        Raises ``NotServed`` (406) on a broker outside the group (no replica here)."""
+        """Not answerable at once: a quorum queue's Basic.Get goes through its log
+        (``get_then``; the core asks ``capabilities.replicated`` first). Raises ``NotServed``."""
+        raise NotServed(f"basic.get from quorum queue '{self.name}' is answered through its "
+                        f"log (get_then)")
+
+    def get_then(self, no_ack: bool, done: GetAnswer) -> None:
+        """Basic.Get as RabbitMQ's quorum queues answer it: propose one ``Dequeue`` (after the
+        commands queued before it, so a message requeued just before is there) and call
+        ``done(entry, remaining)`` once it is applied on this member's replica: the first ready
+        message, checked out to this member's get consumer (settled like a delivery) or, with
+        ``no_ack``, gone; None when none was ready; ``remaining``: ready messages after it
+        (Get-Ok's message_count). Each message reaches one Basic.Get or consumer only. Raises
+        ``NotServed`` (406) on a broker outside the group (no replica to answer from). Source:
+        ``rabbit_quorum_queue:dequeue/4``, ``rabbit_fifo`` checkout ``{dequeue, _}``."""
         if not self.group.holds_replica:
             raise NotServed(f"basic.get from quorum queue '{self.name}' is not served on a "
                             f"broker outside its group ({', '.join(self.group.members)}); "
                             f"consume, or connect to a member")
-        taking = self._taking
-        for m in self.group.machine.fifo.ready:
-            if m.msg_id not in taking:
-                break
-        else:
-            return None
-        cid = f"{self.group.origin}/get"
-        taking[m.msg_id] = 1 << 62   # its seq once submitted
-        self._ops.append(("take", cid, m.msg_id))
-        msg = split_header(m.header)
-        msg.body = m.body
-        if m.delivery_count:
-            msg = _with_delivery_count(msg, m.delivery_count)
-        entry = QuorumEntry(msg, m.msg_id, cid, m.delivery_count)
-        if no_ack:
-            self._ops.append(("settle", cid, m.msg_id))
+        if self._ops:
+            self._submit_ops()
+        cmd = f.Dequeue(f"{self.group.origin}/get", no_ack, self._wall_ms())
+        self._getting[self.group.submit(cmd)] = done
         self._wake(self)
-        return entry
+
+    def _answer_get(self, eff: f.Dequeued) -> None:
+        done = self._getting.pop(eff.seq)
+        if not eff.msg_id:
+            done(None, eff.remaining)
+            return
+        msg = split_header(eff.header)
+        msg.body = eff.body
+        msg = _with_delivery_count(msg, eff.delivery_count)   # 0 too, as RabbitMQ's dequeue
+        done(QuorumEntry(msg, eff.msg_id, eff.consumer, eff.delivery_count), eff.remaining)
 
     # ------------------------------------------------------------------ the batch
     def dispatch(self) -> int:
@@ -360,10 +367,6 @@ class QuorumQueue:
                 continue
             if kind == "cancel":
                 group.submit(f.Cancel(cid, now))
-                i += 1
-                continue
-            if kind == "take":
-                self._taking[arg] = group.submit(f.Take(cid, arg))
                 i += 1
                 continue
             j = i
@@ -431,6 +434,9 @@ class QuorumQueue:
             elif isinstance(eff, f.Purged):
                 if eff.origin == mine and eff.seq in self._purging:
                     self._purging.pop(eff.seq)(eff.count)
+            elif isinstance(eff, f.Dequeued):
+                if eff.origin == mine and eff.seq in self._getting:
+                    self._answer_get(eff)
         self._progress()
         if wake:
             self._wake(self)
@@ -463,6 +469,8 @@ class QuorumQueue:
         of ready messages it removed -- so a message published after Purge-Ok is never purged
         by it. From a broker outside the group (no replica here) the count is 0. Not called if
         the queue is deleted first. Source: ``rabbit_quorum_queue:purge/1``."""
+        if self._ops:   # after what the client did before (a requeue is purged too)
+            self._submit_ops()
         self._purging[self.group.submit(f.Purge())] = done
         self._wake(self)
 
@@ -474,6 +482,9 @@ class QuorumQueue:
         self._by_consumer.clear()
         self._waiters.clear()
         self._purging.clear()
+        getting, self._getting = self._getting, {}
+        for done in getting.values():   # the queue is gone: Get-Empty
+            done(None, 0)
         if self._on_delete is not None:
             self._on_delete(self)
         return []

@@ -337,24 +337,65 @@ def test_reject_publish_overflow_nacks_the_refused_publishes():
     assert follower.queue.message_count == 2
 
 
-def test_basic_get_takes_through_the_log_and_settles():
+class Answers:
+    """What ``get_then`` answered: (body or None, remaining), and the entries, in order."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[bytes | None, int]] = []
+        self.entries: list = []
+
+    def __call__(self, entry, remaining: int) -> None:
+        self.got.append((None if entry is None else entry.message.body, remaining))
+        if entry is not None:
+            self.entries.append(entry)
+
+
+def test_basic_get_is_answered_when_its_dequeue_is_applied_and_settles_like_a_delivery():
     net = started(seed=19)
     names = list(net.members)
     pub, getter = net.members[names[0]], net.members[names[1]]
     for i in range(3):
         pub.publish(f"m{i}")
     net.run_until(lambda: getter.queue.message_count == 3, 2000)
-    first = getter.queue.get(no_ack=False)
-    second = getter.queue.get(no_ack=True)
-    assert first is not None and second is not None
-    assert first.message.body == b"m0" and second.message.body == b"m1"
+    answers = Answers()
+    getter.queue.get_then(False, answers)
+    getter.queue.get_then(True, answers)
+    assert answers.got == []   # not before the log has applied them
+    net.run_until(lambda: len(answers.got) == 2, 2000)
+    assert answers.got == [(b"m0", 2), (b"m1", 1)]
     net.run_until(lambda: all(m.queue.message_count == 1 for m in net.members.values()), 2000)
-    getter.queue.requeue_many([first])
-    net.run_until(lambda: pub.queue.message_count == 2, 2000)
-    again = getter.queue.get(no_ack=False)
-    assert again is not None and again.message.body == b"m0" and again.redelivered
+    getter.queue.requeue_many([answers.entries[0]])
+    getter.queue.get_then(False, answers)   # right after the requeue: it sees m0 again
+    net.run_until(lambda: len(answers.got) == 3, 2000)
+    again = answers.entries[-1]
+    assert answers.got[-1] == (b"m0", 1) and again.redelivered
     getter.queue.ack(again)
-    net.run_until(lambda: all(m.queue.message_count == 1 for m in net.members.values()), 2000)
+    getter.queue.get_then(True, answers)
+    getter.queue.get_then(True, answers)
+    net.run_until(lambda: len(answers.got) == 5, 2000)
+    assert answers.got[3:] == [(b"m2", 0), (None, 0)]   # then Get-Empty
+    net.run_until(lambda: all(m.queue.message_count == 0 for m in net.members.values()), 2000)
+
+
+def test_basic_gets_on_two_members_at_once_never_hand_out_one_message_twice():
+    net = started(seed=23)
+    names = list(net.members)
+    for i in range(6):
+        net.members[names[0]].publish(f"m{i}")
+    net.run_until(lambda: all(m.queue.message_count == 6 for m in net.members.values()), 2000)
+    answers = {n: Answers() for n in names}
+    for _ in range(3):   # every member asks before any Dequeue is applied
+        for n in names:
+            net.members[n].queue.get_then(True, answers[n])
+    net.run_until(lambda: all(len(a.got) == 3 for a in answers.values()), 3000)
+    bodies = [b for a in answers.values() for b, _ in a.got]
+    got = sorted(b for b in bodies if b is not None)
+    assert got == [f"m{i}".encode() for i in range(6)]   # each once, none twice
+    assert bodies.count(None) == 3
+
+
+def test_the_dequeue_command_round_trips_and_old_logs_take_still_decode():
+    assert f.decode(f.encode(f.Dequeue("a#1/get", True, 42))) == f.Dequeue("a#1/get", True, 42)
     assert f.decode(f.encode(f.Take("a#1/get", 7))) == f.Take("a#1/get", 7)
 
 

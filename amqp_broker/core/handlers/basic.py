@@ -13,7 +13,7 @@ import base64
 import os
 import struct
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands as cmd
 
@@ -34,7 +34,8 @@ from ..relay_inbox import RelayOrigin
 from .queue import queue_name
 
 if TYPE_CHECKING:
-    from queues.entry import Origin
+    from queues.entry import Origin, QueueEntry
+    from queues.queue_type import QueueType, ReplicatedGet
 
     from ...protocol.methods import Publish
     from ..channel import Channel
@@ -221,7 +222,8 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
 
 
 def get(ch: Channel, m: cmd.Basic.Get) -> None:
-    """Basic.Get -> Get-Ok + content, or Get-Empty."""
+    """Basic.Get -> Get-Ok + content, or Get-Empty. A replicated queue answers once its log has
+    applied the get (``_get_replicated``)."""
     vhost = ch.vhost
     permit(ch, "read", "queue", queue_name(ch, m.queue))
     q = vhost.get_queue(queue_name(ch, m.queue), ch.connection)
@@ -232,21 +234,46 @@ def get(ch: Channel, m: cmd.Basic.Get) -> None:
                                   60, 70)
     vhost.touch(q.name)
     try:
+        if q.capabilities.replicated:
+            _get_replicated(ch, m, q)
+            return
         entry = q.get(m.no_ack)
     except NotServed as exc:  # a quorum queue on a broker outside its group
         raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}",
                                60, 70) from None
-    conn = ch.connection
     if entry is None:
-        conn.send_method(ch.id, cmd.Basic.GetEmpty())
+        ch.connection.send_method(ch.id, cmd.Basic.GetEmpty())
         return
+    _send_get_ok(ch, q, entry, m.no_ack, q.message_count)
+
+
+def _get_replicated(ch: Channel, m: cmd.Basic.Get, q: QueueType) -> None:
+    """One Dequeue in the queue's log, answered when applied: the message reaches this client
+    only, and one requeued just before is there (RabbitMQ ``rabbit_quorum_queue:dequeue/4``).
+    Should the channel be gone by then, a message it took goes back to the queue."""
+    def done(entry: QueueEntry | None, remaining: int) -> None:
+        if ch.closing or ch.connection.channels.get(ch.id) is not ch:
+            if entry is not None and not m.no_ack:
+                q.requeue_many([entry])
+            return
+        if entry is None:
+            ch.connection.send_method(ch.id, cmd.Basic.GetEmpty())
+        else:
+            _send_get_ok(ch, q, entry, m.no_ack, remaining)
+
+    cast("ReplicatedGet", q).get_then(m.no_ack, done)
+
+
+def _send_get_ok(ch: Channel, q: QueueType, entry: QueueEntry, no_ack: bool,
+                 message_count: int) -> None:
+    conn = ch.connection
     tag = ch.next_delivery_tag
     ch.next_delivery_tag = tag + 1
     msg = entry.message
-    if not m.no_ack:
+    if not no_ack:
         ch.unacked[tag] = (q, entry, None)
     routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
-    conn.write(encode_get_ok(ch.id, tag, entry.redelivered, routing_raw, q.message_count,
+    conn.write(encode_get_ok(ch.id, tag, entry.redelivered, routing_raw, message_count,
                              msg.header_payload, msg.body, conn.frame_max))
 
 
