@@ -85,10 +85,10 @@ class ReadPacer:
 
 
 def open_loop(conn: Connection) -> bool:
-    """``conn`` has published and waits for nothing from the broker: no channel in confirm or tx
-    mode, no consumer (AMQP 0-9-1 §1.8 confirm.select and tx.select; RabbitMQ "Publisher
-    Confirms")."""
-    if not conn.has_published:
+    """``conn`` is a client that has published and waits for nothing from the broker: no channel
+    in confirm or tx mode, no consumer, not a cluster peer link (AMQP 0-9-1 §1.8 confirm.select
+    and tx.select; RabbitMQ "Publisher Confirms")."""
+    if not conn.has_published or conn.is_peer:   # a peer link carries Raft and relay traffic
         return False
     for ch in conn.channels.values():
         if ch.confirms is not None or ch.tx is not None or ch.consumers:

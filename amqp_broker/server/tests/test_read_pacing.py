@@ -80,7 +80,7 @@ def test_a_large_read_or_a_pause_in_the_inflow_is_not_held(broker):
     assert pacer.delay(conn, now - BATCH_S, now - BATCH_S - 0.0001, 100) == 0.0  # waited enough
 
 
-@pytest.mark.parametrize("mode", ["confirms", "tx", "consumer", "never published"])
+@pytest.mark.parametrize("mode", ["confirms", "tx", "consumer", "never published", "peer link"])
 def test_a_connection_that_waits_for_the_broker_is_not_held(broker, mode):
     pacer, clocks = pacer_after_window(busy=1.0)
     if mode == "never published":
@@ -93,6 +93,8 @@ def test_a_connection_that_waits_for_the_broker_is_not_held(broker, mode):
             cl.call(1, cmd.Confirm.Select())
         elif mode == "tx":
             cl.call(1, cmd.Tx.Select())
+        elif mode == "peer link":
+            cl.conn.peer_node = "n9"   # as an authenticated cluster peer (Raft, relays)
         else:
             cl.call(1, cmd.Queue.Declare(queue="q"))
             cl.call(1, cmd.Basic.Consume(queue="q", consumer_tag="c"))
