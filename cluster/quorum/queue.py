@@ -310,7 +310,10 @@ class QuorumQueue:
         message, checked out to this member's get consumer (settled like a delivery) or, with
         ``no_ack``, gone; None when none was ready; ``remaining``: ready messages after it
         (Get-Ok's message_count). Each message reaches one Basic.Get or consumer only. Raises
-        ``NotServed`` (406) on a broker outside the group (no replica to answer from). Source:
+        ``NotServed`` (406) on a broker outside the group (no replica to answer from). Should
+        this replica learn of the get only through a snapshot (installed past it: no effect
+        here), the answer is None, and a message it took stays checked out to the get consumer
+        until this broker's next incarnation returns it. Source:
         ``rabbit_quorum_queue:dequeue/4``, ``rabbit_fifo`` checkout ``{dequeue, _}``."""
         if not self.group.holds_replica:
             raise NotServed(f"basic.get from quorum queue '{self.name}' is not served on a "
