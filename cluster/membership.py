@@ -55,6 +55,7 @@ from .durable import DurableVote, view_key
 from .lease import CheckStep, LeaderCheck
 from .restart import Restarted
 from .rounds import Decision, Grants, Round, decide
+from .suspicion import Suspicions
 from .syncing import JoinSync
 from .views import FIRST_VIEW, IN_VIEW, Status, next_view, ring_target
 
@@ -83,10 +84,7 @@ class Node:
         self._out: list[a.Action] = []
         # per-view state, reset by _reset_view_state at every view change
         self._last_heard: dict[str, float] = {}
-        self._suspects: dict[str, float] = {}     # node -> when we last acted on suspecting it
-        self._delegated: dict[str, float] = {}    # takeover candidate told -> when
-        self._bypassed: set[str] = set()          # candidates that did nothing: passed over
-        self._want_takeover = False
+        self._suspicions = Suspicions()
         self._pending_suspects: set[str] = set()
         self._next_ping = self._next_round = self._last_confirm = 0.0
         self._check = LeaderCheck(self.timing.confirm_period, self.timing.verify_timeout)
@@ -279,7 +277,7 @@ class Node:
         elif m.view == self.view and members == self.members and sender == self.leader:
             self._last_confirm = now
             self._quorum_until = max(self._quorum_until, now + self.timing.quorum_lease)
-            self._leader_alive()
+            self._suspicions.leader_alive(self.leader)
         elif self.status is Status.JOINING and self.name not in dict(members):
             self._seeds = [members[0], *(sd for sd in self._seeds if sd != members[0])]
 
@@ -295,7 +293,7 @@ class Node:
         if m.view != self.view or self.status not in IN_VIEW:
             return
         if m.node_name == self.leader and not self.is_leader:
-            self._suspects.setdefault(m.node_name, now)   # asked to take over: the round verifies
+            self._suspicions.since.setdefault(m.node_name, now)   # asked to take over: the round verifies
             self._leader_down(now)
         else:
             self._suspect(m.node_name, now, forwarded=True)
@@ -335,10 +333,8 @@ class Node:
     def _suspect(self, node: str, now: float, forwarded: bool = False) -> None:
         if node == self.name or node not in self.names or self.status not in IN_VIEW:
             return
-        last = self._suspects.get(node)
-        if last is not None and now - last < self.timing.retry and not forwarded:
+        if not self._suspicions.act_on(node, now, self.timing.retry, forwarded):
             return
-        self._suspects[node] = now
         if self.is_leader:
             self._pending_suspects.add(node)
             self._maybe_start_round(now)
@@ -352,31 +348,21 @@ class Node:
         else pass the Suspect on to that member (proposal: "they send it to the broker next to
         the leader")."""
         leader = self.leader
-        candidate = next((n for n in self.names[1:] if n == self.name
-                          or (n not in self._suspects and n not in self._bypassed)), None)
+        sus = self._suspicions
+        candidate = sus.candidate(self.names, self.name)
         if leader is None or candidate is None:
             return
         if candidate == self.name:
-            self._want_takeover = True
+            sus.want_takeover = True
             self._maybe_start_round(now)
-        elif candidate not in self._delegated:
-            self._delegated[candidate] = now
+        elif candidate not in sus.delegated:
+            sus.delegated[candidate] = now
             self._send(candidate, Suspect(leader, self.view))
 
-    def _leader_alive(self) -> None:
-        if self.leader is not None:
-            self._suspects.pop(self.leader, None)
-        self._want_takeover = False
-        self._delegated.clear()
-        self._bypassed.clear()
-
     def _tick_suspicions(self, now: float) -> None:
-        for candidate, since in list(self._delegated.items()):
-            if now - since >= self.timing.retry:   # it did nothing: pass it over too
-                del self._delegated[candidate]
-                self._bypassed.add(candidate)
-                self._leader_down(now)
-        if self._want_takeover:
+        if self._suspicions.pass_over_idle(now, self.timing.retry):   # they did nothing
+            self._leader_down(now)
+        if self._suspicions.want_takeover:
             self._maybe_start_round(now)
         elif self.is_leader and (self._pending_suspects or self._pending_joins
                                  or self._pending_leaves):
@@ -408,7 +394,7 @@ class Node:
         elif self.status not in IN_VIEW:
             return
         elif not self.is_leader:
-            if not self._want_takeover:
+            if not self._suspicions.want_takeover:
                 return
             takeover = self.leader
         elif not (self._pending_suspects or self._pending_joins or self._pending_leaves):
@@ -441,7 +427,7 @@ class Node:
         out = decide(r, self.name)
         names = [n for n, _ in r.members]
         if out.decision is Decision.LEADER_ALIVE:
-            self._leader_alive()
+            self._suspicions.leader_alive(self.leader)
             self._next_round = now + self.timing.retry
         elif out.decision in (Decision.MINORITY, Decision.SPLIT):
             self._next_round = now + self.timing.retry
@@ -449,7 +435,7 @@ class Node:
                 self._next_round += self.timing.grant_lease * names.index(self.name) / len(names)
         else:
             self._quorum_until = now + self.timing.quorum_lease
-            self._want_takeover = False
+            self._suspicions.want_takeover = False
             for n in out.joined:
                 self._pending_joins.pop(n, None)
             self._pending_leaves -= r.leaves
@@ -479,10 +465,7 @@ class Node:
     # ----------------------------------------------------------------- views
     def _reset_view_state(self, now: float) -> None:
         self._last_heard = {}
-        self._suspects = {}
-        self._delegated = {}
-        self._bypassed = set()
-        self._want_takeover = False
+        self._suspicions = Suspicions()
         self._pending_suspects = set()
         self._next_ping = now
         self._next_round = now
