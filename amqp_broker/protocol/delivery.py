@@ -83,11 +83,11 @@ def encode_deliver(channel: int, prefix: bytes, delivery_tag: int, redelivered: 
 def encode_deliver_parts(channel: int, prefix: bytes, delivery_tag: int, redelivered: bool,
                          routing_raw: bytes, header_payload: bytes, body: bytes,
                          frame_max: int = 131072) -> list[bytes]:
-    """``encode_deliver`` as a list of pieces for a gather write, so that a large body is copied
-    at most once on its way to the socket: a body that fits one frame (``frame_max`` bytes, the
-    8 of the envelope included) is a piece of its own, uncopied; a longer one is cut into
-    frame_max - 8 byte slices between the frames' envelopes (§4.2.6.2). ``body`` must not be
-    empty (an empty body has no body frame: use ``encode_deliver``)."""
+    """``encode_deliver`` as a list of pieces, queued as they are and joined once with the rest
+    of the connection's output: a body that fits one frame (``frame_max`` bytes, the 8 of the
+    envelope included) is a piece of its own, uncopied until that join; a longer one is cut into
+    frame_max - 8 byte slices (one copy each) between the frames' envelopes (§4.2.6.2).
+    ``body`` must not be empty (an empty body has no body frame: use ``encode_deliver``)."""
     size = len(prefix) + 9 + len(routing_raw)
     step = frame_max - c.FRAME_OVERHEAD
     n = len(body)
