@@ -394,6 +394,15 @@ def test_basic_gets_on_two_members_at_once_never_hand_out_one_message_twice():
     assert bodies.count(None) == 3
 
 
+def test_a_get_pending_when_its_queue_is_deleted_is_answered_empty():
+    net = started(seed=29)
+    member = net.members[list(net.members)[0]]
+    answers = Answers()
+    member.queue.get_then(False, answers)
+    member.queue.delete()
+    assert answers.got == [(None, 0)]   # Get-Empty at once, never a hung client
+
+
 def test_the_dequeue_command_round_trips_and_old_logs_take_still_decode():
     assert f.decode(f.encode(f.Dequeue("a#1/get", True, 42))) == f.Dequeue("a#1/get", True, 42)
     assert f.decode(f.encode(f.Take("a#1/get", 7))) == f.Take("a#1/get", 7)

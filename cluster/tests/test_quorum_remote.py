@@ -170,8 +170,8 @@ def test_cancel_outside_with_unacked_suspends_then_cancels_and_get_is_refused():
     net, outside = started(seed=39)
     consumer = consume(net, outside, prefetch=2)
     leader = leader_publishes(net, 4, lambda: len(consumer.got) == 2)
-    with pytest.raises(NotServed):
-        outside.queue.get(no_ack=False)
+    with pytest.raises(NotServed):   # no replica here to dequeue from: 406 to the client
+        outside.queue.get_then(False, lambda entry, remaining: None)
     cid = consumer.got[0].cid
     assert outside.queue.remove_consumer(consumer)
     net.run_until(lambda: leader.group.machine.fifo.consumers[cid].prefetch == -1, 3000)
