@@ -193,6 +193,18 @@ class Connection:
         self.broker.run_dispatch()
 
     # ------------------------------------------------------------------------------ input
+    def heartbeat_received(self) -> bool:
+        """A lone heartbeat frame (``HEARTBEAT_FRAME``, 8 bytes) arrived on its own: when it
+        stands between frames on an open connection, note that the peer is alive as
+        ``receive_data`` would and return True; else return False (the I/O layer then hands it
+        to ``receive_data``). Lets an idle connection's heartbeats skip the reader task (spec
+        §4.2.7; issue 14)."""
+        if self.state is not State.OPEN or self.splitter.buffered or self.closed:
+            return False
+        self.last_received = self.broker.clock()
+        self.broker.note_input(len(c.HEARTBEAT_FRAME))
+        return True
+
     def receive_data(self, data: bytes) -> None:
         """Process received bytes: every complete frame is handled before this returns."""
         if self.closed or self._framing_broken:

@@ -1,20 +1,26 @@
 """Serving one accepted socket: feeds ``core.Connection`` and writes out what it produces.
 
-Two tasks per connection: the reader receives large chunks (256 KiB) and hands each to
-``Connection.receive_data`` synchronously (every frame in the chunk handled, no task per message);
-the writer sleeps until the connection has output, then sends all of it in one ``send``. Back
-pressure: the reader does not read while the connection's own output is above the high-water mark,
-nor while the connection is blocked by the memory alarm after it has published (RabbitMQ's
-connection.blocked), so one client can never make the broker buffer without bound. While the
-broker is saturated, an open-loop publisher's steady inflow is read in batches (``read_pacing``). Source:
-DESIGN.md §5 (figures: one send per chunk, not per frame).
+A reader task receives large chunks (256 KiB) and hands each to ``Connection.receive_data``
+synchronously (every frame in the chunk handled, no task per message). Output goes out in one
+write per turn of the loop: on a plain socket (``serve_plain``, over ``plain_socket.PlainSocket``)
+by callback, one flush scheduled when the connection gets output; on a TLS stream
+(``serve_connection``, anyio's stream) by a writer task that sleeps until there is output. Back
+pressure: the reader does not read while the connection's own output is above the high-water mark
+(it drops below only once the socket took everything written), nor while the connection is
+blocked by the memory alarm after it has published (RabbitMQ's connection.blocked), so one client
+can never make the broker buffer without bound. While the broker is saturated, an open-loop
+publisher's steady inflow is read in batches (``read_pacing``). An idle plain connection's
+heartbeats wake no task: one in is taken by ``Connection.heartbeat_received`` from the socket's
+callback, one out is a single flush (issue 14). Source: DESIGN.md §5 (figures: one send per
+chunk, not per frame).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import anyio
 from anyio.abc import ByteStream
@@ -22,30 +28,92 @@ from anyio.abc import ByteStream
 from ..core.broker import Broker
 from ..core.connection import LINGER_TIMEOUT, Connection
 from ..core.external import TlsPeer
+from .plain_socket import PlainSocket
 from .read_pacing import ReadPacer
 
 if TYPE_CHECKING:
     from anyio.abc import IPSockAddrType
 
-__all__ = ["serve_connection"]
+__all__ = ["serve_connection", "serve_plain"]
 
 log = logging.getLogger(__name__)
 
 READ_SIZE = 262144
 
 
+class _Receiver(Protocol):
+    async def receive(self, max_bytes: int = ...) -> bytes: ...
+
+
 class _Link:
-    """Wake-up plumbing between the core connection and the writer task."""
+    """Wake-up plumbing between the core connection, its writer and its reader: ``drained`` is
+    made only while the reader waits for the output to drain."""
 
     __slots__ = ("wake", "drained", "done")
 
     def __init__(self) -> None:
         self.wake = anyio.Event()
-        self.drained = anyio.Event()
+        self.drained: anyio.Event | None = None
         self.done = False
 
     def on_writable(self) -> None:
         self.wake.set()
+
+    def set_drained(self) -> None:
+        """Everything written reached the socket: wake a reader held by back pressure."""
+        ev = self.drained
+        if ev is not None:
+            self.drained = None
+            ev.set()
+
+    async def wait_drained(self) -> None:
+        ev = self.drained
+        if ev is None:
+            ev = self.drained = anyio.Event()
+        await ev.wait()
+
+
+class _Flusher:
+    """A plain socket's writer, by callback: ``on_writable`` schedules one ``flush`` for the next
+    turn of the loop, which writes everything queued in one ``write``; while the kernel has not
+    taken it all (``PlainSocket.writing_paused``) output waits in the connection, and the socket's
+    drain flushes again. Once the connection is closed and its output written, the socket closes
+    (unless it lingers after the client's own Close)."""
+
+    __slots__ = ("conn", "sock", "link", "loop", "scheduled")
+
+    def __init__(self, conn: Connection, sock: PlainSocket, link: _Link) -> None:
+        self.conn = conn
+        self.sock = sock
+        self.link = link
+        self.loop = asyncio.get_running_loop()
+        self.scheduled = False
+
+    def on_writable(self) -> None:
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.scheduled = False
+        conn, sock = self.conn, self.sock
+        if sock.lost:
+            self.link.set_drained()   # the reader finds the socket gone
+            return
+        if sock.writing_paused:
+            return   # the socket's drain calls this again
+        data = conn.take_output()
+        if data:
+            sock.write(data)
+            if sock.writing_paused:
+                return
+        if conn.closed:
+            self.link.set_drained()
+            if not conn.linger:
+                sock.close()   # after what was written is sent
+            return
+        self.link.set_drained()
+        conn.output_drained()   # may queue more: ``on_writable`` schedules the next flush
 
 
 async def _writer(conn: Connection, stream: ByteStream, link: _Link) -> None:
@@ -58,8 +126,7 @@ async def _writer(conn: Connection, stream: ByteStream, link: _Link) -> None:
         if conn.closed and not conn.output_size:
             break
         if not conn.output_size:
-            link.drained.set()
-            link.drained = anyio.Event()
+            link.set_drained()
             conn.output_drained()
         if conn.output_size:
             link.wake.set()
@@ -67,7 +134,7 @@ async def _writer(conn: Connection, stream: ByteStream, link: _Link) -> None:
             break
 
 
-async def _reader(conn: Connection, stream: ByteStream, link: _Link,
+async def _reader(conn: Connection, stream: _Receiver, link: _Link,
                   pacer: ReadPacer | None) -> None:
     high = conn.high_water
     clock = time.monotonic if pacer is None else pacer.clock
@@ -75,7 +142,7 @@ async def _reader(conn: Connection, stream: ByteStream, link: _Link,
     size = 0
     while not conn.closed:
         while conn.output_size > high and not conn.closed:
-            await link.drained.wait()
+            await link.wait_drained()
         while conn.blocked and conn.has_published and not conn.closed:
             await anyio.sleep(0.05)
         if pacer is not None:
@@ -93,7 +160,7 @@ async def _reader(conn: Connection, stream: ByteStream, link: _Link,
         await _discard_until_peer_closes(stream)
 
 
-async def _discard_until_peer_closes(stream: ByteStream) -> None:
+async def _discard_until_peer_closes(stream: _Receiver) -> None:
     """After the Close-Ok for the peer's Connection.Close: read and drop what still arrives until
     the peer closes its socket, at most ``LINGER_TIMEOUT`` s. Closing at once would make the
     kernel answer frames still in flight (a client flushing publishes behind its Close, as Node's
@@ -145,3 +212,27 @@ async def serve_connection(broker: Broker, stream: ByteStream, tls: TlsPeer | No
         conn.connection_lost()
         with anyio.CancelScope(shield=True):
             await stream.aclose()
+
+
+async def serve_plain(broker: Broker, sock: PlainSocket, pacer: ReadPacer | None = None) -> None:
+    """Run one client connection on a plain TCP socket (``plain_socket.PlainSocket``, from
+    ``listen_plain``) until either side closes it; ``pacer`` as for ``serve_connection``."""
+    conn = broker.open_connection(sock.peer)
+    link = _Link()
+    flusher = _Flusher(conn, sock, link)
+    conn.on_writable = flusher.on_writable
+    sock.on_drained = flusher.flush
+    sock.on_heartbeat = conn.heartbeat_received
+    try:
+        await _reader(conn, sock, link, pacer)
+        if not conn.linger:
+            # Reader ended: let the flusher send what is left (e.g. a Connection.Close) briefly.
+            with anyio.move_on_after(2):
+                while conn.output_size and not sock.lost:
+                    await anyio.sleep(0.01)
+    finally:
+        conn.on_writable = None
+        sock.on_drained = None
+        sock.on_heartbeat = None
+        conn.connection_lost()
+        sock.close()

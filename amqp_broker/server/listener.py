@@ -1,6 +1,7 @@
 """TCP listener and the broker's periodic tasks (tick, memory watch, disk watch).
 
-``run_broker`` serves until cancelled; each accepted socket gets ``serve_connection``. The memory
+``run_broker`` serves until cancelled; each accepted plain socket gets ``serve_plain`` (each TLS one
+``serve_connection``, see ``amqps``). The memory
 watch raises the core's memory alarm while the message memory held by queues is above the configured
 high watermark (RabbitMQ "Memory Alarms"; see ``Broker.message_memory``). The disk watch raises the
 disk alarm while the data directory's file system has less free space than ``disk_free_limit``
@@ -13,16 +14,16 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
 import anyio
-from anyio.abc import SocketStream
+from anyio.abc import TaskGroup
 
 from ..core.broker import Broker
 from .amqps import TlsServer, listen_tls
-from .connection_io import serve_connection
+from .connection_io import serve_plain
+from .plain_socket import PlainSocket, listen_plain
 from .read_pacing import ReadPacer
 
 __all__ = ["run_broker", "rss_bytes"]
@@ -123,45 +124,52 @@ async def run_broker(broker: Broker, host: str, port: int,
     before ``ready``)."""
 
     pacer = ReadPacer()
+    group: list[TaskGroup] = []   # the task group serving, once it runs
 
-    async def handle(stream: SocketStream) -> None:
+    async def handle(sock: PlainSocket) -> None:
         try:
-            sock = stream.extra(anyio.abc.SocketAttribute.raw_socket)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except Exception:
-            pass
-        try:
-            await serve_connection(broker, stream, pacer=pacer)
+            await serve_plain(broker, sock, pacer=pacer)
         except Exception:
             log.exception("connection task failed")
 
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False,
-                                               backlog=1024)
-    bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+    def on_open(sock: PlainSocket) -> None:
+        if not group:
+            sock.close()   # not serving any more
+            return
+        group[0].start_soon(handle, sock)
+
+    listener = await listen_plain(host, port, on_open)
+    bound = listener.sockets[0].getsockname()[1]
     log.info("listening on %s:%s", host, bound)
     tls_listener = None
     if tls is not None:
         try:
             tls_listener = await listen_tls(host, tls_port)
         except OSError:
-            await listener.aclose()
+            listener.close()
             raise
         tls_bound = tls_listener.extra(anyio.abc.SocketAttribute.local_port)
         log.info("TLS (amqps) listening on %s:%s", host, tls_bound)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_ticker, broker)
-        if broker.durability.store is not None:
-            tg.start_soon(_store_syncer, broker)
-        if broker.settings.memory_high_watermark_bytes:
-            tg.start_soon(_memory_watch, broker, broker.settings.memory_high_watermark_bytes)
-        disk_limit = broker.settings.disk_free_limit_bytes
-        if data_dir is not None and disk_limit:
-            check_disk(broker, data_dir, disk_limit)
-            tg.start_soon(_disk_watch, broker, data_dir, disk_limit)
-        if tls is not None and tls_listener is not None:
-            tg.start_soon(tls_listener.serve, tls.handle, tg)
-            if tls_ready is not None:
-                tls_ready(tls_bound)
-        if ready is not None:
-            ready(bound)
-        await listener.serve(handle, task_group=tg)
+    try:
+        async with anyio.create_task_group() as tg:
+            group.append(tg)
+            await listener.start_serving()
+            tg.start_soon(_ticker, broker)
+            if broker.durability.store is not None:
+                tg.start_soon(_store_syncer, broker)
+            if broker.settings.memory_high_watermark_bytes:
+                tg.start_soon(_memory_watch, broker, broker.settings.memory_high_watermark_bytes)
+            disk_limit = broker.settings.disk_free_limit_bytes
+            if data_dir is not None and disk_limit:
+                check_disk(broker, data_dir, disk_limit)
+                tg.start_soon(_disk_watch, broker, data_dir, disk_limit)
+            if tls is not None and tls_listener is not None:
+                tg.start_soon(tls_listener.serve, tls.handle, tg)
+                if tls_ready is not None:
+                    tls_ready(tls_bound)
+            if ready is not None:
+                ready(bound)
+            await anyio.sleep_forever()
+    finally:
+        group.clear()
+        listener.close()

@@ -2,7 +2,8 @@
 messages all arrive in order over real sockets.
 
 The unit part drives ``ReadPacer`` with injected clocks and real core connections (the core test
-client); the end-to-end part serves two real TCP connections with ``connection_io`` and a pacer
+client); the end-to-end part serves two real TCP connections on the plain listener
+(``plain_socket.listen_plain`` + ``connection_io.serve_plain``, as ``run_broker``) and a pacer
 that finds the loop saturated, our AMQP client publishing on one and consuming on the other.
 """
 
@@ -15,7 +16,8 @@ from pamqp import commands as cmd
 from amqp_broker.core.broker import Broker
 from amqp_broker.core.tests.client import Client
 from amqp_broker.core.tests.conftest import SETTINGS, FakeClock
-from amqp_broker.server.connection_io import serve_connection
+from amqp_broker.server.connection_io import serve_plain
+from amqp_broker.server.plain_socket import listen_plain
 from amqp_broker.server.read_pacing import BATCH_S, BUSY_GAP_S, FULL_BYTES, WINDOW_S, ReadPacer
 
 
@@ -138,11 +140,12 @@ async def test_a_paced_publishers_messages_all_arrive_in_order(anyio_backend):
     broker = Broker(SETTINGS)
     pacer = AlwaysSaturated()
     count = 5000
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
     got: list[bytes] = []
     async with anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, lambda s: serve_connection(broker, s, pacer=pacer))
+        listener = await listen_plain("127.0.0.1", 0,
+                                      lambda s: tg.start_soon(serve_plain, broker, s, pacer))
+        await listener.start_serving()
+        port = listener.sockets[0].getsockname()[1]
         uri = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
         async with connect(uri, reconnect=False) as consuming, connect(uri, reconnect=False) as publishing:
             cch = await consuming.channel()
@@ -158,6 +161,7 @@ async def test_a_paced_publishers_messages_all_arrive_in_order(anyio_backend):
                     got.append(msg.body)
                     if len(got) == count:
                         break
+        listener.close()
         tg.cancel_scope.cancel()
     assert got == [b"%06d" % i for i in range(count)]
     assert pacer.held > 0   # the publisher's reads went through the paced path
