@@ -1,7 +1,7 @@
 """What idleness costs: ``python -m benchmarks.idle [--queues N] [--connections M] ...``.
 
 Issue 14 ("Cost that grows with what is idle"): starts one broker process (``python -m
-amqp_broker`` on a free 127.0.0.1 port, temp data dir, management off), then
+amqp_broker`` on a free 127.0.0.1 port, temp data dir, management off unless ``--management``), then
 
 * **queues**: declares ``--queues`` idle queues (default 100,000; no messages, no consumers;
   ``--expires-ms`` gives them an x-expires) through one connection, pipelined in bounded batches
@@ -72,8 +72,10 @@ def raise_fd_limit() -> int:
 class BrokerProcess:
     """``python -m amqp_broker`` started from ``src`` (cwd) with its data in ``workdir``."""
 
-    def __init__(self, workdir: Path, src: Path, heartbeat: int) -> None:
+    def __init__(self, workdir: Path, src: Path, heartbeat: int,
+                 management: bool = False) -> None:
         self.port = free_port()
+        http = [str(free_port()), str(free_port())] if management else ["0", "0"]
         self.log_path = workdir / "broker.log"
         data = workdir / "data"
         data.mkdir()
@@ -81,7 +83,7 @@ class BrokerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "amqp_broker", "--host", HOST, "--port", str(self.port),
              "--data-dir", str(data), "--log-level", "warning", "--heartbeat", str(heartbeat),
-             "--management-port", "0", "--prometheus-port", "0"],
+             "--management-port", http[0], "--prometheus-port", http[1]],
             cwd=src, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True)
         try:
@@ -277,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=3.0, help="wait before measuring, s")
     ap.add_argument("--broker-src", type=Path, default=REPO_ROOT,
                     help="source tree the broker runs from (cwd of python -m amqp_broker)")
+    ap.add_argument("--management", action="store_true",
+                    help="serve the management API and Prometheus endpoint (free ports) too")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--keep", type=Path, default=None,
                     help="keep the brokers' data and logs in this (new) directory")
@@ -295,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         root.mkdir(parents=True, exist_ok=True)
         if args.queues:
             (root / "q").mkdir()
-            broker = BrokerProcess(root / "q", args.broker_src, args.heartbeat)
+            broker = BrokerProcess(root / "q", args.broker_src, args.heartbeat,
+                                   args.management)
             try:
                 time.sleep(1.0)
                 base_cpu = measure_cpu(broker, min(5.0, args.seconds))
@@ -312,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                 broker.stop()
         if args.connections:
             (root / "c").mkdir()
-            broker = BrokerProcess(root / "c", args.broker_src, args.heartbeat)
+            broker = BrokerProcess(root / "c", args.broker_src, args.heartbeat,
+                                   args.management)
             try:
                 time.sleep(1.0)
                 results["connections"] = asyncio.run(_connections_case(broker, args))

@@ -231,6 +231,7 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
                                 dead_letter=dead_letter,
                                 on_delete=lambda _q: self._close(rep, delete_files=True))
         self.replicas[uid] = rep
+        self.ticker_wanted()
         if raft is not None:
             self.execute(rep, raft.node.tick(self.now_ms()))   # the bootstrap entry, when new
             log.info("quorum queue %r of vhost %r: replica of group %s (%s), log at index %d",

@@ -2,8 +2,8 @@
 ``quorum.QuorumRuntime`` (mixed in).
 
 Owns: ``run`` (the two tasks, in the broker's task group), the timer round every ``TICK_MS``
-(``tick_all``: Raft elections and heartbeats, re-sends, the leaders' duties, link data held while a
-link was down), the group commit (``begin_sync`` -> the fdatasyncs in a worker thread ->
+while the broker holds a replica or link data (``tick_all``: Raft elections and heartbeats,
+re-sends, the leaders' duties, link data held while a link was down), the group commit (``begin_sync`` -> the fdatasyncs in a worker thread ->
 ``end_sync``: one round for every replica appended to since the last; ``sync_round`` runs a whole
 round in the caller's thread, for a driver without an event loop such as
 ``benchmarks.quorumpath``) and the orderly stop's leadership hand-over (``hand_over``).
@@ -63,10 +63,23 @@ class QuorumTimers:
             tg.start_soon(self._syncer)
             tg.start_soon(self._ticker)
 
+    #: Set while the timer round sleeps for want of replicas (``ticker_wanted`` wakes it).
+    _ticker_idle: anyio.Event | None = None
+
     async def _ticker(self) -> None:
         while True:
+            if not self.replicas and not any(self._held.values()):
+                # nothing to time on a broker without quorum replicas: no wake-ups (issue 14)
+                idle = self._ticker_idle = anyio.Event()
+                await idle.wait()
             await anyio.sleep(TICK_MS / 1000)
             self.tick_all()
+
+    def ticker_wanted(self) -> None:
+        """A replica was added: the timer round runs again (it sleeps while there is none)."""
+        idle, self._ticker_idle = self._ticker_idle, None
+        if idle is not None:
+            idle.set()
 
     def tick_all(self) -> None:
         """One round of the timers (every ``TICK_MS``): the replicas due are ticked, leaders do

@@ -558,3 +558,4 @@ class Connection:
                 return
             if now - self.last_sent >= hb / 2 and not self._out:
                 self.write(c.HEARTBEAT_FRAME)
+                self.last_sent = now   # the next one is due hb/2 from now, not at once

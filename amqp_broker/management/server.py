@@ -3,7 +3,8 @@
 ``start(broker, config, tg)`` binds the HTTP listeners at once (so a taken port stops the broker
 at start with an ``OSError``, as RabbitMQ does), then serves them with Hypercorn in ``tg``:
 no extra process or thread, no signal handlers of its own (we pass a shutdown trigger that
-fires when the broker's task group cancels us). It also starts the rate sampler. A port of 0 in the
+fires when the broker's task group cancels us). It also starts the rate sampler when any HTTP
+listener is on (the rates are only served there). A port of 0 in the
 configuration disables that listener. The AMQP port is added to the listeners when known
 (``amqp_ready``), the AMQPS port too (``amqps_ready``, protocol "amqp/ssl"). With
 ``management_tls`` the management API is served over HTTPS with ``tls_cert``/``tls_key``
@@ -125,7 +126,8 @@ async def start(broker: Broker, config: Config, tg: TaskGroup) -> Management:
         log.info("%s listening on %s://%s:%s/", "prometheus metrics" if "prom" in protocol
                  else "management API", "https" if tls else "http", config.host, port)
         tg.start_soon(serve_http, build(mgmt), sock, tls)
-    tg.start_soon(_sampler, mgmt)
+    if apps:   # the rates feed the HTTP endpoints only: no periodic scan without them
+        tg.start_soon(_sampler, mgmt)
     return mgmt
 
 

@@ -1,13 +1,12 @@
-"""TCP listener and the broker's periodic tasks (tick, memory watch, disk watch).
+"""TCP listener and the broker's periodic tasks (tick and memory watch, disk watch).
 
-``run_broker`` serves until cancelled; each accepted plain socket gets ``serve_plain`` (each TLS one
-``serve_connection``, see ``amqps``). The memory
-watch raises the core's memory alarm while the message memory held by queues is above the configured
-high watermark (RabbitMQ "Memory Alarms"; see ``Broker.message_memory``). The disk watch raises the
+``run_broker`` serves until cancelled; each accepted plain socket gets ``serve_plain`` (each TLS
+one ``serve_connection``, see ``amqps``). The memory watch, on every tick (100 ms), raises the
+core's memory alarm while the message memory held by queues is above the configured high
+watermark (RabbitMQ "Memory Alarms"; see ``Broker.message_memory``). The disk watch raises the
 disk alarm while the data directory's file system has less free space than ``disk_free_limit``
 (RabbitMQ "Disk Alarms": checked periodically, publishers blocked). ``rss_bytes`` reads the
-process RSS from /proc for logs and tests. Source: DESIGN.md §2 (server layer).
-"""
+process RSS from /proc for logs and tests. Source: DESIGN.md §2 (server layer)."""
 
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ __all__ = ["run_broker", "rss_bytes"]
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.1
-MEMORY_CHECK_SECONDS = 0.05
 DISK_CHECK_SECONDS = 1.0
 
 
@@ -45,9 +43,13 @@ def rss_bytes() -> int:
 
 
 async def _ticker(broker: Broker) -> None:
+    """Every ``TICK_SECONDS``: ``Broker.tick``, then the memory watch (one wake-up for both)."""
+    limit = broker.settings.memory_high_watermark_bytes
     while True:
         await anyio.sleep(TICK_SECONDS)
         broker.tick()
+        if limit:
+            broker.set_memory_alarm(broker.message_memory() > limit)
 
 
 async def _store_syncer(broker: Broker) -> None:
@@ -83,12 +85,6 @@ async def _store_syncer(broker: Broker) -> None:
             broker.run_dispatch()
     finally:
         durability.on_dirty = None
-
-
-async def _memory_watch(broker: Broker, limit: int) -> None:
-    while True:
-        await anyio.sleep(MEMORY_CHECK_SECONDS)
-        broker.set_memory_alarm(broker.message_memory() > limit)
 
 
 def disk_free_bytes(path: str | Path) -> int | None:
@@ -157,8 +153,6 @@ async def run_broker(broker: Broker, host: str, port: int,
             tg.start_soon(_ticker, broker)
             if broker.durability.store is not None:
                 tg.start_soon(_store_syncer, broker)
-            if broker.settings.memory_high_watermark_bytes:
-                tg.start_soon(_memory_watch, broker, broker.settings.memory_high_watermark_bytes)
             disk_limit = broker.settings.disk_free_limit_bytes
             if data_dir is not None and disk_limit:
                 check_disk(broker, data_dir, disk_limit)
