@@ -9,9 +9,9 @@ A, ``core.relay``); ``ClusterDriver.relay`` encodes each transfer (Cluster.Relay
 content) into the bytes the peer link would write; they are fed to B's peer connection (an AMQP
 connection marked as a member's, as after the cluster-peer handshake), whose ``ClusterDriver``
 hands the relays to B's consumer; that consumer acks every 100 deliveries with one Basic.Ack
-multiple; B's settles (one Basic.Ack per message on the peer channel) are read back as the peer
-link's reader reads them (``cluster.links``: frame splitter, settle decoder, one batch per read)
-and applied on A (``core.relay.settle_batch``).
+multiple; B's settles (one Basic.Ack multiple per batch on the peer channel) are read back as
+the peer link's reader reads them (``cluster.links``: frame splitter, settle decoder, one batch
+per read) and applied on A (``core.relay.settle_batch``).
 
 Compare with ``python -m benchmarks.hotpath --case ack --callgrind`` (the same publisher and
 consumer on one broker). ``--callgrind`` runs itself under callgrind at N and 2N messages and
