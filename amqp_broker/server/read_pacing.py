@@ -1,5 +1,5 @@
-"""Read pacing: while the broker's event loop is busy (``SATURATED``: half a core), an open-loop publisher with a steady
-inflow is read in batches, not as each few bytes arrive.
+"""Read pacing: while the broker's event loop is busy (``SATURATED``: 70% of a core), an
+open-loop publisher with a steady inflow is read in batches, not as each few bytes arrive.
 
 Every read of a socket costs the broker a fixed amount (an event-loop turn, the receive and send
 system calls, task wake-ups: about 45 µs on the AMD EPYC VM of benchmarks/RESULTS.md) however
@@ -40,11 +40,13 @@ BATCH_S = 0.002
 BUSY_GAP_S = 2 * BATCH_S
 #: Bytes: a read at least this large is not held (the kernel has plenty already).
 FULL_BYTES = 65536
-#: Fraction of one core the process used over the last window for pacing to apply. Half a
-#: core: a broker that keeps up with small reads at 60-80% of a core spends its client's CPU on
-#: them too (16 B no-ack: 7,000 reads and writes a second of ~5 messages each, 157,000 msg/s,
-#: against ~450 of ~600 each and 300,000 msg/s paced); the latency case runs at ~10%.
-SATURATED = 0.5
+#: Fraction of one core the process used over the last window for pacing to apply. 70%: with
+#: the plain-socket writer (no writer task) a broker that keeps up with small reads at 60-80% of
+#: a core spends its client's CPU on them too (16 B no-ack at 85%: 7,000 reads and writes a
+#: second of ~5 messages each, 157,000 msg/s, against ~500 of ~600 each and 300,000 msg/s paced);
+#: at 50% a 1 KiB publisher was held while the loop still had time for it (~4% fewer msg/s);
+#: the latency case runs at ~10%.
+SATURATED = 0.7
 #: Seconds over which the process's CPU use is measured.
 WINDOW_S = 0.05
 
