@@ -3,10 +3,10 @@
 
 Owns: ``run`` (the two tasks, in the broker's task group), the timer round every ``TICK_MS``
 while the broker holds a replica or link data (``tick_all``: Raft elections and heartbeats,
-re-sends, the leaders' duties, link data held while a link was down), the group commit (``begin_sync`` -> the fdatasyncs in a worker thread ->
-``end_sync``: one round for every replica appended to since the last; ``sync_round`` runs a whole
-round in the caller's thread, for a driver without an event loop such as
-``benchmarks.quorumpath``) and the orderly stop's leadership hand-over (``hand_over``).
+re-sends, the leaders' duties, link data held while a link was down), the group commit
+(``begin_sync`` -> the fdatasyncs in a worker thread -> ``end_sync``: one round for every replica
+appended to since the last; ``sync_round`` runs a whole round in the caller's thread, for a
+driver without an event loop such as ``benchmarks.quorumpath``) and the orderly stop's leadership hand-over (``hand_over``).
 Sources: Raft paper §5.2 (timers), thesis §3.10 (leadership transfer), §10.2.1 (the leader writes
 to its disk in parallel with replication).
 """

@@ -217,7 +217,11 @@ async def serve_connection(broker: Broker, stream: ByteStream, tls: TlsPeer | No
 async def serve_plain(broker: Broker, sock: PlainSocket, pacer: ReadPacer | None = None) -> None:
     """Run one client connection on a plain TCP socket (``plain_socket.PlainSocket``, from
     ``listen_plain``) until either side closes it; ``pacer`` as for ``serve_connection``."""
-    conn = broker.open_connection(sock.peer)
+    try:
+        conn = broker.open_connection(sock.peer)
+    except BaseException:
+        sock.close()
+        raise
     link = _Link()
     flusher = _Flusher(conn, sock, link)
     conn.on_writable = flusher.on_writable

@@ -6,7 +6,8 @@ core's memory alarm while the message memory held by queues is above the configu
 watermark (RabbitMQ "Memory Alarms"; see ``Broker.message_memory``). The disk watch raises the
 disk alarm while the data directory's file system has less free space than ``disk_free_limit``
 (RabbitMQ "Disk Alarms": checked periodically, publishers blocked). ``rss_bytes`` reads the
-process RSS from /proc for logs and tests. Source: DESIGN.md §2 (server layer)."""
+process RSS from /proc for logs and tests. Source: DESIGN.md §2 (server layer).
+"""
 
 from __future__ import annotations
 

@@ -158,7 +158,8 @@ async def listen_plain(host: str, port: int, on_open: Callable[[PlainSocket], No
                        ) -> asyncio.Server:
     """Bind ``host``:``port`` (0: any free port; backlog 1,024, SO_REUSEADDR) with a
     ``PlainSocket`` per accepted socket; accepting starts with ``await server.start_serving()``.
-    Raises ``OSError`` when the address is taken."""
+    A host name that resolves to several addresses gets a socket each (with port 0, each its own
+    port). Raises ``OSError`` when the address is taken."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: PlainSocket(on_open), host, port, backlog=1024,
                                     reuse_address=True, start_serving=False)
