@@ -15,6 +15,9 @@ import time
 
 import pika
 import pytest
+from pamqp import commands
+
+from interop_tests.rawamqp import handshake, method_frame
 
 
 @pytest.fixture
@@ -68,3 +71,35 @@ def test_two_channels_getting_at_once_never_share_a_message(broker, conn, unique
                 got.append(body)
     assert sorted(got, key=int) == [b"%d" % i for i in range(20)]
     first.queue_delete(unique_name)
+
+
+def test_a_get_whose_channel_closes_before_the_answer_leaves_the_message_in_the_queue(
+        broker, conn, unique_name):
+    """Basic.Get and Channel.Close in one write: the channel is gone before the get is answered
+    (ours answers once the log applies the Dequeue). The message is not lost: another channel
+    gets it, and the queue is empty after that."""
+    ch = conn.channel()
+    ch.queue_declare(unique_name, durable=True, arguments={"x-queue-type": "quorum"})
+    ch.confirm_delivery()
+    ch.basic_publish("", unique_name, b"only", pika.BasicProperties(delivery_mode=2))
+    raw = handshake(broker)   # channel 1 open
+    try:
+        raw.send(method_frame(commands.Basic.Get(queue=unique_name), 1)
+                 + method_frame(commands.Channel.Close(200, "bye", 0, 0), 1))
+        for _ in range(10):   # a Get-Ok (and its content) may come first
+            if isinstance(raw.read_method()[1], commands.Channel.CloseOk):
+                break
+        else:
+            pytest.fail("no Channel.CloseOk")
+    finally:
+        raw.close()
+    body = None
+    for _ in range(100):   # the requeue is applied through the log too
+        _method, _props, body = ch.basic_get(unique_name)
+        if body is not None:
+            ch.basic_ack(_method.delivery_tag)
+            break
+        time.sleep(0.05)
+    assert body == b"only"
+    assert ch.basic_get(unique_name) == (None, None, None)
+    ch.queue_delete(unique_name)
