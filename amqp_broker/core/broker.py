@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .channel import Channel
     from .connection import Connection
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "IDLE_TICK_SECONDS", "TICK_SECONDS"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,11 @@ class QueueTypeFactory(Protocol):
         ...
 
 
+#: Seconds between ticks while the broker is busy, and at most while it is idle (``tick_delay``).
+TICK_SECONDS = 0.1
+IDLE_TICK_SECONDS = 1.0
+
+
 class Broker:
     """One broker node. ``clock()`` returns seconds (float, monotonic); ``clock_ms()`` ms (int)."""
 
@@ -144,9 +149,18 @@ class Broker:
         self._memory_of: dict[Queue, int] = {}  # each classic queue's share, when not 0
         self._busy: set[Queue] = set()  # classic queues changed since last found idle
         #: Next message-TTL check per classic queue with a TTL head (``Queue.next_expiry``).
-        self.ttl_timers: TimerHeap[Queue] = TimerHeap(self._ttl_due)
+        self.ttl_timers: TimerHeap[Queue] = TimerHeap(self._ttl_due, self._timer_earlier)
         #: Next ``Connection.tick`` per connection id: heartbeats, handshake and close timeouts.
-        self.connection_timers: TimerHeap[int] = TimerHeap(self._connection_due)
+        self.connection_timers: TimerHeap[int] = TimerHeap(self._connection_due,
+                                                           self._timer_earlier)
+        #: Set by a connection's input other than heartbeats (``note_activity``); ``tick_delay``
+        #: clears it. While it is False the broker is idle and its ticker may sleep longer.
+        self.active = False
+        #: When (``clock`` s) the ticker next runs ``tick``, as ``tick_delay`` last said.
+        self.wake_at = 0.0
+        #: ``on_wake(when)``: set by the I/O layer's ticker; called when ``tick`` is wanted by
+        #: ``when`` (``clock`` s), before the ticker planned to run it.
+        self.on_wake: Callable[[float], None] | None = None
         self.vhosts: dict[str, VirtualHost] = {n: VirtualHost(self, n) for n in self.settings.vhosts}
         #: Users and permissions (``core.access``); the management API and definitions change it.
         self.access = AccessControl.from_settings(self.settings.users, self.settings.vhosts)
@@ -230,8 +244,9 @@ class Broker:
             inbox.flush_acks()
 
     def tick(self) -> None:
-        """Periodic work (call every ~100 ms): heartbeats, handshake and close timeouts, TTL,
-        x-expires. O(what is due): deadlines come from heaps, not from scanning."""
+        """Periodic work (call again after ``tick_delay`` s: 100 ms while busy): heartbeats,
+        handshake and close timeouts, TTL, x-expires. O(what is due): deadlines come from heaps,
+        not from scanning."""
         now = self.clock()
         self.connection_timers.run_due(now)
         self.settle_queue_changes()
@@ -244,6 +259,49 @@ class Broker:
         if self.relay_inbox.waiting:
             self.relay_inbox.tick(self)
         self.run_dispatch()
+
+    def tick_delay(self, now: float) -> float:
+        """Seconds until ``tick`` is next needed, asked by the ticker after each tick (``now``:
+        ``clock`` s). ``TICK_SECONDS`` while the broker is busy: input other than heartbeats
+        since the last call, a raised alarm, queues to poll, fold or dispatch, relayed messages
+        waiting. Idle: until the earliest deadline of the timer heaps (connections, TTL,
+        x-expires), from ``TICK_SECONDS`` up to ``IDLE_TICK_SECONDS``; a new earlier deadline or
+        new input calls ``on_wake`` meanwhile. An idle broker then wakes about once a second,
+        not ten times (issue 14), and ``Connection`` puts idle connections' heartbeats on whole
+        seconds so they share those wake-ups."""
+        if (self.active or self.alarms or self.polled_queues or self.queue_changes
+                or self.needs_dispatch or self.relay_inbox.waiting):
+            self.active = False
+            delay = TICK_SECONDS
+        else:
+            delay = IDLE_TICK_SECONDS
+            nxt = self.connection_timers.next_deadline()
+            if nxt is not None:
+                delay = min(delay, nxt - now)
+            nxt = self.ttl_timers.next_deadline()
+            if nxt is not None:
+                delay = min(delay, nxt - now)
+            for vhost in self.vhosts.values():
+                nxt = vhost.expiry_timers.next_deadline()
+                if nxt is not None:
+                    delay = min(delay, nxt - now)
+            delay = max(delay, TICK_SECONDS)
+        self.wake_at = now + delay
+        return delay
+
+    def note_activity(self) -> None:
+        """A connection received something other than a heartbeat: tick at the busy rate from
+        now on (``tick_delay``), waking a ticker that sleeps longer."""
+        self.active = True
+        self._timer_earlier(self.clock() + TICK_SECONDS)
+
+    def _timer_earlier(self, when: float) -> None:
+        """A timer heap has a new deadline ``when`` (``TimerHeap.on_earlier``): wake the
+        ticker by then when it planned to sleep longer."""
+        if when < self.wake_at:
+            self.wake_at = when
+            if self.on_wake is not None:
+                self.on_wake(when)
 
     def _connection_due(self, conn_id: int, now: float) -> None:
         """A connection's timer fired: its ``tick``, then its next deadline."""

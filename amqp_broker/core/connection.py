@@ -58,6 +58,9 @@ CLOSE_TIMEOUT = 3.0
 #: Seconds we keep reading (and discarding) after the Close-Ok we sent for the peer's own
 #: Connection.Close, until the peer closes its socket (RabbitMQ's reader: CLOSING_TIMEOUT, 30 s).
 LINGER_TIMEOUT = 30.0
+#: Heartbeats (s) from which ours are sent on whole seconds (``Connection._heartbeat_due``):
+#: at 4 s, one every 1-2 s, while the peer waits two intervals (8 s) before it gives up.
+HEARTBEAT_GRID_MIN = 4
 
 
 def _negotiated(field: str, value: int, minimum: int, maximum: int) -> int:
@@ -93,8 +96,11 @@ class Connection:
     """A client connection accepted by the server layer.
 
     ``peer``: (host, port) of the client. ``on_writable``: called (no arguments) when output goes
-    from empty to non-empty, so the I/O layer can wake its writer. ``closed`` becomes True when the
-    socket should be closed once the pending output is written.
+    from empty to non-empty, so the I/O layer can wake its writer. ``send_now``: set by an I/O layer
+    that can hand bytes to the socket at once (``data -> bool``, False when it cannot now); a
+    heartbeat due on a connection with no queued output goes that way, not through the writer (an
+    idle connection's heartbeat costs one send, issue 14). ``closed`` becomes True when the socket
+    should be closed once the pending output is written.
     """
 
     def __init__(self, broker: Broker, peer: tuple[str, int], conn_id: int) -> None:
@@ -115,6 +121,7 @@ class Connection:
         self.capabilities: dict = {}
         self.exclusive_queues: set[QueueType] = set()
         self.on_writable: Callable[[], None] | None = None
+        self.send_now: Callable[[bytes], bool] | None = None
         self.closed = False
         #: The peer closed with Connection.Close: after our Close-Ok the I/O layer keeps reading
         #: and discarding until the peer closes its socket, at most ``LINGER_TIMEOUT`` s (RabbitMQ
@@ -209,8 +216,11 @@ class Connection:
         """Process received bytes: every complete frame is handled before this returns."""
         if self.closed or self._framing_broken:
             return
-        self.last_received = self.broker.clock()
-        self.broker.note_input(len(data))
+        broker = self.broker
+        if not broker.active:
+            broker.note_activity()
+        self.last_received = broker.clock()
+        broker.note_input(len(data))
         if self.state is State.AWAIT_HEADER:
             data = self._protocol_header(data)
             if not data:
@@ -525,7 +535,17 @@ class Connection:
         hb = self.heartbeat
         if not hb:
             return None
-        return min(self.last_received + 2 * hb, self.last_sent + hb / 2)
+        return min(self.last_received + 2 * hb, self._heartbeat_due())
+
+    def _heartbeat_due(self) -> float:
+        """When our next heartbeat is due (``clock`` s): ``heartbeat`` / 2 after we last sent
+        anything (RabbitMQ: "about every heartbeat timeout / 2"); for a heartbeat of
+        ``HEARTBEAT_GRID_MIN`` s or more, brought forward to a whole second, so idle connections
+        share the broker's wake-ups (``Broker.tick_delay``) and send up to 1 s early, never late."""
+        due = self.last_sent + self.heartbeat / 2
+        if self.heartbeat >= HEARTBEAT_GRID_MIN:
+            due = float(int(due))   # the clock is positive: int() rounds down
+        return due
 
     def schedule_timer(self) -> None:
         """Put this connection's ``next_deadline`` on the broker's connection timers (a
@@ -556,6 +576,8 @@ class Connection:
                 log.warning("missed heartbeats from %s, timeout: %ss", self.name, hb)
                 self._finish()
                 return
-            if now - self.last_sent >= hb / 2 and not self._out:
-                self.write(c.HEARTBEAT_FRAME)
+            if now + TIMER_SLACK >= self._heartbeat_due() and not self._out:
+                send = self.send_now
+                if send is None or not send(c.HEARTBEAT_FRAME):
+                    self.write(c.HEARTBEAT_FRAME)
                 self.last_sent = now   # the next one is due hb/2 from now, not at once

@@ -2,14 +2,19 @@
 
 ``TimerHeap(fire)`` keeps, for each key (a connection id, a queue), the moment it is next due
 (seconds, ``broker.clock``). ``run_due(now)`` calls ``fire(key, now)`` for every key due by ``now``
-and costs O(due keys · log n): an idle broker with 100,000 queues does no work per tick
-(DESIGN.md §5, "Idle costs nothing").
+and costs O(due keys + distinct deadlines due · log n): an idle broker with 100,000 queues does no
+work per tick (DESIGN.md §5, "Idle costs nothing").
+
+The heap holds distinct deadlines (floats, cheap to compare), each with the keys due then: keys
+that share a deadline (idle connections' heartbeats, which ``Connection`` puts on whole seconds)
+cost the heap one entry. ``on_earlier(when)``, when given, is told of every new deadline, so a
+caller sleeping until the next one can wake sooner (``Broker.tick_delay``).
 
 Lazy: ``schedule(key, when)`` only ever moves a key's deadline earlier; a deadline that moved later
 (a connection heard from its peer, a queue was used) is found out when it fires: ``fire``
 re-checks the real state and schedules the key again. A re-scheduled or cancelled key leaves a
-stale heap entry behind, skipped when popped; the heap is rebuilt when stale entries outnumber
-live ones, so its size stays O(live keys). Must not know: what the keys are, clocks, I/O.
+stale entry behind, skipped when its deadline comes; everything is rebuilt when stale entries
+outnumber live ones, so the size stays O(live keys). Must not know: what the keys are, clocks, I/O.
 """
 
 from __future__ import annotations
@@ -31,14 +36,19 @@ _SLACK = 256
 
 
 class TimerHeap(Generic[K]):
-    """Next deadlines (seconds) per key; ``fire(key, now)`` runs for each due key."""
+    """Next deadlines (seconds) per key; ``fire(key, now)`` runs for each due key;
+    ``on_earlier(when)`` (optional) hears of each deadline not already in the heap."""
 
-    __slots__ = ("_fire", "_heap", "_due", "_seq")
+    __slots__ = ("_fire", "_heap", "_at", "_due", "_entries", "_seq", "on_earlier")
 
-    def __init__(self, fire: Callable[[K, float], None]) -> None:
+    def __init__(self, fire: Callable[[K, float], None],
+                 on_earlier: Callable[[float], None] | None = None) -> None:
         self._fire = fire
-        self._heap: list[tuple[float, int, K]] = []
+        self.on_earlier = on_earlier
+        self._heap: list[float] = []  # distinct deadlines
+        self._at: dict[float, list[tuple[K, int]]] = {}  # deadline -> (key, seq), stale too
         self._due: dict[K, tuple[float, int]] = {}  # key -> (when, seq) of its live entry
+        self._entries = 0  # entries in ``_at``, stale ones included
         self._seq = itertools.count()
 
     def __len__(self) -> int:
@@ -55,13 +65,15 @@ class TimerHeap(Generic[K]):
 
     def next_deadline(self) -> float | None:
         """The earliest live deadline, None when nothing is scheduled (drops stale tops)."""
-        heap, due = self._heap, self._due
+        heap, at, due = self._heap, self._at, self._due
         while heap:
-            when, seq, key = heap[0]
-            entry = due.get(key)
-            if entry is not None and entry[1] == seq:
-                return when
+            when = heap[0]
+            for key, seq in at[when]:
+                entry = due.get(key)
+                if entry is not None and entry[1] == seq:
+                    return when
             heapq.heappop(heap)
+            self._entries -= len(at.pop(when))
         return None
 
     def schedule(self, key: K, when: float) -> None:
@@ -71,28 +83,37 @@ class TimerHeap(Generic[K]):
             return
         seq = next(self._seq)
         self._due[key] = (when, seq)
-        heapq.heappush(self._heap, (when, seq, key))
-        if len(self._heap) > 2 * len(self._due) + _SLACK:
+        keys = self._at.get(when)
+        if keys is None:
+            self._at[when] = [(key, seq)]
+            heapq.heappush(self._heap, when)
+            if self.on_earlier is not None:
+                self.on_earlier(when)
+        else:
+            keys.append((key, seq))
+        self._entries += 1
+        if self._entries > 2 * len(self._due) + _SLACK:
             self._rebuild()
 
     def cancel(self, key: K) -> None:
         """Forget ``key`` (no error when it is not scheduled)."""
-        if self._due.pop(key, None) is not None and len(self._heap) > 2 * len(self._due) + _SLACK:
+        if self._due.pop(key, None) is not None and self._entries > 2 * len(self._due) + _SLACK:
             self._rebuild()
 
     def run_due(self, now: float) -> int:
-        """Call ``fire(key, now)`` for each key due at ``now`` or earlier, in deadline order; a
-        key (re)scheduled at or before ``now`` by a ``fire`` runs at the next call, not in this
-        one. Returns how many fired."""
+        """Call ``fire(key, now)`` for each key due at ``now`` or earlier, in deadline order (keys
+        of one deadline in the order they were scheduled); a key (re)scheduled at or before
+        ``now`` by a ``fire`` runs at the next call, not in this one. Returns how many fired."""
         heap = self._heap
-        if not heap or heap[0][0] > now:
+        if not heap or heap[0] > now:
             return 0
-        due = self._due
-        popped = []
-        while heap and heap[0][0] <= now:
-            popped.append(heapq.heappop(heap))
+        at, due = self._at, self._due
+        popped: list[tuple[K, int]] = []
+        while heap and heap[0] <= now:
+            popped.extend(at.pop(heapq.heappop(heap)))
+        self._entries -= len(popped)
         fired = 0
-        for _when, seq, key in popped:
+        for key, seq in popped:
             entry = due.get(key)
             if entry is None or entry[1] != seq:
                 continue  # stale: cancelled, or re-scheduled (by an earlier fire, too)
@@ -102,6 +123,14 @@ class TimerHeap(Generic[K]):
         return fired
 
     def _rebuild(self) -> None:
-        due = self._due
-        self._heap = [(when, seq, key) for key, (when, seq) in due.items()]
+        at: dict[float, list[tuple[K, int]]] = {}
+        for key, (when, seq) in self._due.items():
+            keys = at.get(when)
+            if keys is None:
+                at[when] = [(key, seq)]
+            else:
+                keys.append((key, seq))
+        self._at = at
+        self._heap = list(at)
         heapq.heapify(self._heap)
+        self._entries = len(self._due)

@@ -90,7 +90,8 @@ class VirtualHost:
         self.queue_last_used: dict[str, float] = {}  # x-expires bookkeeping, seconds
         self.stream_names: set[str] = set()  # names of the stream queues among ``queues``
         #: Next x-expires check per queue with x-expires (scheduled by ``touch``).
-        self.expiry_timers: TimerHeap[QueueType] = TimerHeap(self._expiry_due)
+        self.expiry_timers: TimerHeap[QueueType] = TimerHeap(self._expiry_due,
+                                                             broker._timer_earlier)
         #: Queues with a publish dedup window (``dedup_state`` saves the durable ones).
         self.dedup_queues: set[Any] = set()
 

@@ -94,6 +94,16 @@ class _Flusher:
             self.scheduled = True
             self.loop.call_soon(self.flush)
 
+    def send_now(self, data: bytes) -> bool:
+        """``Connection.send_now``: write ``data`` to the socket at once when nothing of ours
+        waits to be written (no flush due, the kernel took everything so far); False otherwise."""
+        sock = self.sock
+        t = sock.transport
+        if self.scheduled or sock.writing_paused or sock.lost or t is None or t.is_closing():
+            return False
+        t.write(data)
+        return True
+
     def flush(self) -> None:
         self.scheduled = False
         conn, sock = self.conn, self.sock
@@ -225,6 +235,7 @@ async def serve_plain(broker: Broker, sock: PlainSocket, pacer: ReadPacer | None
     link = _Link()
     flusher = _Flusher(conn, sock, link)
     conn.on_writable = flusher.on_writable
+    conn.send_now = flusher.send_now
     sock.on_drained = flusher.flush
     sock.on_heartbeat = conn.heartbeat_received
     try:
@@ -236,6 +247,7 @@ async def serve_plain(broker: Broker, sock: PlainSocket, pacer: ReadPacer | None
                     await anyio.sleep(0.01)
     finally:
         conn.on_writable = None
+        conn.send_now = None
         sock.on_drained = None
         sock.on_heartbeat = None
         conn.connection_lost()

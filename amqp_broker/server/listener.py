@@ -1,16 +1,19 @@
 """TCP listener and the broker's periodic tasks (tick and memory watch, disk watch).
 
 ``run_broker`` serves until cancelled; each accepted plain socket gets ``serve_plain`` (each TLS
-one ``serve_connection``, see ``amqps``). The memory watch, on every tick (100 ms), raises the
-core's memory alarm while the message memory held by queues is above the configured high
-watermark (RabbitMQ "Memory Alarms"; see ``Broker.message_memory``). The disk watch raises the
-disk alarm while the data directory's file system has less free space than ``disk_free_limit``
-(RabbitMQ "Disk Alarms": checked periodically, publishers blocked). ``rss_bytes`` reads the
-process RSS from /proc for logs and tests. Source: DESIGN.md §2 (server layer).
+one ``serve_connection``, see ``amqps``). The ticker runs ``Broker.tick`` every 100 ms while the
+broker is busy, less often while it is idle (``Broker.tick_delay``). The memory watch, on every
+tick, raises the core's memory alarm while the message memory held by queues is above the
+configured high watermark (RabbitMQ "Memory Alarms"; see ``Broker.message_memory``). The disk
+watch raises the disk alarm while the data directory's file system has less free space than
+``disk_free_limit`` (RabbitMQ "Disk Alarms": checked periodically, publishers blocked).
+``rss_bytes`` reads the process RSS from /proc for logs and tests. Source: DESIGN.md §2 (server
+layer).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -20,7 +23,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup
 
-from ..core.broker import Broker
+from ..core.broker import TICK_SECONDS, Broker
 from .amqps import TlsServer, listen_tls
 from .connection_io import serve_plain
 from .plain_socket import PlainSocket, listen_plain
@@ -30,8 +33,9 @@ __all__ = ["run_broker", "rss_bytes"]
 
 log = logging.getLogger(__name__)
 
-TICK_SECONDS = 0.1
 DISK_CHECK_SECONDS = 1.0
+#: Seconds the ticker wakes after a deadline it was woken for (the loop's clock counts in ms).
+WAKE_MARGIN = 0.002
 
 
 def rss_bytes() -> int:
@@ -43,14 +47,63 @@ def rss_bytes() -> int:
         return 0
 
 
+class _TickTimer:
+    """The ticker's sleep: until a moment on the loop's clock, brought forward by ``wake``
+    (``Broker.on_wake``) when the broker wants its tick sooner."""
+
+    __slots__ = ("loop", "clock", "at", "handle", "waiter")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.clock = clock
+        self.at = 0.0
+        self.handle: asyncio.TimerHandle | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` (or less, see ``wake``)."""
+        self.waiter = self.loop.create_future()
+        self.at = self.loop.time() + seconds
+        self.handle = self.loop.call_at(self.at, self._ring)
+        try:
+            await self.waiter
+        finally:
+            self.handle.cancel()
+            self.waiter = None
+
+    def wake(self, when: float) -> None:
+        """End the sleep by ``when`` (broker ``clock`` s; a little after, so the deadline that
+        asked for it has passed when the tick looks)."""
+        if self.waiter is None or self.handle is None:
+            return
+        at = self.loop.time() + max(0.0, when - self.clock()) + WAKE_MARGIN
+        if at < self.at:
+            self.at = at
+            self.handle.cancel()
+            self.handle = self.loop.call_at(at, self._ring)
+
+    def _ring(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
 async def _ticker(broker: Broker) -> None:
-    """Every ``TICK_SECONDS``: ``Broker.tick``, then the memory watch (one wake-up for both)."""
+    """``Broker.tick`` then the memory watch (one wake-up for both), every ``tick_delay`` s:
+    every ``TICK_SECONDS`` while the broker is busy, up to ``IDLE_TICK_SECONDS`` while idle."""
     limit = broker.settings.memory_high_watermark_bytes
-    while True:
-        await anyio.sleep(TICK_SECONDS)
-        broker.tick()
-        if limit:
-            broker.set_memory_alarm(broker.message_memory() > limit)
+    timer = _TickTimer(broker.clock)
+    broker.on_wake = timer.wake
+    delay = TICK_SECONDS
+    try:
+        while True:
+            await timer.sleep(delay)
+            broker.tick()
+            if limit:
+                broker.set_memory_alarm(broker.message_memory() > limit)
+            delay = broker.tick_delay(broker.clock())
+    finally:
+        broker.on_wake = None
 
 
 async def _store_syncer(broker: Broker) -> None:
