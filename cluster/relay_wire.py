@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, Final
 
+from amqp_broker.core.relay_inbox import RelayedTransfer
 from amqp_broker.protocol.delivery import encode_deliver, encode_routing
 from amqp_broker.protocol.methods import encode_method, register_fast_decoder
 
@@ -33,24 +34,17 @@ _MAX_LONGLONG: Final = (1 << 63) - 1  # the largest delivery tag (a signed longl
 RELAY_FRAME_MAX: Final = 131072
 
 
-class DecodedRelay:
-    """A received Cluster.Relay: the fields of ``cluster.codec.Relay``, the exchange and routing
-    key also as the short strings that came in (``routing_raw``, reused for Basic.Deliver). Its
-    content (header and body frames) follows on the channel. ``index`` and ``name`` as a pamqp
-    command's (for error reports: a client that sends Cluster.Relay gets 503 naming it)."""
+class DecodedRelay(RelayedTransfer):
+    """A received Cluster.Relay: ``amqp_broker.core.relay_inbox.RelayedTransfer``'s fields (those
+    of ``cluster.codec.Relay``, the exchange and routing key also as the short strings that came
+    in, ``routing_raw``), plus ``index`` and ``name`` as a pamqp command's (for error reports: a
+    client that sends Cluster.Relay gets 503 naming it). Its content (header and body frames)
+    follows on the channel."""
+
+    __slots__ = ()
 
     index: ClassVar[int] = Relay.index
     name: ClassVar[str] = Relay.name
-
-    def __init__(self, vhost: str, queue: str, delivery_tag: int, redelivered: bool,
-                 routing_raw: bytes, exchange: str, routing_key: str) -> None:
-        self.vhost = vhost
-        self.queue = queue
-        self.delivery_tag = delivery_tag
-        self.redelivered = redelivered
-        self.routing_raw = routing_raw
-        self.exchange = exchange
-        self.routing_key = routing_key
 
     def to_relay(self) -> Relay:
         """The same method as a pamqp ``cluster.codec.Relay`` (for tests and logs)."""

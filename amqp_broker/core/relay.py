@@ -125,6 +125,10 @@ class RelayOutbox:
                 return []
             del per_node[tag]
             return [item]
+        if next(reversed(per_node)) <= tag:  # covers them all (tags were added in order)
+            every = list(per_node.values())
+            per_node.clear()
+            return every
         tags: list[int] = []
         items: list[tuple[QueueType, QueueEntry, RelayConsumer]] = []
         for t, item in per_node.items():  # added in increasing order: stop at the first later

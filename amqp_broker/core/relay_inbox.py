@@ -31,16 +31,17 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING
+
+from queues.queue import Queue
 
 from ..protocol import constants as c
+from .consumer import ChannelConsumer
 from .proxies import route_private
-from .relay import RelayConsumer
 from .settings import RelayPolicy
 
 if TYPE_CHECKING:
     from queues.message import Message
-    from queues.queue import Queue
     from queues.queue_type import QueueType
 
     from .broker import Broker
@@ -59,20 +60,27 @@ _SETTLE_METHODS = {"ack": ((60 << 16) | 80, 0), "requeue": ((60 << 16) | 120, 2)
                    "reject": ((60 << 16) | 90, 0)}
 
 
-class RelayedTransfer(Protocol):
+class RelayedTransfer:
     """A received Cluster.Relay as the peer handler hands it to the channel
-    (``Channel.relay_target``; ``cluster.relay_wire.DecodedRelay``): the shared queue ``queue``
-    of ``vhost`` it is for, the sender's ``delivery_tag`` and ``redelivered`` flag, the original
-    ``exchange`` and ``routing_key`` and those two as the short strings that came in
-    (``routing_raw``, reused for Basic.Deliver). Its content follows on the channel."""
+    (``Channel.relay_target``; decoded by ``cluster.relay_wire.decode_relay`` into its subclass
+    ``DecodedRelay``): the shared queue ``queue`` of ``vhost`` it is for, the sender's
+    ``delivery_tag`` (> 0) and ``redelivered`` flag, the original ``exchange`` and
+    ``routing_key`` and those two as the short strings that came in (``routing_raw``, reused for
+    Basic.Deliver). Its content follows on the channel. A concrete class, not a protocol, so that
+    the compiled channel reads its fields directly."""
 
-    vhost: str
-    queue: str
-    delivery_tag: int
-    redelivered: bool
-    exchange: str
-    routing_key: str
-    routing_raw: bytes
+    __slots__ = ("vhost", "queue", "delivery_tag", "redelivered", "routing_raw", "exchange",
+                 "routing_key")
+
+    def __init__(self, vhost: str, queue: str, delivery_tag: int, redelivered: bool,
+                 routing_raw: bytes, exchange: str, routing_key: str) -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.delivery_tag = delivery_tag
+        self.redelivered = redelivered
+        self.routing_raw = routing_raw
+        self.exchange = exchange
+        self.routing_key = routing_key
 
 
 def _settle_frame(channel: int, outcome: str, tag: int, multiple: bool = False) -> bytes:
@@ -181,7 +189,7 @@ class RelayInbox:
         self.waiting: dict[QueueType, deque[_Waiting]] = {}
         self._turns: dict[QueueType, int] = {}
         #: per queue, (its consumers' version, its local consumers): one relayed message each
-        self._local: dict[QueueType, tuple[int, list[Any]]] = {}
+        self._local: dict[QueueType, tuple[int, list[ChannelConsumer]]] = {}
         #: links with acks to send at the end of this batch of input (``flush_acks``)
         self.pending_acks: list[PeerSettles] = []
 
@@ -249,15 +257,17 @@ class RelayInbox:
             return
         self.waiting.setdefault(q, deque()).append(item)
 
-    def _local_consumers(self, q: QueueType) -> list[Any]:
-        """``q``'s consumers on our own channels (not relays), cached until they change."""
-        version = getattr(q, "consumers_version", None)  # a classic queue's; other types: None
+    def _local_consumers(self, q: QueueType) -> list[ChannelConsumer]:
+        """``q``'s consumers on our own channels (not relays), cached until they change. Only
+        classic queues are shared and take relays: any other type has none (the policy then
+        passes the message back)."""
+        if not isinstance(q, Queue):
+            return []
+        version = q.consumers_version
         cached = self._local.get(q)
-        if version is not None and cached is not None and cached[0] == version:
+        if cached is not None and cached[0] == version:
             return cached[1]
-        local = [c for c in q.consumers() if not isinstance(c, RelayConsumer)]
-        if version is None:
-            return local
+        local = [c for c in q.consumers() if isinstance(c, ChannelConsumer)]
         if len(self._local) > 4096:
             self._local.clear()
         self._local[q] = (version, local)
@@ -275,16 +285,17 @@ class RelayInbox:
             item.origin.settle("requeue")
         return True
 
-    def _deliver(self, q: QueueType, local: list[Any], message: Message, origin: RelayOrigin,
-                 redelivered: bool) -> bool:
+    def _deliver(self, q: QueueType, local: list[ChannelConsumer], message: Message,
+                 origin: RelayOrigin, redelivered: bool) -> bool:
+        if not isinstance(q, Queue):  # ``local`` is empty then (``_local_consumers``)
+            return False
         start = self._turns.get(q, 0)
         n = len(local)
         for i in range(n):
             consumer = local[(start + i) % n]
             if consumer.can_deliver():
                 self._turns[q] = (start + i + 1) % n
-                # relays go to shared classic queues (``receive_relayed``'s lookup)
-                entry = cast("Queue", q).deliver_to(consumer, message, redelivered)
+                entry = q.deliver_to(consumer, message, redelivered)
                 if consumer.no_ack:
                     origin.settle("ack")  # gone from us as it left: the sender may forget it
                 else:
