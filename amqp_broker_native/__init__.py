@@ -50,6 +50,7 @@ MODULES: tuple[str, ...] = (
     "amqp_broker.core.handlers.basic",
     "amqp_broker.core.relay",
     "amqp_broker.core.relay_inbox",
+    "amqp_broker.core.relay_batch",
     "queues.entry",
     "queues.message",
     "queues.consumers",

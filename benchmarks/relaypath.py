@@ -5,8 +5,9 @@ relayed message against a local one): ``python -m benchmarks.relaypath [--messag
 Two core ``Broker`` objects, A and B (no sockets: ``amqp_broker.core``), with the real cluster code
 between them where it is not I/O: a publisher on A publishes 1 KiB messages (frames as amqbench
 sends them, chunks of 100) to shared queue ``hot``, whose only consumer is B's (a relay consumer on
-A, ``core.relay``); ``ClusterDriver.relay`` encodes each transfer (Cluster.Relay + Basic.Publish +
-content) into the bytes the peer link would write; they are fed to B's peer connection (an AMQP
+A, ``core.relay``); ``ClusterDriver.relay`` adds each transfer to the Cluster.RelayBatch open for
+B (``core.relay_batch``), encoded as the peer link's writer would write it once the chunk is
+dealt (``cluster.relay_wire.encode_batch``); the bytes are fed to B's peer connection (an AMQP
 connection marked as a member's, as after the cluster-peer handshake), whose ``ClusterDriver``
 hands the relays to B's consumer; that consumer acks every 100 deliveries with one Basic.Ack
 multiple; B's settles (one Basic.Ack multiple per batch on the peer channel) are read back as

@@ -87,7 +87,7 @@ _LOAD_KEYS = ("connections", "queues", "messages", "cpu")
 
 __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
-    "Synch", "Ping", "Vote", "Consumers", "Relay", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
+    "Synch", "Ping", "Vote", "Consumers", "Relay", "RelayBatch", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
     "QUORUM_NOTIFY", "QUORUM_SHIP", "QUORUM_HOLDING", "QUORUM_STATUS", "QUORUM_CHANGE",
     "QUORUM_MEMBERS", "Policy", "Definition", "DEFINITION_KINDS", "InVhost",
     "register",
@@ -351,7 +351,8 @@ class Relay(ClusterMethod):
     Basic.Reject on the same channel, and until then the message stays the sender's (0: a private
     queue's relay, never settled). ``redelivered`` is the sender's entry's flag, shown in
     Basic.Deliver. One method frame per relayed message (not Cluster.Relay + Basic.Publish): the
-    receiver decodes it with ``cluster.relay_wire.decode_relay``."""
+    receiver decodes it with ``cluster.relay_wire.decode_relay``. A shared queue's transfers
+    travel in Cluster.RelayBatch; a private queue's relay (tag 0) uses this method."""
 
     __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "delivery_tag", "redelivered",
                                              "exchange", "routing_key"]
@@ -397,6 +398,36 @@ QUORUM_CHANGE = 7
 QUORUM_MEMBERS = 8
 
 
+class RelayBatch(ClusterMethod):
+    """Cluster.RelayBatch (our addition, issue 10): ``count`` messages dealt to the receiver's
+    consumers of shared queue ``queue`` of ``vhost``, in one content that follows on this channel
+    (content header of class 60 with no properties; the body is ``count`` records,
+    ``amqp_broker.core.relay_batch``). Each record is one transfer, settled on its own delivery
+    tag exactly as a Cluster.Relay's. The sender batches what it deals to one member during one
+    turn of its event loop; the receiver decodes it with ``cluster.relay_wire.decode_relay_batch``."""
+
+    __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "count"]
+    frame_id: typing.ClassVar[int] = 140
+    index: typing.ClassVar[int] = (CLUSTER_CLASS_ID << 16) | 140
+    name: typing.ClassVar[str] = "Cluster.RelayBatch"
+    _vhost = "shortstr"
+    _queue = "shortstr"
+    _count = "long"
+
+    def __init__(self, vhost: str = "/", queue: str = "", count: int = 0) -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.count = count
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` for a bad name or a count outside 0..2**32-1."""
+        check_shortstr("vhost", self.vhost)
+        check_shortstr("queue", self.queue)
+        if not isinstance(self.count, int) or not 0 <= self.count < 1 << 32:
+            raise ValueError("count must be an int in [0, 2**32)")
+
+
 class Quorum(ClusterMethod):
     """Cluster.Quorum (our addition, issue 12): the content that follows on the channel is a
     message of quorum queue ``queue`` of ``vhost``'s Raft group ``group`` (its id, so a stale
@@ -435,8 +466,8 @@ class Quorum(ClusterMethod):
 
 
 METHODS: tuple[type[ClusterMethod], ...] = (Join, Membership, Leave, Suspect, Synch, Ping, Vote,
-                                            Consumers, Relay, Quorum, Policy, Definition,
-                                            InVhost)
+                                            Consumers, Relay, RelayBatch, Quorum, Policy,
+                                            Definition, InVhost)
 
 
 def register(mapping: dict[int, type[base.Frame]] | None = None) -> None:

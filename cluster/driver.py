@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from amqp_broker.core.relay_batch import BatchBuilder
 from amqp_broker.protocol.methods import encode_method
 
 from . import actions as a
@@ -36,7 +37,7 @@ from .codec import (
 )
 from .durable import DurableVote
 from .membership import IN_VIEW, Node, Status
-from .relay_wire import DecodedRelay, encode_relay, relay_prefix
+from .relay_wire import DecodedRelay, DecodedRelayBatch, batch_prefix, encode_relay, relay_prefix
 
 if TYPE_CHECKING:
     from queues.message import Message
@@ -69,6 +70,11 @@ class LinkSender(Protocol):
 
     def send_raw(self, node: str, data: bytes) -> None:
         """Queue encoded frames on the open link to ``node``."""
+
+    def send_batch(self, node: str, batch: BatchBuilder) -> None:
+        """Queue ``batch`` on the open link to ``node``: it is encoded when the link writes it
+        (``cluster.relay_wire.encode_batch``), until then records may be added to it; the link
+        sets ``batch.sealed`` when it writes or drops it, or queues anything after it."""
 
     def close(self, node: str) -> None:
         """Drop the link to ``node``."""
@@ -143,8 +149,11 @@ class ClusterDriver:
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._buffers: dict[str, list[tuple[Any, bytes]]] = {}
-        #: Cluster.Relay payloads up to the delivery tag, encoded once per vhost and queue
-        self._relay_prefixes: dict[str, dict[str, bytes]] = {}
+        #: Cluster.Relay payloads up to the delivery tag and Cluster.RelayBatch payloads up to
+        #: the count, encoded once per vhost and (queue, batch?)
+        self._relay_prefixes: dict[str, dict[tuple[str, bool], bytes]] = {}
+        #: Per member, the batch of relays its link has not written yet (``relay``)
+        self._open_batches: dict[str, BatchBuilder] = {}
         #: Members whose link refused a relay (down or backed up, ``can_relay``): the cluster
         #: ticker gives the queues they consume from another chance once it takes more.
         self.refused: set[str] = set()
@@ -163,12 +172,12 @@ class ClusterDriver:
 
     # ------------------------------------------------------------------ broker seams
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
-        """``broker.peer_handler``: a Cluster.Relay starts the assembly of the message it deals
-        here (``Channel.relay_target``); other methods go to ``peer_first``, then Cluster methods
+        """``broker.peer_handler``: a Cluster.Relay or Cluster.RelayBatch starts the assembly of
+        the messages it deals here (``Channel.relay_target``); other methods go to ``peer_first``, then Cluster methods
         to the membership; on a node still joining, a member's other methods wait for its replay
         turn. False: run the ordinary handler."""
         sender = channel.connection.peer_node
-        if isinstance(method, DecodedRelay):  # one per relayed message: its content follows
+        if isinstance(method, (DecodedRelay, DecodedRelayBatch)):  # their content follows
             if self._waits_for_replay(sender):
                 self._buffers.setdefault(sender, []).append((channel, payload))
             else:
@@ -245,18 +254,37 @@ class ClusterDriver:
     def relay(self, node: str, vhost: str, queue: str, message: Message, delivery_tag: int = 0,
               redelivered: bool = False) -> None:
         """``broker.relay_sink``: deal ``message`` to ``node``'s consumers of ``queue`` as
-        transfer ``delivery_tag``: Cluster.Relay with the original exchange and routing key, then
-        the message's raw content (header and body frames; ``cluster.relay_wire``). The receiver
-        settles the tag (``core.relay``). Raises ``ValueError`` for a name over 255 bytes."""
+        transfer ``delivery_tag``, with the original exchange and routing key and the message's
+        raw content: a record of the Cluster.RelayBatch open for that member and queue (one per
+        turn of the event loop: the link's writer seals it; ``core.relay_batch``), or one
+        Cluster.Relay for a private queue's relay (``queue`` "", ``cluster.relay_wire``). The
+        receiver settles the tag (``core.relay``). Raises ``ValueError`` for a name over 255
+        bytes."""
+        if queue:
+            batch = self._open_batches.get(node)
+            if batch is None or not batch.takes(vhost, queue):
+                batch = BatchBuilder(vhost, queue, self._prefix(vhost, queue, True))
+                self._open_batches[node] = batch
+                self.links.send_batch(node, batch)
+            batch.add(delivery_tag, redelivered, message)
+            return
+        self.links.send_raw(node, encode_relay(self._prefix(vhost, queue, False), delivery_tag,
+                                               redelivered, message))
+
+    def _prefix(self, vhost: str, queue: str, batch: bool) -> bytes:
+        """Cluster.RelayBatch's (``batch``) or Cluster.Relay's method payload up to its first
+        per-message field, made once per vhost and queue."""
         per_vhost = self._relay_prefixes.get(vhost)
         if per_vhost is None:
             per_vhost = self._relay_prefixes[vhost] = {}
-        prefix = per_vhost.get(queue)
+        key = (queue, batch)
+        prefix = per_vhost.get(key)
         if prefix is None:
             if len(per_vhost) > 4096:
                 per_vhost.clear()
-            prefix = per_vhost[queue] = relay_prefix(vhost, queue)
-        self.links.send_raw(node, encode_relay(prefix, delivery_tag, redelivered, message))
+            prefix = batch_prefix(vhost, queue) if batch else relay_prefix(vhost, queue)
+            per_vhost[key] = prefix
+        return prefix
 
     def propagate(self, vhost: str, method: Any, done: Done) -> None:
         """``broker.cluster_hooks.propagate``: send the change to every other member; ``done``

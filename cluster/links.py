@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import anyio
 from pamqp import commands as cmd
 
+from amqp_broker.core.relay_batch import BatchBuilder
 from amqp_broker.protocol import constants as c
 from amqp_broker.protocol.errors import AMQPException, ConnectionException
 from amqp_broker.protocol.framing import FrameSplitter
@@ -36,6 +37,7 @@ from amqp_broker.protocol.methods import decode_method, encode_method
 from clients.protocol import ChannelMethod, ClientProtocol, Closed, Opened
 
 from . import secret as peer_secret
+from .relay_wire import encode_batch
 
 if TYPE_CHECKING:
     pass
@@ -81,6 +83,22 @@ def _decode_settle(payload: bytes) -> Settle | None:
     if payload[3] == 90:  # reject: its only bit is requeue
         return Settle(tag, False, outcomes[bits & 1])
     return Settle(tag, bool(bits & 1), outcomes[(bits >> 1) & 1])
+
+
+def _seal_tail(queue: deque[tuple[Any, OnReply | None]]) -> None:
+    """Something is queued after the batch at the tail: no record may be added to it now (a
+    relay must not overtake what was queued after it)."""
+    if queue:
+        last = queue[-1][0]
+        if isinstance(last, BatchBuilder):
+            last.sealed = True
+
+
+def _seal_all(queue: deque[tuple[Any, OnReply | None]]) -> None:
+    """The link will not write ``queue``: no record may be added to its batches."""
+    for item, _cb in queue:
+        if isinstance(item, BatchBuilder):
+            item.sealed = True
 
 
 class LinkError(Exception):
@@ -133,7 +151,10 @@ class PeerLinks:
         ``on_reply`` gets the member's answer: None, or (reply code, text); 320 if the link broke."""
         link = self._links.get(node)
         if link is None or (address and link.address != address and not link.task_running):
+            if link is not None:
+                _seal_all(link.queue)  # not written: its transfers come back with the link
             link = self._links[node] = _Link(node, address or (link.address if link else ""))
+        _seal_tail(link.queue)
         link.queue.append((method, on_reply))
         link.wake.set()
         if not link.task_running and self._tg is not None and link.address:
@@ -161,8 +182,21 @@ class PeerLinks:
         """Queue already-encoded frames (channel 1) on an open link; dropped when there is none."""
         link = self._links.get(node)
         if link is not None and link.connected:
+            _seal_tail(link.queue)
             link.queue.append((data, None))
             link.wake.set()
+
+    def send_batch(self, node: str, batch: BatchBuilder) -> None:
+        """Queue a batch of relays (``core.relay_batch``) on an open link: encoded when the
+        writer takes it, so records added until then go with it. Sealed at once when there is
+        no open link (dropped: the transfers it holds come back when the link is down)."""
+        link = self._links.get(node)
+        if link is None or not link.connected:
+            batch.sealed = True
+            return
+        _seal_tail(link.queue)
+        link.queue.append((batch, None))
+        link.wake.set()
 
     def close(self, node: str) -> None:
         """Stop the link to ``node`` and fail what it still holds."""
@@ -173,6 +207,7 @@ class PeerLinks:
             self._fail(link)
 
     def _fail(self, link: _Link) -> None:
+        _seal_all(link.queue)
         pending = [cb for _m, cb in link.inflight] + [cb for _m, cb in link.queue]
         link.inflight.clear()
         link.queue.clear()
@@ -272,6 +307,10 @@ class PeerLinks:
                 method, on_reply = link.queue.popleft()
                 if isinstance(method, bytes):
                     out.append(method)
+                    continue
+                if isinstance(method, BatchBuilder):
+                    method.sealed = True
+                    out.append(encode_batch(method))
                     continue
                 if on_reply is not None:
                     link.inflight.append((method, on_reply))

@@ -24,6 +24,7 @@ from ..protocol.methods import FastCommand, Publish, decode_method, method_ids
 from .confirms import ConfirmTracker
 from .handlers import HANDLERS
 from .handlers.basic import publish_message, settle_unacked
+from .relay_batch import RelayedBatch, receive_batch
 from .relay_inbox import PeerSettles, RelayedTransfer, receive_relayed
 from .stats import fold_channel
 
@@ -68,9 +69,10 @@ class Channel:
         self.confirms: ConfirmTracker | None = None
         self.tx: list[tuple[str, Any]] | None = None
         self.last_queue = ""  # "the last queue declared on this channel" (spec: empty queue name)
-        #: On a cluster peer link: the Cluster.Relay whose content the assembler collects, a
-        #: message another member deals to one of our consumers (set by the peer handler).
-        self.relay_target: RelayedTransfer | None = None
+        #: On a cluster peer link: the Cluster.Relay or Cluster.RelayBatch whose content the
+        #: assembler collects, messages another member deals to our consumers (set by the peer
+        #: handler).
+        self.relay_target: RelayedTransfer | RelayedBatch | None = None
         #: On a cluster peer link: its relayed transfers not settled yet (``core.relay_inbox``).
         self.relay_settles: PeerSettles | None = None
         #: Message counters for the management API and Prometheus (``core.stats``).
@@ -177,9 +179,14 @@ class Channel:
                 return
             relay = self.relay_target
             if relay is not None and relay is publish:
-                # A message another member dealt to one of our consumers (Cluster.Relay): it
-                # goes to the named queue's local consumers, never through routing again.
+                # Messages another member dealt to our consumers (Cluster.RelayBatch, or one
+                # Cluster.Relay): they go to the named queue's local consumers, never through
+                # routing again.
                 self.relay_target = None
+                if isinstance(relay, RelayedBatch):
+                    receive_batch(self.connection.broker.vhosts.get(relay.vhost), self, relay,
+                                  body)
+                    return
                 msg = Message(relay.exchange, relay.routing_key, header, body)
                 msg.routing_raw = relay.routing_raw
                 receive_relayed(self.connection.broker.vhosts.get(relay.vhost), self, relay.queue,

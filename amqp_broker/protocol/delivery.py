@@ -13,8 +13,8 @@ from typing import Final
 
 from . import constants as c
 
-__all__ = ["encode_shortstr", "deliver_prefix", "encode_deliver", "encode_deliver_parts",
-           "encode_get_ok", "encode_return", "encode_routing"]
+__all__ = ["encode_shortstr", "deliver_prefix", "encode_content", "encode_deliver",
+           "encode_deliver_parts", "encode_get_ok", "encode_return", "encode_routing"]
 
 # Final: compiled code reads them as constants, not from the module's dict on every call
 _HEAD: Final = struct.Struct(">BHI")
@@ -45,7 +45,10 @@ def deliver_prefix(consumer_tag: str) -> bytes:
     return _DELIVER + encode_shortstr(consumer_tag)
 
 
-def _content(channel: int, header_payload: bytes, body: bytes, frame_max: int) -> bytes:
+def encode_content(channel: int, header_payload: bytes, body: bytes, frame_max: int) -> bytes:
+    """A content header frame (``header_payload``) and the body frames of ``body``, each frame at
+    most ``frame_max`` bytes (the 8 of the envelope included; none when ``body`` is empty).
+    Source: AMQP 0-9-1 §4.2.6."""
     step = frame_max - c.FRAME_OVERHEAD
     n = len(body)
     if n <= step:
@@ -77,7 +80,7 @@ def encode_deliver(channel: int, prefix: bytes, delivery_tag: int, redelivered: 
                          _END, _pack_head(c.FRAME_BODY, channel, n), body, _END))
     return b"".join((_pack_head(c.FRAME_METHOD, channel, size), prefix,
                      _pack_tag_bit(delivery_tag, redelivered), routing_raw, _END,
-                     _content(channel, header_payload, body, frame_max)))
+                     encode_content(channel, header_payload, body, frame_max)))
 
 
 def encode_deliver_parts(channel: int, prefix: bytes, delivery_tag: int, redelivered: bool,
@@ -110,7 +113,7 @@ def encode_get_ok(channel: int, delivery_tag: int, redelivered: bool, routing_ra
     payload = b"".join((_GET_OK, _pack_tag_bit(delivery_tag, redelivered), routing_raw,
                         struct.pack(">I", message_count)))
     return b"".join((_pack_head(c.FRAME_METHOD, channel, len(payload)), payload, _END,
-                     _content(channel, header_payload, body, frame_max)))
+                     encode_content(channel, header_payload, body, frame_max)))
 
 
 def encode_return(channel: int, reply_code: int, reply_text: str, routing_raw: bytes,
@@ -119,4 +122,4 @@ def encode_return(channel: int, reply_code: int, reply_text: str, routing_raw: b
     payload = b"".join((_RETURN, struct.pack(">H", reply_code), encode_shortstr(reply_text),
                         routing_raw))
     return b"".join((_pack_head(c.FRAME_METHOD, channel, len(payload)), payload, _END,
-                     _content(channel, header_payload, body, frame_max)))
+                     encode_content(channel, header_payload, body, frame_max)))

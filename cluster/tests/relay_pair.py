@@ -11,9 +11,11 @@ import time
 
 from amqp_broker.core import relay
 from amqp_broker.core.broker import Broker
+from amqp_broker.core.relay_batch import BatchBuilder
 from amqp_broker.core.tests.client import Client
 from cluster.driver import ClusterDriver
 from cluster.membership import Node
+from cluster.relay_wire import encode_batch
 
 __all__ = ["PeerLinkCapture", "relay_pair"]
 
@@ -23,7 +25,7 @@ class PeerLinkCapture:
     what ``send_raw`` would write to B."""
 
     def __init__(self) -> None:
-        self.out: list[bytes] = []
+        self.out: list[bytes | BatchBuilder] = []
 
     def can_send(self, node: str) -> bool:
         """The link to ``node`` takes more: always."""
@@ -31,13 +33,28 @@ class PeerLinkCapture:
 
     def send_raw(self, node: str, data: bytes) -> None:
         """Keep ``data`` for ``take``."""
+        if self.out and isinstance(self.out[-1], BatchBuilder):
+            self.out[-1].sealed = True
         self.out.append(data)
 
+    def send_batch(self, node: str, batch: BatchBuilder) -> None:
+        """Keep ``batch`` for ``take`` (records may still be added until then)."""
+        if self.out and isinstance(self.out[-1], BatchBuilder):
+            self.out[-1].sealed = True
+        self.out.append(batch)
+
     def take(self) -> bytes:
-        """Everything sent since the last call, as one chunk."""
-        data = b"".join(self.out)
+        """Everything sent since the last call, as one chunk (batches encoded and sealed, as the
+        link's writer does)."""
+        chunks = []
+        for item in self.out:
+            if isinstance(item, BatchBuilder):
+                item.sealed = True
+                chunks.append(encode_batch(item))
+            else:
+                chunks.append(item)
         self.out.clear()
-        return data
+        return b"".join(chunks)
 
 
 def relay_pair(queue: str = "shared") -> tuple[Broker, Broker, Client, Client, Client,

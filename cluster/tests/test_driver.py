@@ -35,6 +35,9 @@ class Links:
     def send_raw(self, node, data):
         pass
 
+    def send_batch(self, node, batch):
+        pass
+
 
 def _driver(policy="all"):
     now = [100.0]
