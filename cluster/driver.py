@@ -74,7 +74,8 @@ class LinkSender(Protocol):
     def send_batch(self, node: str, batch: BatchBuilder) -> None:
         """Queue ``batch`` on the open link to ``node``: it is encoded when the link writes it
         (``cluster.relay_wire.encode_batch``), until then records may be added to it; the link
-        sets ``batch.sealed`` when it writes or drops it, or queues anything after it."""
+        sets ``batch.sealed`` when it writes or drops it, or queues anything but another batch
+        after it."""
 
     def close(self, node: str) -> None:
         """Drop the link to ``node``."""
@@ -152,8 +153,8 @@ class ClusterDriver:
         #: Cluster.Relay payloads up to the delivery tag and Cluster.RelayBatch payloads up to
         #: the count, encoded once per vhost and (queue, batch?)
         self._relay_prefixes: dict[str, dict[tuple[str, bool], bytes]] = {}
-        #: Per member, the batch of relays its link has not written yet (``relay``)
-        self._open_batches: dict[str, BatchBuilder] = {}
+        #: Per member and queue, the batch of relays its link has not written yet (``relay``)
+        self._open_batches: dict[str, dict[str, BatchBuilder]] = {}
         #: Members whose link refused a relay (down or backed up, ``can_relay``): the cluster
         #: ticker gives the queues they consume from another chance once it takes more.
         self.refused: set[str] = set()
@@ -256,15 +257,21 @@ class ClusterDriver:
         """``broker.relay_sink``: deal ``message`` to ``node``'s consumers of ``queue`` as
         transfer ``delivery_tag``, with the original exchange and routing key and the message's
         raw content: a record of the Cluster.RelayBatch open for that member and queue (one per
-        turn of the event loop: the link's writer seals it; ``core.relay_batch``), or one
+        queue and turn of the event loop: the link's writer seals it; ``core.relay_batch``;
+        batches of several queues may be open at once, a queue's order is kept), or one
         Cluster.Relay for a private queue's relay (``queue`` "", ``cluster.relay_wire``). The
         receiver settles the tag (``core.relay``). Raises ``ValueError`` for a name over 255
         bytes."""
         if queue:
-            batch = self._open_batches.get(node)
+            per_node = self._open_batches.get(node)
+            if per_node is None:
+                per_node = self._open_batches[node] = {}
+            batch = per_node.get(queue)
             if batch is None or not batch.takes(vhost, queue):
+                if len(per_node) > 4096:
+                    per_node.clear()  # those still open just take no more records
                 batch = BatchBuilder(vhost, queue, self._prefix(vhost, queue, True))
-                self._open_batches[node] = batch
+                per_node[queue] = batch
                 self.links.send_batch(node, batch)
             batch.add(delivery_tag, redelivered, message)
             return

@@ -85,13 +85,15 @@ def _decode_settle(payload: bytes) -> Settle | None:
     return Settle(tag, bool(bits & 1), outcomes[(bits >> 1) & 1])
 
 
-def _seal_tail(queue: deque[tuple[Any, OnReply | None]]) -> None:
-    """Something is queued after the batch at the tail: no record may be added to it now (a
-    relay must not overtake what was queued after it)."""
-    if queue:
-        last = queue[-1][0]
-        if isinstance(last, BatchBuilder):
-            last.sealed = True
+def _seal_open(queue: deque[tuple[Any, OnReply | None]]) -> None:
+    """Something other than a batch is queued after the batches at the tail: no record may be
+    added to them now (a relay must not overtake what was queued after it). Batches of
+    different queues may stay open together (order matters within a queue only)."""
+    for i in range(len(queue) - 1, -1, -1):
+        item = queue[i][0]
+        if not isinstance(item, BatchBuilder) or item.sealed:
+            return
+        item.sealed = True
 
 
 def _seal_all(queue: deque[tuple[Any, OnReply | None]]) -> None:
@@ -99,6 +101,7 @@ def _seal_all(queue: deque[tuple[Any, OnReply | None]]) -> None:
     for item, _cb in queue:
         if isinstance(item, BatchBuilder):
             item.sealed = True
+            item.parts.clear()  # not written: what it held comes back with the link
 
 
 class LinkError(Exception):
@@ -154,7 +157,7 @@ class PeerLinks:
             if link is not None:
                 _seal_all(link.queue)  # not written: its transfers come back with the link
             link = self._links[node] = _Link(node, address or (link.address if link else ""))
-        _seal_tail(link.queue)
+        _seal_open(link.queue)
         link.queue.append((method, on_reply))
         link.wake.set()
         if not link.task_running and self._tg is not None and link.address:
@@ -182,7 +185,7 @@ class PeerLinks:
         """Queue already-encoded frames (channel 1) on an open link; dropped when there is none."""
         link = self._links.get(node)
         if link is not None and link.connected:
-            _seal_tail(link.queue)
+            _seal_open(link.queue)
             link.queue.append((data, None))
             link.wake.set()
 
@@ -194,7 +197,6 @@ class PeerLinks:
         if link is None or not link.connected:
             batch.sealed = True
             return
-        _seal_tail(link.queue)
         link.queue.append((batch, None))
         link.wake.set()
 
@@ -311,6 +313,7 @@ class PeerLinks:
                 if isinstance(method, BatchBuilder):
                     method.sealed = True
                     out.append(encode_batch(method))
+                    method.parts.clear()  # the driver may still hold it (sealed)
                     continue
                 if on_reply is not None:
                     link.inflight.append((method, on_reply))

@@ -33,14 +33,13 @@ class PeerLinkCapture:
 
     def send_raw(self, node: str, data: bytes) -> None:
         """Keep ``data`` for ``take``."""
-        if self.out and isinstance(self.out[-1], BatchBuilder):
-            self.out[-1].sealed = True
+        for item in self.out:  # as the link does: nothing may overtake ``data`` now
+            if isinstance(item, BatchBuilder):
+                item.sealed = True
         self.out.append(data)
 
     def send_batch(self, node: str, batch: BatchBuilder) -> None:
         """Keep ``batch`` for ``take`` (records may still be added until then)."""
-        if self.out and isinstance(self.out[-1], BatchBuilder):
-            self.out[-1].sealed = True
         self.out.append(batch)
 
     def take(self) -> bytes:

@@ -121,6 +121,38 @@ def test_a_batch_takes_no_records_once_something_is_queued_after_it() -> None:
     assert not batch.takes("/", "shared")
 
 
+def test_batches_of_two_queues_stay_open_together_until_something_else_is_queued() -> None:
+    links, link = _connected_links()
+    one = BatchBuilder("/", "one", batch_prefix("/", "one"))
+    two = BatchBuilder("/", "two", batch_prefix("/", "two"))
+    links.send_batch("B", one)
+    links.send_batch("B", two)
+    assert one.takes("/", "one") and two.takes("/", "two")
+    links.send("B", "127.0.0.3:5672", cmd.Basic.Qos())
+    assert not one.takes("/", "one") and not two.takes("/", "two")
+    assert len(link.queue) == 3
+
+
+def test_relays_to_two_queues_interleaved_arrive_in_order_per_queue() -> None:
+    a, _b, pub, peer, con, link = relay_pair("one")
+    pub.declare_queue(1, "two")
+    con.declare_queue(1, "two")
+    relay.set_remote_consumers(a.vhosts["/"], "two", "B", 1)
+    con.consume(1, "one", "c1")
+    con.consume(1, "two", "c2")
+    pub.send_raw(b"".join(pub.encode_publish(1, "", ("one", "two")[i % 2], f"{i}".encode())
+                          for i in range(10)))
+    a.run_dispatch()
+    wire = link.take()
+    assert [m.count for m in _methods(wire)] == [5, 5]  # one batch per queue
+    peer.send_raw(wire)
+    got = con.messages()
+    assert [m.body for m in got if m.method.consumer_tag == "c1"] == [b"0", b"2", b"4", b"6",
+                                                                       b"8"]
+    assert [m.body for m in got if m.method.consumer_tag == "c2"] == [b"1", b"3", b"5", b"7",
+                                                                       b"9"]
+
+
 def test_a_batch_for_a_link_that_is_down_or_fails_is_sealed() -> None:
     links, link = _connected_links()
     queued = BatchBuilder("/", "shared", batch_prefix("/", "shared"))
