@@ -185,13 +185,17 @@ def requeue_node(broker: Broker, node: str) -> int:
 def _settle(broker: Broker, items: list[tuple[QueueType, QueueEntry, RelayConsumer]],
             outcome: str) -> None:
     grouped: dict[QueueType, list[QueueEntry]] = {}
+    last: QueueType | None = None
+    entries: list[QueueEntry] = []
     for q, entry, consumer in items:
         consumer.unsettled -= 1
-        entries = grouped.get(q)
-        if entries is None:
-            grouped[q] = [entry]
-        else:
-            entries.append(entry)
+        if q is not last:  # settles mostly come in runs of one queue
+            got = grouped.get(q)
+            if got is None:
+                got = grouped[q] = []
+            entries = got
+            last = q
+        entries.append(entry)
     needs_dispatch = broker.needs_dispatch
     for q, entries in grouped.items():
         needs_dispatch.add(q)

@@ -45,7 +45,6 @@ BATCH_BYTES: Final = 128 * 1024
 #: ... or this many records (a remote consumer's credit is ``core.relay.RELAY_WINDOW``).
 BATCH_RECORDS: Final = 256
 _MIN_HEADER: Final = 14  # class, weight, body size, property flags
-_MAX_LONGLONG: Final = (1 << 63) - 1
 
 
 class BatchBuilder:
@@ -103,10 +102,6 @@ def _malformed(what: str) -> ConnectionException:
     return ConnectionException(c.SYNTAX_ERROR, f"SYNTAX_ERROR - Cluster.RelayBatch: {what}", 0, 0)
 
 
-def _u32(data: bytes, at: int) -> int:
-    return (data[at] << 24) | (data[at + 1] << 16) | (data[at + 2] << 8) | data[at + 3]
-
-
 def receive_batch(vhost: VirtualHost | None, channel: Channel, batch: RelayedBatch,
                   data: bytes) -> int:
     """The records ``data`` of ``batch``, relayed to us over peer ``channel``: each goes to
@@ -123,31 +118,40 @@ def receive_batch(vhost: VirtualHost | None, channel: Channel, batch: RelayedBat
     n = len(data)
     pos = 0
     count = 0
+    routing_raw = b""
+    exchange = routing_key = ""
     while pos < n:
         rpos = pos + RECORD_OVERHEAD
         if rpos >= n:
             raise _malformed("truncated record")
+        if data[pos] & 0x80:  # a tag of 2**63 or more (not a longlong)
+            raise _malformed("bad delivery tag")
         tag = 0
         for i in range(pos, pos + 8):  # u64, big-endian (native ints when compiled)
             tag = (tag << 8) | data[i]
         redelivered = bool(data[pos + 8] & 1)
-        hlen = _u32(data, pos + 9)
-        blen = _u32(data, pos + 13)
+        hlen = ((data[pos + 9] << 24) | (data[pos + 10] << 16) | (data[pos + 11] << 8)
+                | data[pos + 12])
+        blen = ((data[pos + 13] << 24) | (data[pos + 14] << 16) | (data[pos + 15] << 8)
+                | data[pos + 16])
         kpos = rpos + 1 + data[rpos]
         if kpos >= n:
             raise _malformed("truncated record")
         hpos = kpos + 1 + data[kpos]
         bpos = hpos + hlen
         end = bpos + blen
-        if end > n or hlen < _MIN_HEADER or tag == 0 or tag > _MAX_LONGLONG:
+        if end > n or hlen < _MIN_HEADER or tag == 0:
             raise _malformed("bad record")
-        try:
-            exchange = data[rpos + 1:kpos].decode()
-            routing_key = data[kpos + 1:hpos].decode()
-        except UnicodeDecodeError:
-            raise _malformed("exchange or routing key not UTF-8") from None
+        raw = data[rpos:hpos]
+        if raw != routing_raw:  # a batch's records mostly share them: decoded once
+            try:
+                exchange = data[rpos + 1:kpos].decode()
+                routing_key = data[kpos + 1:hpos].decode()
+            except UnicodeDecodeError:
+                raise _malformed("exchange or routing key not UTF-8") from None
+            routing_raw = raw
         message = Message(exchange, routing_key, data[hpos:bpos], data[bpos:end])
-        message.routing_raw = data[rpos:hpos]
+        message.routing_raw = routing_raw
         link.received(tag)
         origin = RelayOrigin(link, tag)
         if q is None:

@@ -81,6 +81,7 @@ def test_a_batch_that_does_not_parse_closes_the_peer_connection_with_502() -> No
         "count announced wrong": _record(1, b"hello"),
         "routing key not UTF-8": _record(1, b"hello", b"\x00\x02\xff\xfe"),
         "tag 0": _record(0, b"hello"),
+        "tag of 2**63": _record(1 << 63, b"hello"),
     }
     for what, records in bad.items():
         _a, b, _pub, peer, con, _link = relay_pair()
