@@ -1,7 +1,7 @@
 """Dealing a shared queue's messages to consumers on other cluster members: the receiving side.
 
-A message another member relayed here (Cluster.Relay + Basic.Publish on its peer link, see
-``core.relay``) is still the sender's. We hand it to one of our own consumers of the queue, round-
+A message another member relayed here (a record of a Cluster.RelayBatch on its peer link,
+``core.relay_batch``, or one Cluster.Relay; see ``core.relay``) is still the sender's. We hand it to one of our own consumers of the queue, round-
 robin with a turn of its own (the Qpid proposal keeps "the next consumer for application messages
 and for relayed ones separately"), and report back on the same channel when that consumer settles
 it: Basic.Ack when it acks, Basic.Nack(requeue) when it requeues, cancels or goes away unacked,
