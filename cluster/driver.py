@@ -174,9 +174,9 @@ class ClusterDriver:
     # ------------------------------------------------------------------ broker seams
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
         """``broker.peer_handler``: a Cluster.Relay or Cluster.RelayBatch starts the assembly of
-        the messages it deals here (``Channel.relay_target``); other methods go to ``peer_first``, then Cluster methods
-        to the membership; on a node still joining, a member's other methods wait for its replay
-        turn. False: run the ordinary handler."""
+        the messages it deals here (``Channel.relay_target``); other methods go to
+        ``peer_first``, then Cluster methods to the membership; on a node still joining, a
+        member's other methods wait for its replay turn. False: run the ordinary handler."""
         sender = channel.connection.peer_node
         if isinstance(method, (DecodedRelay, DecodedRelayBatch)):  # their content follows
             if self._waits_for_replay(sender):
