@@ -9,7 +9,8 @@ propagated AMQP methods. Replies to propagated methods (Declare-Ok, Bind-Ok, ...
 with the member's reply code) come back in order on the same channel and are reported to the
 request's ``on_reply``; after a Channel.Close the channel is reopened and later requests are resent.
 Basic.Ack / Nack / Reject from the member settle messages we relayed to it (``on_settle``); when a
-link's connection ends, ``on_down`` lets the broker take back what it had not settled.
+link's connection ends, or the member closed its channel, ``on_down`` lets the broker take back
+what it had not settled.
 A link that cannot connect or breaks reports ``send_failed`` to the driver (a suspicion) and fails
 its waiting requests with 320. With an ``ssl_context`` (``cluster.ca.client_ssl_context``,
 ``--cluster-tls-dir``) a link is mutual TLS to the member's address (then its TLS port): SNI and
@@ -139,8 +140,8 @@ class PeerLinks:
         #: ``on_settle(node, settles)``: the member settled relayed messages (Basic.Ack, Nack or
         #: Reject on channel 1; ``core.relay``): each run of settles read together, in order.
         self.on_settle = on_settle
-        #: ``on_down(node)``: a link's connection ended, whatever the reason (what was relayed
-        #: over it and not settled must be taken back).
+        #: ``on_down(node)``: a link's connection, or its channel, ended, whatever the reason
+        #: (what was relayed over it and not settled must be taken back).
         self.on_down = on_down
         self._links: dict[str, _Link] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -355,6 +356,12 @@ class PeerLinks:
                     for item in reversed(resend):
                         link.queue.appendleft(item)
                     link.wake.set()
+                    # What we relayed on the closed channel can no longer be settled (the
+                    # member dropped its settle state with the channel, and discarded what
+                    # arrived before our Open): take it all back, as when the link goes down.
+                    # Transfers it got on the new channel may come back too (at least once).
+                    if self.on_down is not None:
+                        self.on_down(link.node)
                 elif isinstance(method, cmd.Connection.Close):
                     log.info("%s closed the link: %s %s", link.node, method.reply_code,
                              method.reply_text)

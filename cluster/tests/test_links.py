@@ -1,11 +1,14 @@
 """Peer links against a misbehaving member (bad input never crashes a broker): a fake member on
 127.0.0.1 completes the link handshake, then sends a frame that is not valid AMQP. The link must
 fail like a broken socket (``on_failure`` and ``on_down`` for that node) and nothing may escape
-into the broker's task group. Source: AMQP 0-9-1 §4.2.3 (a malformed method frame is a
-connection error: 540 / 502 / 501), DESIGN.md §6."""
+into the broker's task group. A member that refuses a request by closing the link's channel
+makes the sender take back what it relayed on that channel (``on_down``), the link staying up.
+Source: AMQP 0-9-1 §4.2.3 (a malformed method frame is a connection error: 540 / 502 / 501),
+DESIGN.md §6, issue 10."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 
 import anyio
@@ -25,9 +28,9 @@ BAD_FRAMES = {
 }
 
 
-async def _fake_member(stream, bad: bytes, in_handshake: bool) -> None:
-    """Handshake as a broker would (any Secure-Ok is taken), then send ``bad``: right behind
-    Channel.Open-Ok (the handshake reads it) or once the link is open (its reader does)."""
+async def _open_as_member(stream):
+    """Take the link's handshake as a broker would (any Secure-Ok is taken) up to Channel.Open-Ok
+    on channel 1; returns ``next_method()``, which reads the link's next method."""
     splitter = FrameSplitter(4096)
     methods: list = []
 
@@ -50,15 +53,38 @@ async def _fake_member(stream, bad: bytes, in_handshake: bool) -> None:
     await stream.send(pframe.marshal(cmd.Connection.OpenOk(), 0))
     assert isinstance(await next_method(), cmd.Channel.Open)
     await stream.send(pframe.marshal(cmd.Channel.OpenOk(), 1))
-    if not in_handshake:
-        await anyio.sleep(0.3)  # the link is open now: its reader gets the bad frame
-    await stream.send(bad)
+    return next_method
+
+
+@contextlib.asynccontextmanager
+async def _member(serve):
+    """A fake member listening on 127.0.0.1 (``serve(stream)`` per connection): yields (task
+    group, "host:port"); cancels the task group on the way out."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        yield tg, f"127.0.0.1:{port}"
+        tg.cancel_scope.cancel()
+
+
+async def _until_closed(stream) -> None:
     with anyio.move_on_after(5):
         try:
             while True:
                 await stream.receive()
         except (anyio.EndOfStream, anyio.BrokenResourceError):
             pass  # the link closed its socket
+
+
+async def _fake_member(stream, bad: bytes, in_handshake: bool) -> None:
+    """Handshake as a broker would, then send ``bad``: right behind Channel.Open-Ok (the
+    handshake reads it) or once the link is open (its reader does)."""
+    await _open_as_member(stream)
+    if not in_handshake:
+        await anyio.sleep(0.3)  # the link is open now: its reader gets the bad frame
+    await stream.send(bad)
+    await _until_closed(stream)
 
 
 @pytest.mark.parametrize("in_handshake", [True, False], ids=["in-handshake", "open-link"])
@@ -69,17 +95,13 @@ def test_a_malformed_frame_from_a_member_fails_the_link_not_the_broker(bad: byte
     down: list[str] = []
 
     async def main() -> None:
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(listener.serve, lambda s: _fake_member(s, bad, in_handshake))
+        async with _member(lambda s: _fake_member(s, bad, in_handshake)) as (tg, address):
             links = PeerLinks("me", SECRET, on_failure=failed.append, on_down=down.append)
             links.start(tg)
-            links.connect("bad-peer", f"127.0.0.1:{port}")
+            links.connect("bad-peer", address)
             with anyio.fail_after(10):
                 while not failed:
                     await anyio.sleep(0.02)
-            tg.cancel_scope.cancel()
 
     anyio.run(main)
     assert failed == ["bad-peer"] and down == ["bad-peer"]
@@ -99,3 +121,43 @@ def test_settles_decode_as_pamqp_encodes_them(method: object, expected: Settle) 
     payload = pframe.marshal(method, 1)[7:-1]  # type: ignore[arg-type]
     assert _decode_settle(payload) == expected
     assert _decode_settle(pframe.marshal(cmd.Basic.Qos(0, 10, False), 1)[7:-1]) is None
+
+
+async def _refusing_member(stream, reopened: list[bool]) -> None:
+    """Handshake, then refuse the first request on channel 1 with Channel.Close 406, take the
+    link's Close-Ok and Channel.Open, answer Open-Ok, and keep the link open."""
+    next_method = await _open_as_member(stream)
+    assert isinstance(await next_method(), cmd.Queue.Declare)
+    await stream.send(pframe.marshal(cmd.Channel.Close(406, "PRECONDITION_FAILED - no", 50, 10),
+                                     1))
+    assert isinstance(await next_method(), cmd.Channel.CloseOk)
+    assert isinstance(await next_method(), cmd.Channel.Open)
+    await stream.send(pframe.marshal(cmd.Channel.OpenOk(), 1))
+    reopened.append(True)
+    await _until_closed(stream)
+
+
+def test_a_member_closing_the_link_channel_makes_the_sender_take_back_its_relays() -> None:
+    """A member that refuses a propagated method closes the link's channel, and with it the
+    settle state of what we relayed on it: ``on_down`` must run (the broker requeues every
+    unsettled transfer to that member) while the link itself stays up."""
+    failed: list[str] = []
+    down: list[str] = []
+    replies: list[object] = []
+    reopened: list[bool] = []
+
+    async def main() -> None:
+        async with _member(lambda s: _refusing_member(s, reopened)) as (tg, address):
+            links = PeerLinks("me", SECRET, on_failure=failed.append, on_down=down.append)
+            links.start(tg)
+            links.send("peer", address, cmd.Queue.Declare(queue="q"), on_reply=replies.append)
+            with anyio.fail_after(10):
+                while not down:
+                    await anyio.sleep(0.02)
+            assert links.can_send("peer")  # the link is still up
+            assert down == ["peer"] and failed == []
+        # (ending the link on the way out calls on_down again)
+
+    anyio.run(main)
+    assert replies == [(406, "PRECONDITION_FAILED - no")]
+    assert reopened == [True]
