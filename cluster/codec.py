@@ -80,7 +80,7 @@ from collections.abc import Iterable
 
 from pamqp import base, commands
 
-from .codec_base import CLUSTER_CLASS_ID, ClusterMethod, check_shortstr, check_view
+from .codec_base import CLUSTER_CLASS_ID, ClusterMethod, check_long, check_shortstr, check_view
 from .codec_definitions import DEFINITION_KINDS, Definition, InVhost, Policy
 
 _LOAD_KEYS = ("connections", "queues", "messages", "cpu")
@@ -338,8 +338,7 @@ class Consumers(ClusterMethod):
         """Raises ``ValueError`` for a bad name or a count outside 0..2**32-1."""
         for slot in ("vhost", "queue", "node"):
             check_shortstr(slot, getattr(self, slot))
-        if not isinstance(self.count, int) or not 0 <= self.count < 1 << 32:
-            raise ValueError("count must be an int in [0, 2**32)")
+        check_long("count", self.count)
 
 
 class Relay(ClusterMethod):
@@ -424,8 +423,7 @@ class RelayBatch(ClusterMethod):
         """Raises ``ValueError`` for a bad name or a count outside 0..2**32-1."""
         check_shortstr("vhost", self.vhost)
         check_shortstr("queue", self.queue)
-        if not isinstance(self.count, int) or not 0 <= self.count < 1 << 32:
-            raise ValueError("count must be an int in [0, 2**32)")
+        check_long("count", self.count)
 
 
 class Quorum(ClusterMethod):

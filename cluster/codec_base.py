@@ -11,7 +11,8 @@ import typing
 
 from pamqp import base
 
-__all__ = ["CLUSTER_CLASS_ID", "MAX_LONGLONG", "ClusterMethod", "check_shortstr", "check_view"]
+__all__ = ["CLUSTER_CLASS_ID", "MAX_LONGLONG", "ClusterMethod", "check_long", "check_shortstr",
+           "check_view"]
 
 CLUSTER_CLASS_ID = 3200
 MAX_LONGLONG = (1 << 63) - 1
@@ -29,6 +30,12 @@ def check_view(name: str, value: object) -> None:
     """Raises ``ValueError`` unless ``value`` is an int in [0, 2**63) (longlong, never negative)."""
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_LONGLONG:
         raise ValueError(f"{name} must be an int in [0, 2**63)")
+
+
+def check_long(name: str, value: object) -> None:
+    """Raises ``ValueError`` unless ``value`` is an int in [0, 2**32) (long, AMQP 0-9-1 §4.2.5.2)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 32:
+        raise ValueError(f"{name} must be an int in [0, 2**32)")
 
 
 class ClusterMethod(base.Frame):

@@ -61,8 +61,8 @@ def test_a_body_larger_than_a_frame_travels_whole() -> None:
     assert [m.body for m in con.messages()] == [big, b"small"]
 
 
-def _batch_frames(records: bytes, count: int) -> bytes:
-    prefix = batch_prefix("/", "shared")
+def _batch_frames(records: bytes, count: int, queue: str = "shared") -> bytes:
+    prefix = batch_prefix("/", queue)
     payload = prefix + struct.pack(">I", count)
     header = struct.pack(">HHQH", 60, 0, len(records), 0)
     return (struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce"
@@ -104,6 +104,16 @@ def test_a_well_formed_batch_from_a_member_is_delivered() -> None:
     con.consume(1, "shared", "c1")
     peer.send_raw(_batch_frames(_record(7, b"one") + _record(8, b"two"), 2))
     assert [m.body for m in con.messages()] == [b"one", b"two"]
+
+
+def test_a_batch_for_a_queue_the_receiver_lacks_goes_back_to_the_sender() -> None:
+    _a, _b, _pub, peer, con, _link = relay_pair()
+    con.consume(1, "shared", "c1")
+    peer.send_raw(_batch_frames(_record(7, b"one") + _record(8, b"two"), 2, queue="gone"))
+    settles = [m for _ch, m in peer.methods()]
+    assert [(type(m), m.delivery_tag, m.requeue) for m in settles] == [(cmd.Basic.Nack, 7, True),
+                                                                       (cmd.Basic.Nack, 8, True)]
+    assert con.messages() == []  # not handed to a consumer of another queue
 
 
 def _connected_links() -> tuple[PeerLinks, _Link]:
