@@ -198,7 +198,9 @@ async def _stream_syncer(broker: Broker) -> None:
 
 async def shutdown(broker: Broker, grace: float = 2.0) -> None:
     """Close every client connection with 320 CONNECTION_FORCED (as RabbitMQ does on shutdown)
-    and give the writers up to ``grace`` seconds to send it."""
+    and give the writers up to ``grace`` seconds to send it. Acks of relayed messages still
+    gathering (``core.relay_inbox``) go first, so their senders do not deliver them again."""
+    broker.relay_inbox.flush_acks()
     for conn in list(broker.connections.values()):
         conn.close_forced("CONNECTION_FORCED - broker forced connection closure with reason "
                           "'shutdown'")

@@ -9,6 +9,7 @@ founds a cluster of one. Source: issue "Peer clustering" (Configuration), DESIGN
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -29,6 +30,7 @@ from .. import __version__
 from ..config import Config
 from ..core import access_store, policy_store, proxies, relay
 from ..core.broker import Broker
+from ..core.relay_inbox import ACK_DELAY_S
 from . import discovery
 from .replay import load_figures, replay_methods
 
@@ -163,6 +165,13 @@ async def start_cluster(broker: Broker, config: Config, port: int,
                            lambda vote: save_vote(config.data_dir, vote,
                                                   config.sync_policy != "none"))
     broker.relay_sink = driver  # it remembers the members whose link refused a relay
+    inbox = broker.relay_inbox
+    loop = asyncio.get_running_loop()
+
+    def acks_pending() -> None:  # acks of relayed messages go back within ACK_DELAY_S
+        loop.call_later(ACK_DELAY_S, inbox.flush_acks)
+
+    inbox.on_acks_pending = acks_pending
     broker.peer_auth = SecretAuth(secret)
     broker.peer_handler = driver.on_peer_method
     quorum = getattr(broker, "quorum", None)

@@ -241,7 +241,7 @@ class Broker:
                 inbox.drain(self, q)
             q.dispatch()
         if inbox.pending_acks:
-            inbox.flush_acks()
+            inbox.after_dispatch()
 
     def tick(self) -> None:
         """Periodic work (call again after ``tick_delay`` s: 100 ms while busy): heartbeats,

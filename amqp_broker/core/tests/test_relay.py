@@ -168,6 +168,48 @@ def test_acks_are_not_coalesced_over_a_transfer_still_held(make_client) -> None:
     assert [(m.delivery_tag, m.multiple) for _ch, m in link.methods()] == [(21, True)]
 
 
+def test_with_a_delayed_flush_acks_wait_for_it_or_for_a_full_batch(make_client) -> None:
+    """With an I/O layer that flushes later (``on_acks_pending``), acks gather across batches of
+    input: they go when it flushes, or at once when a link has ``ACK_BATCH`` of them."""
+    from amqp_broker.core.relay_inbox import ACK_BATCH
+
+    broker, link, app = _receiver(make_client)
+    inbox = broker.relay_inbox
+    asked: list[int] = []
+    inbox.on_acks_pending = lambda: asked.append(1)
+    app.consume(1, "shared", "c1", no_ack=True)  # settles each relay as it is delivered
+    for tag in (1, 2, 3):
+        _relay(broker, link, tag, b"x")
+    assert len(app.messages()) == 3
+    assert link.methods() == [] and asked == [1]  # asked once, nothing sent yet
+    inbox.flush_acks()
+    assert [(m.delivery_tag, m.multiple) for _ch, m in link.methods()] == [(3, True)]
+    for tag in range(4, 4 + ACK_BATCH):
+        channel = link.conn.channels[1]
+        receive_relayed(broker.vhosts["/"], channel, "shared",
+                        Message.build("", "shared", b"y", cmd.Basic.Properties()), tag, False)
+    broker.run_dispatch()  # one batch of input with ACK_BATCH acks: they go without the flush
+    got = [(m.delivery_tag, m.multiple) for _ch, m in link.methods()]
+    assert got == [(3 + ACK_BATCH, True)]
+    assert asked == [1]  # nothing left waiting: no flush asked for
+    assert inbox.pending_acks == []
+
+
+def test_shutdown_sends_the_acks_still_gathering(make_client) -> None:
+    import anyio
+
+    from amqp_broker.app import shutdown
+
+    broker, link, app = _receiver(make_client)
+    broker.relay_inbox.on_acks_pending = lambda: None  # a flush that never comes
+    app.consume(1, "shared", "c1", no_ack=True)
+    _relay(broker, link, 9, b"x")
+    assert link.methods() == []
+    anyio.run(shutdown, broker, 0.0)
+    kinds = [(type(m).__name__, getattr(m, "delivery_tag", None)) for _ch, m in link.methods()]
+    assert kinds[0] == ("Ack", 9)  # before the Connection.Close of the shutdown
+
+
 def test_tags_out_of_order_are_never_coalesced(make_client) -> None:
     broker, link, app = _receiver(make_client)
     app.consume(1, "shared", "c1")
