@@ -195,21 +195,6 @@ def test_with_a_delayed_flush_acks_wait_for_it_or_for_a_full_batch(make_client) 
     assert inbox.pending_acks == []
 
 
-def test_shutdown_sends_the_acks_still_gathering(make_client) -> None:
-    import anyio
-
-    from amqp_broker.app import shutdown
-
-    broker, link, app = _receiver(make_client)
-    broker.relay_inbox.on_acks_pending = lambda: None  # a flush that never comes
-    app.consume(1, "shared", "c1", no_ack=True)
-    _relay(broker, link, 9, b"x")
-    assert link.methods() == []
-    anyio.run(shutdown, broker, 0.0)
-    kinds = [(type(m).__name__, getattr(m, "delivery_tag", None)) for _ch, m in link.methods()]
-    assert kinds[0] == ("Ack", 9)  # before the Connection.Close of the shutdown
-
-
 def test_tags_out_of_order_are_never_coalesced(make_client) -> None:
     broker, link, app = _receiver(make_client)
     app.consume(1, "shared", "c1")
