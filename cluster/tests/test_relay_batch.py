@@ -13,7 +13,7 @@ from pamqp import commands as cmd
 from amqp_broker.core import relay
 from amqp_broker.core.relay_batch import BatchBuilder
 from amqp_broker.protocol.framing import FrameSplitter
-from amqp_broker.protocol.methods import decode_method
+from amqp_broker.protocol.methods import decode_method, encode_method
 from cluster.links import PeerLinks, _Link
 from cluster.relay_wire import DecodedRelayBatch, batch_prefix
 from cluster.tests.relay_pair import relay_pair
@@ -185,3 +185,58 @@ def test_a_batch_is_bounded() -> None:
         batch.add(tag, False, message)
     assert tag == 2  # 128 KiB of records
     assert not batch.takes("/", "other")
+
+
+def test_a_plain_link_lets_batches_gather_but_writes_anything_else_at_once(monkeypatch) -> None:
+    """``links._Flusher`` over a real socket pair: a batch right after a write waits up to
+    ``COALESCE_S`` (0.3 s here, so that a slow machine cannot pass it in three loop turns); a
+    batch after a quiet spell, or anything else queued, goes on the next turn (and takes the
+    waiting batch with it, in order)."""
+    import asyncio
+    import socket
+
+    from amqp_broker.server.plain_socket import PlainSocket
+    from cluster import links as links_module
+    from cluster.links import _Flusher
+
+    monkeypatch.setattr(links_module, "COALESCE_S", 0.3)
+
+    def one_record(queue: str) -> BatchBuilder:
+        batch = BatchBuilder("/", queue, batch_prefix("/", queue))
+        batch.add(1, False, Message.build("", queue, b"x", cmd.Basic.Properties()))
+        return batch
+
+    async def main() -> list[list[object]]:
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        sock = PlainSocket(lambda _s: None)
+        await asyncio.get_running_loop().create_connection(lambda: sock, sock=ours)
+        links, link = _connected_links()
+        link.flusher = _Flusher(link, sock)
+
+        async def turns() -> list[object]:
+            for _ in range(3):
+                await asyncio.sleep(0)
+            try:
+                return _methods(theirs.recv(65536))
+            except BlockingIOError:
+                return []
+
+        seen = []
+        links.send_batch("B", one_record("q1"))    # nothing written lately: next turn
+        seen.append(await turns())
+        links.send_batch("B", one_record("q2"))    # right after a write: it waits
+        seen.append(await turns())
+        links.send_raw("B", encode_method(1, cmd.Basic.Qos()))  # not a relay: now, after q2
+        seen.append(await turns())
+        links.send_batch("B", one_record("q3"))
+        seen.append(await turns())
+        await asyncio.sleep(0.4)
+        seen.append(await turns())                 # ... but not for longer than COALESCE_S
+        sock.close()
+        theirs.close()
+        return seen
+
+    seen = asyncio.run(main())
+    names = [[getattr(m, "queue", type(m).__name__) for m in turn] for turn in seen]
+    assert names == [["q1"], [], ["q2", "Qos"], [], ["q3"]]
