@@ -62,8 +62,8 @@ log = logging.getLogger(__name__)
 #: remote consumer (``core.relay.RELAY_WINDOW``, 1024), so its consumers never run out of credit
 #: waiting for them.
 ACK_BATCH = 256
-#: Seconds acks may wait for more before they go (``RelayInbox.on_acks_pending``): at most this
-#: much longer that the sender holds a message our consumer has acked.
+#: Seconds acks may wait for more before they go (``RelayInbox.on_acks_pending``): the sender
+#: holds a message our consumer has acked at most this much longer.
 ACK_DELAY_S = 0.005
 
 
