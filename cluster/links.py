@@ -15,10 +15,9 @@ A link that cannot connect or breaks reports ``send_failed`` to the driver (a su
 its waiting requests with 320. With an ``ssl_context`` (``cluster.ca.client_ssl_context``,
 ``--cluster-tls-dir``) a link is mutual TLS to the member's address (then its TLS port): SNI and
 the verified name are the member's node name, our node certificate is presented, and the cluster
-secret exchange still runs inside. Either way a link runs on the client port's asyncio protocol
-(``server.plain_socket``) and is written by callback (``_Flusher``): no task wake-up per write,
-and relays gather for up to ``COALESCE_S`` in a steady flow. Must not know: membership rules, the
-broker core.
+secret exchange still runs inside (anyio's TLS stream, a writer task). A plain-TCP link uses the
+client port's asyncio protocol (``server.plain_socket``) and writes by callback (``_Flusher``):
+no task wake-up per write. Must not know: membership rules, the broker core.
 """
 
 from __future__ import annotations
@@ -127,16 +126,17 @@ class _Link:
         self.closed = False
         self.task_running = False
         self.connected = False
-        #: The connected link's writer (``_Flusher``); None until connected (what is queued
-        #: meanwhile is written once it is).
+        #: A plain-TCP link's writer (``_Flusher``); None: a writer task woken by ``wake``.
         self.flusher: _Flusher | None = None
 
     def kick(self, urgent: bool = True) -> None:
         """Something was queued: have it written; a batch of relays (not ``urgent``) may wait
-        for more (``COALESCE_S``)."""
+        for more on a plain link (``COALESCE_S``)."""
         flusher = self.flusher
         if flusher is not None:
             flusher.schedule(urgent)
+        else:
+            self.wake.set()
 
 
 def _take_output(link: _Link) -> bytes:
@@ -160,7 +160,7 @@ def _take_output(link: _Link) -> bytes:
     return b"".join(out)
 
 
-#: Seconds a link lets batches of relays gather after its last write: a batch queued
+#: Seconds a plain link lets batches of relays gather after its last write: a batch queued
 #: sooner than this after the previous write goes ``COALESCE_S`` after it, with whatever was
 #: relayed meanwhile. Anything else queued (Raft, membership, replies) goes at once and takes
 #: the batches with it. A relayed message then waits at most 1 ms more, and only in a steady
@@ -173,7 +173,7 @@ COALESCE_S = 0.001
 
 
 class _Flusher:
-    """A link's writer, by callback (as ``server.connection_io`` writes to clients):
+    """A plain-TCP link's writer, by callback (as ``server.connection_io`` writes to clients):
     ``schedule`` arranges one ``flush`` for the next turn of the loop (a batch of relays in a
     steady flow: up to ``COALESCE_S`` later), which writes all that is queued in one write,
     straight to the transport; while the kernel has not taken everything
@@ -223,9 +223,8 @@ class _Flusher:
             self.last = self.loop.time()
 
 
-class _Stream:
-    """The awaitable send/receive the handshake and the reader use, over a ``PlainSocket``
-    (plain TCP or asyncio's TLS transport)."""
+class _PlainStream:
+    """The awaitable send/receive the handshake and the reader use, over a ``PlainSocket``."""
 
     __slots__ = ("sock",)
 
@@ -343,7 +342,25 @@ class PeerLinks:
     async def _run(self, link: _Link) -> None:
         try:
             host, _, port = link.address.rpartition(":")
-            await self._run_link(link, host, int(port))
+            if self.ssl_context is None:
+                await self._run_plain(link, host, int(port))
+            else:
+                with anyio.fail_after(CONNECT_TIMEOUT):
+                    stream: Any = await anyio.connect_tcp(
+                        host, int(port), ssl_context=self.ssl_context, tls_hostname=link.node,
+                        tls_standard_compatible=False)
+                async with stream:
+                    pending: deque[tuple[int, Any]] = deque()
+                    with anyio.fail_after(CONNECT_TIMEOUT):
+                        splitter = await self._handshake(stream)
+                    link.connected = True
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._reader, link, stream, splitter, pending, tg)
+                        try:
+                            await self._writer(link, stream)
+                        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                            pass
+                        tg.cancel_scope.cancel()
         except (OSError, anyio.BrokenResourceError, anyio.EndOfStream, TimeoutError, LinkError,
                 ValueError, AMQPException) as exc:
             if not link.closed:
@@ -360,23 +377,18 @@ class PeerLinks:
             if failed:
                 self.on_failure(link.node)
 
-    async def _run_link(self, link: _Link, host: str, port: int) -> None:
-        """One connection of ``link``: the asyncio protocol of ``server.plain_socket`` over TCP,
-        or over asyncio's TLS transport with ``ssl_context`` (SNI and the verified name: the
-        member's node name). It reads on demand for the handshake and the reader task and is
-        written by callback (``_Flusher``), not through anyio's stream and a writer task, which
-        cost a task wake-up and two checkpoints per write; relays gather for up to
-        ``COALESCE_S`` in a steady flow."""
+    async def _run_plain(self, link: _Link, host: str, port: int) -> None:
+        """A plain-TCP link: the asyncio protocol of ``server.plain_socket`` (reads on demand
+        for the handshake and the reader task, writes by callback: ``_Flusher``) instead of
+        anyio's stream and a writer task, which cost a task wake-up and two checkpoints per
+        write. Relays gather for up to ``COALESCE_S`` in a steady flow (TLS links do not
+        coalesce: their writer task writes whenever it runs)."""
         loop = asyncio.get_running_loop()
         sock = PlainSocket(lambda _s: None)
         with anyio.fail_after(CONNECT_TIMEOUT):
-            if self.ssl_context is None:
-                await loop.create_connection(lambda: sock, host, port)
-            else:
-                await loop.create_connection(lambda: sock, host, port, ssl=self.ssl_context,
-                                             server_hostname=link.node)
+            await loop.create_connection(lambda: sock, host, port)
         try:
-            stream = _Stream(sock)
+            stream = _PlainStream(sock)
             pending: deque[tuple[int, Any]] = deque()
             with anyio.fail_after(CONNECT_TIMEOUT):
                 splitter = await self._handshake(stream)
@@ -435,6 +447,15 @@ class PeerLinks:
                     if channel != 1:
                         raise LinkError(f"expected channel 1, got {channel}")
                     return proto.splitter
+
+    async def _writer(self, link: _Link, stream: Any) -> None:
+        """A TLS link's writer task: everything queued, one send at a time."""
+        while not link.closed:
+            if not link.queue:
+                await link.wake.wait()
+                link.wake = anyio.Event()
+                continue
+            await stream.send(_take_output(link))
 
     async def _reader(self, link: _Link, stream: Any, splitter: FrameSplitter,
                       pending: deque[tuple[int, Any]], tg: anyio.abc.TaskGroup) -> None:
