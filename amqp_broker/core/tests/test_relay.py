@@ -195,6 +195,21 @@ def test_with_a_delayed_flush_acks_wait_for_it_or_for_a_full_batch(make_client) 
     assert inbox.pending_acks == []
 
 
+def test_gathered_acks_of_a_link_that_closed_meanwhile_are_dropped(make_client) -> None:
+    """The sender requeued what we had not settled when the link's channel closed: a delayed
+    flush then sends nothing on it and the broker goes on."""
+    broker, link, app = _receiver(make_client)
+    broker.relay_inbox.on_acks_pending = lambda: None
+    app.consume(1, "shared", "c1", no_ack=True)
+    _relay(broker, link, 5, b"x")
+    link.send(1, cmd.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
+    assert [type(m).__name__ for _ch, m in link.methods()] == ["CloseOk"]
+    broker.relay_inbox.flush_acks()
+    assert link.methods() == [] and broker.relay_inbox.pending_acks == []
+    assert len(app.messages()) == 1  # the consumer was served; the broker still serves it
+    app.declare_queue(1, "after")
+
+
 def test_tags_out_of_order_are_never_coalesced(make_client) -> None:
     broker, link, app = _receiver(make_client)
     app.consume(1, "shared", "c1")
