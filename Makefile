@@ -32,6 +32,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	@# the docs site must build without a warning (broken links, a setting without a description);
+	@# into a temporary directory, removed afterwards. NO_MKDOCS_2_WARNING: Material's banner.
+	d=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet \
+		--site-dir "$$d"; rc=$$?; rm -rf "$$d"; exit $$rc
 
 test: $(STAMP) native
 	bash interop_tests/setup.sh

@@ -1,7 +1,7 @@
 """Configuration: defaults < TOML file (``--config``) < ``AMQP_BROKER_*`` environment < CLI flags.
 
 Keys (TOML top level, env ``AMQP_BROKER_<KEY upper>``, CLI ``--key-with-dashes``):
-host (str, 127.0.0.1), port (int, 5672), data_dir (path, ``<project>/data``), node_name (str),
+host (str, 127.0.0.1), port (int, 5672), data_dir (path, default below), node_name (str),
 log_level (debug|info|warning|error), heartbeat (s, 60), frame_max (bytes, 131072), channel_max
 (2047), memory_high_watermark (bytes; 0 = off; a float < 1 is a fraction of RAM, RabbitMQ's
 vm_memory_high_watermark; default 0.4), sync_policy (batch | always | none; default batch: publisher
@@ -19,6 +19,18 @@ cluster_tls_dir (a ``cluster-ca`` directory: peer links over mutual TLS), relay_
 what a cluster member does with a relayed message whose queue has no local consumer any more). Users in TOML as ``[[users]]`` tables with name, password,
 vhosts, loopback_only; default guest/guest from loopback only (RabbitMQ "Access Control").
 Raises ``ConfigError`` for an unreadable file, an unknown key or a value of the wrong type.
+
+Default data directory (``default_data_dir``, issue 22): run from a source checkout (the package's
+parent directory holds ``pyproject.toml``: a clone, or an editable install of one) it is
+``<checkout>/data``; an installed broker (a wheel in site-packages) uses ``/var/lib/amqp-broker``
+when run as root, as RabbitMQ's and LavinMQ's Debian packages keep theirs under ``/var/lib``, and
+``$XDG_DATA_HOME/amqp-broker`` otherwise (``~/.local/share/amqp-broker`` when XDG_DATA_HOME is
+unset, empty or relative, as the XDG Base Directory specification says).
+
+The configuration reference (``docs/configuration.md``) is generated from this module by
+``docs/hooks/config_reference.py``: a setting's description is its flag's help, plus
+``FIELD_HELP`` (which a key without a flag must have); ``DEFAULT_TEXT`` shows a default that
+depends on the machine.
 """
 
 from __future__ import annotations
@@ -27,15 +39,37 @@ import argparse
 import os
 import socket
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, cast
 
 from .core.settings import BrokerSettings, User, parse_relay_policy
 
-__all__ = ["Config", "ConfigError", "load_config", "build_parser", "DEFAULT_DATA_DIR"]
+__all__ = ["Config", "ConfigError", "load_config", "build_parser", "DEFAULT_DATA_DIR",
+           "default_data_dir", "FIELD_HELP", "FLAG_FIELDS", "DEFAULT_TEXT", "USER_KEY_HELP"]
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+def default_data_dir(package_dir: Path, uid: int, environ: Mapping[str, str]) -> Path:
+    """The data directory used when none is configured (module docstring): ``<checkout>/data``
+    when ``package_dir`` (the ``amqp_broker`` package's directory) sits in a source checkout (its
+    parent holds ``pyproject.toml``); else ``/var/lib/amqp-broker`` for ``uid`` 0 (root, as
+    RabbitMQ's and LavinMQ's packages use ``/var/lib/rabbitmq`` and ``/var/lib/lavinmq``); else
+    ``$XDG_DATA_HOME/amqp-broker`` from ``environ``, or ``$HOME/.local/share/amqp-broker`` when
+    XDG_DATA_HOME is unset, empty or not absolute (XDG Base Directory specification 0.8)."""
+    checkout = package_dir.parent
+    if (checkout / "pyproject.toml").is_file():
+        return checkout / "data"
+    if uid == 0:
+        return Path("/var/lib/amqp-broker")
+    xdg = environ.get("XDG_DATA_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "amqp-broker"
+    home = environ.get("HOME") or str(Path("~").expanduser())
+    return Path(home) / ".local" / "share" / "amqp-broker"
+
+
+DEFAULT_DATA_DIR = default_data_dir(Path(__file__).resolve().parent,
+                                    getattr(os, "geteuid", lambda: -1)(), os.environ)
 
 
 class ConfigError(ValueError):
@@ -149,19 +183,53 @@ def _users(raw: Any) -> tuple[User, ...]:
     return tuple(out)
 
 
+#: A key's description beyond its flag's help (the only one for a key without a flag), for
+#: ``docs/configuration.md``: every ``Config`` field needs a flag with help or an entry here.
+FIELD_HELP: dict[str, str] = {
+    "channel_max": "highest channel number offered to clients in Connection.Tune (default 2047, "
+                   "RabbitMQ's channel_max)",
+    "seeds": "in TOML and AMQP_BROKER_SEEDS: the same members as one comma-separated string "
+             "\"HOST:PORT,HOST:PORT\"",
+    "users": "the accounts (TOML only, as [[users]] tables); default guest/guest, from loopback "
+             "only (RabbitMQ \"Access Control\")",
+}
+#: argparse ``dest`` -> ``Config`` field where the two differ (the repeatable ``--seed`` fills seeds)
+FLAG_FIELDS: dict[str, str] = {"seed_list": "seeds"}
+#: defaults that depend on the machine, as the reference shows them
+DEFAULT_TEXT: dict[str, str] = {
+    "data_dir": "<checkout>/data from a source checkout; installed: /var/lib/amqp-broker as root, "
+                "else $XDG_DATA_HOME/amqp-broker (~/.local/share/amqp-broker)",
+    "node_name": "amqp-broker@<hostname>",
+}
+#: the keys of a ``[[users]]`` table (``_users``)
+USER_KEY_HELP: dict[str, str] = {
+    "name": "user name (string, required)",
+    "password": "password (string, required; plain text)",
+    "vhosts": "virtual hosts the user may open (array of strings; default [\"*\"]: every vhost)",
+    "loopback_only": "refuse this user from non-loopback peers, as RabbitMQ's guest (boolean, "
+                     "default false)",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``amqp-broker`` argument parser."""
     p = argparse.ArgumentParser(prog="amqp-broker",
                                 description="AMQP 0-9-1 message broker (RabbitMQ-compatible).")
-    p.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML configuration file (or the AMQP_BROKER_CONFIG variable)")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="AMQP port (default 5672; 0 picks a free one)")
-    p.add_argument("--data-dir", help="directory for broker data (default <project>/data)")
+    p.add_argument("--data-dir", help="directory for broker data (default <checkout>/data from a "
+                   "source checkout; installed: /var/lib/amqp-broker as root, else "
+                   "$XDG_DATA_HOME/amqp-broker)")
     p.add_argument("--node-name", help="this node's name (default amqp-broker@<hostname>)")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--heartbeat", type=int, help="heartbeat interval offered to clients, s")
-    p.add_argument("--frame-max", type=int, help="largest frame offered to clients, bytes")
-    p.add_argument("--memory-high-watermark", type=float,
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                   help="log messages of this level and above (default info)")
+    p.add_argument("--heartbeat", type=int, metavar="SECONDS",
+                   help="heartbeat interval offered to clients in Connection.Tune, s (default 60)")
+    p.add_argument("--frame-max", type=int, metavar="BYTES",
+                   help="largest frame offered to clients, bytes (default 131072)")
+    p.add_argument("--memory-high-watermark", type=float, metavar="BYTES|FRACTION",
                    help="memory alarm threshold: bytes, or a fraction of RAM when < 1 (0 = off)")
     p.add_argument("--queue-memory-budget", type=int, metavar="BYTES",
                    help="ready message bodies a durable queue keeps in RAM; persistent messages "
@@ -178,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync-replies", metavar="all|majority|none|N",
                    help="members that must confirm a declare/bind/delete before the client is "
                    "answered (default all)")
-    p.add_argument("--ping-interval", type=float, help="ring ping interval, s (default 0.5)")
+    p.add_argument("--ping-interval", type=float, metavar="SECONDS",
+                   help="ring ping interval, s (default 0.5)")
     p.add_argument("--relay-policy", metavar="pass-on|hold:SECONDS|drop",
                    help="a message relayed here whose queue has no local consumer any more: give "
                    "it back to its sender (pass-on, default), hold it SECONDS for a new consumer "
