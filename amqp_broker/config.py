@@ -16,7 +16,10 @@ are given or cluster_tls_dir is), tls_cert / tls_key / tls_ca (PEM paths), tls_v
 verify_peer), tls_fail_if_no_peer_cert (bool), tls_login_from (common_name | distinguished_name:
 SASL EXTERNAL's user name), management_tls (bool: the management API over HTTPS with tls_cert),
 cluster_tls_dir (a ``cluster-ca`` directory: peer links over mutual TLS), relay_policy (pass-on | hold:SECONDS | drop, default pass-on:
-what a cluster member does with a relayed message whose queue has no local consumer any more). Users in TOML as ``[[users]]`` tables with name, password,
+what a cluster member does with a relayed message whose queue has no local consumer any more),
+auth_mechanisms (SASL mechanisms offered, most preferred first, from PLAIN, AMQPLAIN and EXTERNAL:
+a comma-separated list, or a TOML array; default PLAIN,AMQPLAIN as RabbitMQ's auth_mechanisms;
+EXTERNAL only to TLS clients with a verified certificate). Users in TOML as ``[[users]]`` tables with name, password,
 vhosts, loopback_only; default guest/guest from loopback only (RabbitMQ "Access Control").
 Raises ``ConfigError`` for an unreadable file, an unknown key or a value of the wrong type.
 
@@ -44,6 +47,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, cast
 
+from .core.mechanisms import parse_auth_mechanisms
 from .core.settings import BrokerSettings, User, parse_relay_policy
 
 __all__ = ["Config", "ConfigError", "load_config", "build_parser", "DEFAULT_DATA_DIR",
@@ -109,6 +113,7 @@ class Config:
     tls_login_from: str = "common_name"
     management_tls: bool = False
     cluster_tls_dir: str = ""
+    auth_mechanisms: str = "PLAIN,AMQPLAIN"
     users: tuple[User, ...] = (User("guest", "guest", ("*",), loopback_only=True),)
 
     def broker_settings(self) -> BrokerSettings:
@@ -122,7 +127,8 @@ class Config:
                               queue_memory_budget=self.queue_memory_budget,
                               disk_free_limit_bytes=self.disk_free_limit,
                               relay_policy=parse_relay_policy(self.relay_policy),
-                              peer_tls_required=bool(self.cluster_tls_dir))
+                              peer_tls_required=bool(self.cluster_tls_dir),
+                              auth_mechanisms=parse_auth_mechanisms(self.auth_mechanisms))
 
     @property
     def tls_enabled(self) -> bool:
@@ -281,6 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync-policy", choices=["batch", "always", "none"],
                    help="message store fsync: batch (group commit, default, safe), always, "
                    "none (no fsync: survives kill -9, not power loss)")
+    p.add_argument("--auth-mechanisms", metavar="LIST",
+                   help="SASL mechanisms offered to clients, most preferred first, from PLAIN, "
+                   "AMQPLAIN and EXTERNAL (the TLS client certificate's name, offered only to "
+                   "clients with a verified certificate), e.g. EXTERNAL,PLAIN,AMQPLAIN (default "
+                   "PLAIN,AMQPLAIN, as RabbitMQ's auth_mechanisms)")
     return p
 
 
@@ -300,6 +311,8 @@ def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = 
             key = key.replace("-", "_")
             if key == "users":
                 values["users"] = _users(value)
+            elif key == "auth_mechanisms" and isinstance(value, list):  # a TOML array
+                values[key] = ",".join(str(item) for item in value)
             elif key in _SCALARS:
                 values[key] = _coerce(key, value)
             else:
@@ -327,6 +340,10 @@ def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = 
     except ValueError as exc:
         raise ConfigError(f"relay_policy: {exc}") from None
     _check_tls(config)
+    try:
+        parse_auth_mechanisms(config.auth_mechanisms)
+    except ValueError as exc:
+        raise ConfigError(f"auth_mechanisms: {exc}") from None
     if config.sync_policy not in ("batch", "always", "none"):
         raise ConfigError(f"sync_policy: expected batch, always or none, got {config.sync_policy!r}")
     return config

@@ -11,38 +11,54 @@ outcome (the brief's "differential tests"). The RabbitMQ side is, in order of pr
    ``rabbitmq_management`` plugin (shipped with the server) is enabled on it, its HTTP listener
    on a free loopback port (``rabbitmq_api_url``), for the differential management tests:
    measured on this machine, a node boots in 14-19 s with or without it (the spread is the
-   shared machine's load, not the plugin), so one node serves every test;
+   shared machine's load, not the plugin), so one node serves every test. It also has an AMQPS
+   listener (``listeners.ssl.default`` on a free loopback port, ``rabbitmq_tls_port``) with the
+   server certificate of ``tls_pki()`` (a CA made once per test process with ``cluster.ca``;
+   tests issue client certificates from it), ``ssl_options.verify = verify_peer`` and
+   ``fail_if_no_peer_cert = false``; the ``rabbitmq_auth_mechanism_ssl`` plugin is enabled
+   with ``ssl_cert_login_from = common_name`` but ``auth_mechanisms`` stays RabbitMQ's default
+   (PLAIN, AMQPLAIN): ``rabbitmq_auth_mechanisms(...)`` changes it for a test (the node reads
+   it for every new connection);
 3. none: :func:`rabbitmq_uri` raises :class:`RabbitMQUnavailable` and the caller skips with its
    text (rabbitmq-server is not installed, or the node did not boot within ~2 minutes).
 
 ``rabbitmq_ctl(*args)`` runs ``rabbitmqctl`` against the private node (e.g. ``export_definitions``);
-an external broker has none (``RabbitMQUnavailable``). ``AMQP_TEST_RABBITMQ_API``
-(``http://127.0.0.1:15672``) names an external broker's management API.
+an external broker has none (``RabbitMQUnavailable``), nor a TLS listener known here.
+``AMQP_TEST_RABBITMQ_API`` (``http://127.0.0.1:15672``) names an external broker's management API.
 
 Source: RabbitMQ "Configuration" (RABBITMQ_NODENAME, RABBITMQ_NODE_PORT, RABBITMQ_DIST_PORT,
-RABBITMQ_MNESIA_BASE, ``management.tcp.port`` / ``management.tcp.ip``), "Management Plugin"
-and Erlang's ``ERL_EPMD_ADDRESS`` / ``inet_dist_use_interface``.
+RABBITMQ_MNESIA_BASE, ``management.tcp.port`` / ``management.tcp.ip``), "Management Plugin",
+"TLS Support" (``listeners.ssl``, ``ssl_options``), "Access Control" (``auth_mechanisms``,
+``ssl_cert_login_from``) and Erlang's ``ERL_EPMD_ADDRESS`` / ``inet_dist_use_interface``.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 __all__ = ["RABBIT_ENV", "RABBIT_API_ENV", "RabbitMQUnavailable", "rabbitmq_uri",
-           "rabbitmq_api_url", "rabbitmq_ctl"]
+           "rabbitmq_api_url", "rabbitmq_ctl", "tls_pki", "rabbitmq_tls_port",
+           "rabbitmq_auth_mechanisms"]
 
 RABBIT_ENV = "AMQP_TEST_RABBITMQ_URI"
 RABBIT_API_ENV = "AMQP_TEST_RABBITMQ_API"
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # tls_pki() is called with it held
 _uri: str | None = None
 _api_url: str | None = None
 _node: Any = None
 _failure: str | None = None
+_tls_port: int | None = None
+_pki: Path | None = None
 
 
 class RabbitMQUnavailable(Exception):
@@ -53,7 +69,7 @@ def rabbitmq_uri() -> str:
     """``amqp://guest:guest@127.0.0.1:PORT/`` of the RabbitMQ to compare with (see the module
     docstring for which one). The first call may take ~10 s (a node booting); later calls return
     at once. Raises :class:`RabbitMQUnavailable` when there is none."""
-    global _uri, _failure, _api_url, _node
+    global _uri, _failure, _api_url, _node, _tls_port
     external = os.environ.get(RABBIT_ENV)
     if external:
         return external
@@ -62,23 +78,31 @@ def rabbitmq_uri() -> str:
             return _uri
         if _failure is not None:
             raise RabbitMQUnavailable(_failure)
-        from benchmarks.processes import RabbitMQ, free_port
+        from benchmarks.processes import RabbitMQ, free_port, wait_for_port
 
-        api_port = free_port(15680)
-        node = RabbitMQ(conf=f"management.tcp.port = {api_port}\nmanagement.tcp.ip = 127.0.0.1\n",
-                        plugins="[rabbitmq_management]")
+        api_port, tls_port = free_port(15680), free_port(5681)
+        pki = tls_pki()
+        node = RabbitMQ(conf=f"management.tcp.port = {api_port}\nmanagement.tcp.ip = 127.0.0.1\n"
+                        + _TLS_CONF.format(port=tls_port),
+                        plugins="[rabbitmq_management,rabbitmq_auth_mechanism_ssl]",
+                        files={"ca.crt": (pki / "ca.crt").read_bytes(),
+                               "server.crt": (pki / "localhost.crt").read_bytes(),
+                               "server.key": (pki / "localhost.key").read_bytes()})
         if not node.installed():
             _failure = ("rabbitmq-server is not installed (interop_tests/setup.sh installs it) "
                         f"and {RABBIT_ENV} is not set")
             raise RabbitMQUnavailable(_failure)
         try:
             node.start()
+            # the TLS listener may open a moment after the plain one
+            assert node.proc is not None  # start() made it
+            wait_for_port(tls_port, node.proc, 30, f"RabbitMQ node {node.node} (AMQPS)")
         except Exception as exc:  # boot failure: say why once, for every test that needs it
             node.stop()
             _failure = f"the private RabbitMQ node did not start: {exc}"
             raise RabbitMQUnavailable(_failure) from None
         atexit.register(node.stop)
-        _node, _api_url = node, f"http://127.0.0.1:{api_port}"
+        _node, _api_url, _tls_port = node, f"http://127.0.0.1:{api_port}", tls_port
         _uri = f"amqp://guest:guest@127.0.0.1:{node.port}/"
         return _uri
 
@@ -103,3 +127,62 @@ def rabbitmq_ctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess
         raise RabbitMQUnavailable(f"rabbitmqctl needs the private node; {RABBIT_ENV} is set")
     rabbitmq_uri()
     return _node.rabbitmqctl(*args, timeout=timeout)
+
+
+#: The private node's AMQPS listener (RabbitMQ "TLS Support"); ``{base}`` is its directory.
+_TLS_CONF = """listeners.ssl.default = 127.0.0.1:{port}
+ssl_options.cacertfile = {{base}}/ca.crt
+ssl_options.certfile = {{base}}/server.crt
+ssl_options.keyfile = {{base}}/server.key
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = false
+ssl_cert_login_from = common_name
+"""
+
+
+def tls_pki() -> Path:
+    """A directory with a test CA (``ca.crt``, ``ca.key``) and a server certificate for
+    ``localhost`` / 127.0.0.1 (``localhost.crt``, ``localhost.key``), made once per test
+    process with ``cluster.ca`` and removed at exit. The private node's AMQPS listener uses
+    them; tests give our broker the same files and issue client certificates here
+    (``cluster.ca.issue_node(tls_pki(), NAME)``: CN=NAME)."""
+    global _pki
+    with _lock:
+        if _pki is None:
+            from cluster import ca
+
+            d = Path(tempfile.mkdtemp(prefix="amqp-test-pki-"))
+            atexit.register(shutil.rmtree, d, True)
+            ca.init_ca(d, name="interop test CA")
+            ca.issue_node(d, "localhost", ["127.0.0.1"])
+            _pki = d
+        return _pki
+
+
+def rabbitmq_tls_port() -> int:
+    """The private node's AMQPS port (certificates from ``tls_pki()``; verify_peer, a client
+    certificate optional). Raises :class:`RabbitMQUnavailable` without a private node."""
+    if os.environ.get(RABBIT_ENV):
+        raise RabbitMQUnavailable(f"the TLS listener needs the private node; {RABBIT_ENV} is set")
+    rabbitmq_uri()
+    assert _tls_port is not None
+    return _tls_port
+
+
+@contextlib.contextmanager
+def rabbitmq_auth_mechanisms(*names: str) -> Iterator[None]:
+    """Within the block the private node offers ``names`` (its ``auth_mechanisms``, e.g.
+    "EXTERNAL", "PLAIN", "AMQPLAIN"), read for every new connection; RabbitMQ's default
+    (PLAIN, AMQPLAIN) is back afterwards. Raises :class:`RabbitMQUnavailable` without a private
+    node, ``RuntimeError`` when rabbitmqctl fails."""
+    def set_env(mechanisms: tuple[str, ...]) -> None:
+        atoms = ",".join(f"'{m}'" for m in mechanisms)
+        done = rabbitmq_ctl("eval", f"application:set_env(rabbit, auth_mechanisms, [{atoms}]).")
+        if done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl eval failed: {done.stdout}{done.stderr}")
+
+    set_env(names)
+    try:
+        yield
+    finally:
+        set_env(("PLAIN", "AMQPLAIN"))

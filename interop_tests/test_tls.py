@@ -1,19 +1,28 @@
 """AMQPS (issue 13, TLS): real clients over real TLS against our broker's ``--tls-port``.
 
-A CA and certificates are made in the test's tmp dir with ``cluster.ca`` (``amqp-broker
-cluster-ca init/issue``): the server's for ``localhost``/127.0.0.1, client certificates whose CN is
-a broker user (guest: allowed from loopback) or not (nobody). pika, aio-pika and py-amqp publish
-and consume over TLS; SASL EXTERNAL logs in as the client certificate's CN (pika, aio-pika's
-``?auth=external``, py-amqp's ``amqp.sasl.EXTERNAL``), an unknown CN is 403; with
-``--tls-fail-if-no-peer-cert`` a client without a certificate is refused; a plain AMQP client on
-the TLS port fails cleanly and the broker keeps serving; the management API over HTTPS lists the
-amqp/ssl listener and the connection's TLS fields. Source: RabbitMQ "TLS Support", "Access
-Control" (EXTERNAL, rabbitmq_auth_mechanism_ssl).
+The CA and server certificate (``localhost``/127.0.0.1) are those of
+``interop_tests.rabbitmq_node.tls_pki``, which the private RabbitMQ node's AMQPS listener uses too;
+client certificates whose CN is a broker user (guest: allowed from loopback) or not (nobody) are
+issued from it with ``cluster.ca`` (``amqp-broker cluster-ca issue``). pika, aio-pika and py-amqp
+publish and consume over TLS; with ``--auth-mechanisms EXTERNAL,PLAIN,AMQPLAIN`` SASL EXTERNAL logs
+in as the client certificate's CN (pika, aio-pika's ``?auth=external``, py-amqp's
+``amqp.sasl.EXTERNAL``), an unknown CN is 403; with ``--tls-fail-if-no-peer-cert`` a client without
+a certificate is refused; a plain AMQP client on the TLS port fails cleanly and the broker keeps
+serving; the management API over HTTPS lists the amqp/ssl listener and the connection's TLS fields.
+
+Differential, against ours and RabbitMQ 3.10 (issue 22 item 6, ``auth_mechanisms``): with the
+default mechanisms (PLAIN, AMQPLAIN) py-amqp presenting a client certificate logs in with its
+password, and pika's EXTERNAL credentials are refused (EXTERNAL is not offered); with EXTERNAL
+configured py-amqp (which prefers it) logs in as the certificate's CN, and an unknown CN is 403;
+a Start-Ok naming a mechanism not offered gets the socket closed without a reply. Source:
+RabbitMQ "TLS Support", "Access Control" (``auth_mechanisms``, EXTERNAL,
+``rabbitmq_auth_mechanism_ssl``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import ssl
@@ -26,22 +35,29 @@ import pika
 import pika.credentials
 import pika.exceptions
 import pytest
+from pamqp import commands as pamqp_commands
 
 from cluster import ca
 from interop_tests.conftest import _free_port
+from interop_tests.rabbitmq_node import (
+    RabbitMQUnavailable,
+    rabbitmq_auth_mechanisms,
+    rabbitmq_tls_port,
+    tls_pki,
+)
+from interop_tests.rawamqp import RawConnection
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> Path:
-    """ca.crt, localhost.crt/key (server: DNS localhost, IP 127.0.0.1), guest.crt/key and
-    nobody.crt/key (clients)."""
-    d = tmp_path_factory.mktemp("tls-pki")
-    ca.init_ca(d, name="interop test CA")
-    ca.issue_node(d, "localhost", ["127.0.0.1"])
-    ca.issue_node(d, "guest")
-    ca.issue_node(d, "nobody")
+def pki() -> Path:
+    """ca.crt, localhost.crt/key (server: DNS localhost, IP 127.0.0.1; ``tls_pki()``, shared with
+    the private RabbitMQ node), guest.crt/key and nobody.crt/key (clients)."""
+    d = tls_pki()
+    for client in ("guest", "nobody"):
+        if not (d / f"{client}.crt").exists():
+            ca.issue_node(d, client)
     return d
 
 
@@ -65,11 +81,16 @@ def pika_params(pki: Path, port: int, cert: str | None = None,
         connection_attempts=1, socket_timeout=5, blocked_connection_timeout=5, **kw)
 
 
+#: ``--auth-mechanisms`` that offers EXTERNAL (to clients with a verified certificate).
+WITH_EXTERNAL = ("--auth-mechanisms", "EXTERNAL,PLAIN,AMQPLAIN")
+
+
 @pytest.fixture
 def tls_broker(broker_factory, pki):
-    """Our broker with an AMQPS listener asking for (not requiring) client certificates."""
+    """Our broker with an AMQPS listener asking for (not requiring) client certificates, and
+    EXTERNAL offered."""
     port = _free_port()
-    b = broker_factory(*tls_args(pki, port, "--tls-verify", "verify_peer"))
+    b = broker_factory(*tls_args(pki, port, "--tls-verify", "verify_peer", *WITH_EXTERNAL))
     b.tls_port = port
     return b
 
@@ -228,7 +249,7 @@ def test_plain_amqp_on_the_tls_port_fails_cleanly(tls_broker, pki, unique_name) 
 def test_management_over_https_lists_tls(broker_factory, pki) -> None:
     port, mgmt = _free_port(), _free_port()
     broker_factory(*tls_args(pki, port, "--tls-verify", "verify_peer", "--management-tls",
-                             "--management-port", str(mgmt)))
+                             "--management-port", str(mgmt), *WITH_EXTERNAL))
     conn = pika.BlockingConnection(pika_params(pki, port, cert="guest", external=True))
     try:
         ctx = client_context(pki)
@@ -259,63 +280,88 @@ def test_management_over_https_lists_tls(broker_factory, pki) -> None:
         conn.close()
 
 
-# ----------------------------------------------------------------- differential: RabbitMQ over TLS
-@pytest.fixture(scope="module")
-def rabbitmq_tls(pki):
-    """A private RabbitMQ node with an AMQPS listener (``listeners.ssl.default``), the same
-    server certificate and CA, verify_peer without fail_if_no_peer_cert, and EXTERNAL from the
-    CN (``rabbitmq_auth_mechanism_ssl``, ``ssl_cert_login_from = common_name``); yields its
-    TLS port. Skipped when rabbitmq-server is not installed or does not boot."""
-    from benchmarks.processes import RabbitMQ
-
-    port = _free_port()
-    conf = (f"listeners.ssl.default = 127.0.0.1:{port}\n"
-            "ssl_options.cacertfile = {base}/ca.crt\n"
-            "ssl_options.certfile = {base}/server.crt\n"
-            "ssl_options.keyfile = {base}/server.key\n"
-            "ssl_options.verify = verify_peer\n"
-            "ssl_options.fail_if_no_peer_cert = false\n"
-            "auth_mechanisms.1 = PLAIN\nauth_mechanisms.2 = AMQPLAIN\n"
-            "auth_mechanisms.3 = EXTERNAL\nssl_cert_login_from = common_name\n")
-    files = {"ca.crt": (pki / "ca.crt").read_bytes(),
-             "server.crt": (pki / "localhost.crt").read_bytes(),
-             "server.key": (pki / "localhost.key").read_bytes()}
-    node = RabbitMQ(conf=conf, plugins="[rabbitmq_auth_mechanism_ssl]", files=files)
-    if not node.installed():
-        pytest.skip("rabbitmq-server is not installed (interop_tests/setup.sh installs it)")
-    try:
-        node.start()
-    except Exception as exc:
-        node.stop()
-        pytest.skip(f"RabbitMQ did not boot: {exc}")
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # the TLS listener may start a moment after the plain one
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield port
-    finally:
-        node.stop()
-
-
+# ------------------------------------------- differential: SASL mechanisms over TLS (issue 22)
 @pytest.fixture(params=["ours", "rabbitmq"])
-def any_tls_port(request, pki) -> int:
-    """The TLS port of our broker (verify_peer) or of RabbitMQ configured the same way."""
-    if request.param == "ours":
-        return request.getfixturevalue("tls_broker").tls_port
-    return request.getfixturevalue("rabbitmq_tls")
+def tls_port_offering(request, broker_factory, pki):
+    """``tls_port_offering(mechanisms)`` -> the TLS port (verify_peer, certificate optional, the
+    ``pki`` server certificate) of our broker started with ``--auth-mechanisms mechanisms``, or
+    of the private RabbitMQ node offering them (its ``auth_mechanisms``) until the test ends;
+    ``None``: the default (PLAIN, AMQPLAIN) on both. The RabbitMQ run is skipped without it."""
+    with contextlib.ExitStack() as stack:
+        def offering(mechanisms: str | None) -> int:
+            if request.param == "ours":
+                port = _free_port()
+                extra = ("--auth-mechanisms", mechanisms) if mechanisms else ()
+                broker_factory(*tls_args(pki, port, "--tls-verify", "verify_peer", *extra))
+                return port
+            try:
+                port = rabbitmq_tls_port()
+            except RabbitMQUnavailable as exc:
+                pytest.skip(str(exc))
+            if mechanisms:
+                stack.enter_context(rabbitmq_auth_mechanisms(*mechanisms.split(",")))
+            return port
+
+        yield offering
 
 
-def test_differential_pika_over_tls_and_external(any_tls_port, pki, unique_name) -> None:
-    assert pika_round_trip(pika_params(pki, any_tls_port), unique_name) == b"over tls"
-    assert pika_round_trip(pika_params(pki, any_tls_port, cert="guest", external=True),
+def test_differential_py_amqp_with_a_certificate_logs_in_with_its_password(
+        tls_port_offering, pki, unique_name) -> None:
+    """Issue 22 item 6: py-amqp prefers EXTERNAL when offered. By default it is not, so a client
+    certificate whose CN is no user (nobody) does not matter: py-amqp logs in as guest/guest
+    (AMQPLAIN, its next choice) and declares a queue."""
+    port = tls_port_offering(None)
+    with amqp.Connection(f"127.0.0.1:{port}", ssl=py_amqp_ssl(pki, "nobody"),
+                         connect_timeout=5) as conn:
+        assert sorted(conn.mechanisms) == [b"AMQPLAIN", b"PLAIN"]
+        ch = conn.channel()
+        assert ch.queue_declare(unique_name, auto_delete=True).queue == unique_name
+
+
+def test_differential_pika_external_is_refused_by_default(tls_port_offering, pki) -> None:
+    port = tls_port_offering(None)
+    with pytest.raises(pika.exceptions.AuthenticationError, match="EXTERNAL"):
+        # pika's own refusal: the server does not offer EXTERNAL
+        pika.BlockingConnection(pika_params(pki, port, cert="guest", external=True))
+
+
+def test_differential_py_amqp_external_when_configured(tls_port_offering, pki) -> None:
+    port = tls_port_offering("EXTERNAL,PLAIN")
+    # a user name and password that log nobody in: only the certificate's CN (guest) can
+    with amqp.Connection(f"127.0.0.1:{port}", ssl=py_amqp_ssl(pki, "guest"), userid="no-such",
+                         password="wrong", connect_timeout=5) as conn:
+        assert sorted(conn.mechanisms) == [b"EXTERNAL", b"PLAIN"]
+        assert conn.channel().is_open
+    with pytest.raises(amqp.exceptions.AccessRefused, match="ACCESS_REFUSED - Login was refused "
+                       "using authentication mechanism EXTERNAL"):
+        with amqp.Connection(f"127.0.0.1:{port}", ssl=py_amqp_ssl(pki, "nobody"),
+                             connect_timeout=5):
+            pass
+
+
+def test_differential_pika_over_tls_and_external(tls_port_offering, pki, unique_name) -> None:
+    port = tls_port_offering("EXTERNAL,PLAIN,AMQPLAIN")
+    assert pika_round_trip(pika_params(pki, port), unique_name) == b"over tls"
+    assert pika_round_trip(pika_params(pki, port, cert="guest", external=True),
                            unique_name + ".ext") == b"over tls"
     with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
-        pika.BlockingConnection(pika_params(pki, any_tls_port, cert="nobody", external=True))
+        pika.BlockingConnection(pika_params(pki, port, cert="nobody", external=True))
     assert ("ACCESS_REFUSED - Login was refused using authentication mechanism EXTERNAL. For "
             "details see the broker logfile.") in str(info.value)
+
+
+def test_differential_a_mechanism_not_offered_gets_no_reply(broker) -> None:
+    """RabbitMQ's rabbit_reader: a Start-Ok naming a mechanism that was not offered (EXTERNAL on
+    a plain connection) is COMMAND_INVALID, which before the connection runs is not sent: the
+    socket is closed (after 3 s) without Connection.Close."""
+    with RawConnection(broker.host, broker.port) as raw:
+        raw.send(b"AMQP\x00\x00\x09\x01")
+        _, start = raw.read_method()
+        mechanisms = start.mechanisms
+        if isinstance(mechanisms, bytes):
+            mechanisms = mechanisms.decode()
+        assert "EXTERNAL" not in mechanisms.split()
+        raw.send_method(pamqp_commands.Connection.StartOk(
+            client_properties={"product": "test_tls"}, mechanism="EXTERNAL", response="",
+            locale="en_US"))
+        assert raw.outcome(timeout=15) == ("eof", None, "")

@@ -22,9 +22,10 @@ from ..protocol.errors import ConnectionException
 from ..protocol.framing import FrameSplitter
 from ..protocol.methods import decode_method, encode_method, method_ids
 from .access import Account
-from .auth import MECHANISMS, parse_response
+from .auth import parse_response
 from .channel import Channel
-from .external import EXTERNAL, TlsPeer, external_login, offered_mechanisms, peer_link_refusal
+from .external import EXTERNAL, TlsPeer, external_login, peer_link_refusal
+from .mechanisms import mechanism_refusal, offered_mechanisms
 from .timers import TIMER_SLACK
 
 if TYPE_CHECKING:
@@ -288,9 +289,9 @@ class Connection:
             return b""
         self.state = State.AWAIT_START_OK
         s = self.broker.settings
-        mechanisms = offered_mechanisms(self.tls)
+        mechanisms = offered_mechanisms(s.auth_mechanisms, self.tls)
         if self.broker.peer_auth is not None:
-            mechanisms = (*MECHANISMS, self.broker.peer_auth.mechanism)
+            mechanisms = (*mechanisms, self.broker.peer_auth.mechanism)
         self.send_method(0, cmd.Connection.Start(
             0, 9, {
                 "product": "amqp-broker",
@@ -370,12 +371,12 @@ class Connection:
             self.state = State.AWAIT_SECURE_OK
             self.send_method(0, cmd.Connection.Secure(challenge))
             return
+        if method.mechanism not in offered_mechanisms(self.broker.settings.auth_mechanisms,
+                                                      self.tls):
+            self._close_silently(mechanism_refusal(method.mechanism))
+            return
         if method.mechanism == EXTERNAL:
             login, user, why = external_login(self.broker.access, self.tls, self.peer[0])
-        elif method.mechanism not in MECHANISMS:
-            raise ConnectionException(
-                c.ACCESS_REFUSED, f"ACCESS_REFUSED - unsupported mechanism {method.mechanism}",
-                10, 11)
         else:
             creds = parse_response(method.mechanism, method.response)
             login = creds[0] if creds else None
@@ -488,6 +489,16 @@ class Connection:
         self.schedule_timer()  # the close timeout
         if handshaking:
             self._mark_closed()
+
+    def _close_silently(self, why: str) -> None:
+        """A handshake error RabbitMQ does not report (``rabbit_reader:handle_exception`` before
+        the connection runs): log ``why``, send nothing, ignore all input, and close the socket
+        after ``CLOSE_TIMEOUT`` (3 s, RabbitMQ's ``SILENT_CLOSE_DELAY``)."""
+        log.warning("closing connection %s without a reply: %s", self.name, why)
+        self._framing_broken = True  # nothing more is read (``receive_data`` drops it)
+        self.state = State.CLOSING
+        self.closing_since = self.broker.clock()
+        self.schedule_timer()
 
     def _mark_closed(self) -> None:
         """The socket should close once pending output is written; wake the I/O layer."""

@@ -1,8 +1,9 @@
 """SASL EXTERNAL over TLS, and what the core knows of a connection's TLS session.
 
 The server layer terminates TLS and hands the core a ``TlsPeer`` (plain data: no ``ssl`` object)
-when it opens the connection. EXTERNAL is offered in Connection.Start only on a TLS connection
-whose client presented a certificate the listener verified; the login name is that certificate's
+when it opens the connection. EXTERNAL is offered in Connection.Start only when the broker's
+``auth_mechanisms`` lists it and on a TLS connection whose client presented a certificate the
+listener verified (``core.mechanisms.offered_mechanisms``); the login name is that certificate's
 subject common name (``login_from`` "common_name") or its distinguished name in RFC 4514 form
 ("distinguished_name", e.g. ``CN=alice,O=example``): RabbitMQ's ``rabbitmq_auth_mechanism_ssl``
 with ``ssl_cert_login_from``. The response field of Start-Ok is ignored, as RabbitMQ does. The
@@ -17,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .auth import MECHANISMS, is_loopback, login_refused, loopback_refused
+from .auth import is_loopback, login_refused, loopback_refused
 
 if TYPE_CHECKING:
     from .access import AccessControl, Account
 
-__all__ = ["EXTERNAL", "TlsPeer", "offered_mechanisms", "external_login", "peer_link_refusal"]
+__all__ = ["EXTERNAL", "TlsPeer", "external_login", "peer_link_refusal"]
 
 EXTERNAL = "EXTERNAL"
 
@@ -46,21 +47,13 @@ class TlsPeer:
     cluster_node: str | None = None
 
 
-def offered_mechanisms(tls: TlsPeer | None) -> tuple[str, ...]:
-    """The client SASL mechanisms for Connection.Start: PLAIN and AMQPLAIN, plus EXTERNAL first
-    (RabbitMQ lists it first too) when ``tls`` carries a verified client certificate."""
-    if tls is not None and tls.login is not None:
-        return (EXTERNAL, *MECHANISMS)
-    return MECHANISMS
-
-
 def external_login(access: AccessControl, tls: TlsPeer | None,
                    peer_host: str) -> tuple[str | None, Account | None, str]:
     """EXTERNAL's Start-Ok: ``(login, account, "")`` when the certificate's name is a broker user
     who may connect from ``peer_host``; ``(login, None, reason)`` otherwise, ``reason`` being
     RabbitMQ's 403 text ("Login was refused using authentication mechanism EXTERNAL", or the
-    loopback-only text). ``login`` is None without a verified certificate (EXTERNAL was then
-    not offered: the reason is "unsupported mechanism EXTERNAL")."""
+    loopback-only text). ``login`` is None without a verified certificate (EXTERNAL is then
+    not offered, and ``Connection`` refuses it before asking here)."""
     if tls is None or tls.login is None:
         return None, None, f"ACCESS_REFUSED - unsupported mechanism {EXTERNAL}"
     account = access.users.get(tls.login)

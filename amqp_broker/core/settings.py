@@ -73,3 +73,7 @@ class BrokerSettings:
     #: A connection claiming ``cluster-peer`` must present a certificate from the cluster CA
     #: (``--cluster-tls-dir``; ``core.external.peer_link_refusal``), else 403.
     peer_tls_required: bool = False
+    #: SASL mechanisms Connection.Start offers, most preferred first (RabbitMQ's
+    #: ``auth_mechanisms``, default PLAIN and AMQPLAIN; EXTERNAL only when listed, and then only
+    #: to TLS clients with a verified certificate: ``core.mechanisms``).
+    auth_mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")

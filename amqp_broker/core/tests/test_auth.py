@@ -76,13 +76,6 @@ def test_other_users_may_connect_remotely(broker) -> None:
     assert cl.conn.state is State.OPEN
 
 
-def test_unsupported_mechanism_is_403(broker) -> None:
-    cl = Client(broker)
-    cl.handshake(mechanism="EXTERNAL")
-    close = refused(cl)
-    assert "EXTERNAL" in close.reply_text
-
-
 @pytest.mark.parametrize("response", ["guest", "\0guest", "a\0b\0c\0d"])
 def test_malformed_plain_response_is_403(broker, response) -> None:
     cl = Client(broker)
