@@ -82,7 +82,7 @@ def _default_text(f: Field[Any], default_text: Mapping[str, str],
         return _md(default_text[f.name])
     if f.name in derived:
         offset = derived[f.name][0]
-        return f"`port` + {offset} ({5672 + offset} for 5672; 0, off, for port 0)"
+        return f"`port` + {offset} ({5672 + offset} for 5672; see its description)"
     if f.default is MISSING:
         raise MissingDescription(f"{f.name}: its default is computed (default_factory); give "
                                  f"config.DEFAULT_TEXT[{f.name!r}] the text to show")
