@@ -10,8 +10,9 @@ default 64 MiB: ready message bodies one durable queue keeps in RAM; persistent 
 stay on disk only and are read back as consumers reach them; 0 = keep everything in RAM),
 disk_free_limit (bytes, default 50000000 as RabbitMQ's disk_free_limit: below this much free space
 on the data directory's file system the disk alarm blocks publishers; 0 = off), management_port
-(int, 15672: the management HTTP API and web page; 0 = off), prometheus_port (int, 15692:
-Prometheus /metrics; 0 = off), tls_port (int, 5671: the AMQPS listener, on when tls_cert and tls_key
+(int, default port + 10000, so 15672 for 5672: the management HTTP API and web page; 0 = off),
+prometheus_port (int, default port + 10020, so 15692 for 5672: Prometheus /metrics; 0 = off),
+tls_port (int, 5671: the AMQPS listener, on when tls_cert and tls_key
 are given or cluster_tls_dir is), tls_cert / tls_key / tls_ca (PEM paths), tls_verify (verify_none |
 verify_peer), tls_fail_if_no_peer_cert (bool), tls_login_from (common_name | distinguished_name:
 SASL EXTERNAL's user name), management_tls (bool: the management API over HTTPS with tls_cert),
@@ -34,6 +35,14 @@ The configuration reference (``docs/configuration.md``) is generated from this m
 ``docs/hooks/config_reference.py``: a setting's description is its flag's help, plus
 ``FIELD_HELP`` (which a key without a flag must have); ``DEFAULT_TEXT`` shows a default that
 depends on the machine.
+
+Derived ports (issue 22): management_port and prometheus_port not given at all (no flag, no
+``AMQP_BROKER_*`` variable, no TOML key) follow the AMQP port, port + 10000 and port + 10020 (5672
+gives RabbitMQ's 15672 / 15692, 5702 gives 15702 / 15722), so brokers started on one host with only
+``--port`` apart do not collide. With port 0 (a free AMQP port) they are 0, i.e. off: an
+OS-chosen port has no meaningful neighbours; give them to have them. A derived port above 65535 is
+a ``ConfigError`` naming the flag to set. The AMQPS port (tls_port, 5671) is not derived (5672 - 1
+would be a neighbour's AMQP port); brokers with TLS on one host each give ``--tls-port``.
 """
 
 from __future__ import annotations
@@ -51,7 +60,8 @@ from .core.mechanisms import parse_auth_mechanisms
 from .core.settings import BrokerSettings, User, parse_relay_policy
 
 __all__ = ["Config", "ConfigError", "load_config", "build_parser", "DEFAULT_DATA_DIR",
-           "default_data_dir", "FIELD_HELP", "FLAG_FIELDS", "DEFAULT_TEXT", "USER_KEY_HELP"]
+           "default_data_dir", "FIELD_HELP", "FLAG_FIELDS", "DEFAULT_TEXT", "USER_KEY_HELP",
+           "DERIVED_PORTS", "derived_ports"]
 
 def default_data_dir(package_dir: Path, uid: int, environ: Mapping[str, str]) -> Path:
     """The data directory used when none is configured (module docstring): ``<checkout>/data``
@@ -74,6 +84,9 @@ def default_data_dir(package_dir: Path, uid: int, environ: Mapping[str, str]) ->
 
 DEFAULT_DATA_DIR = default_data_dir(Path(__file__).resolve().parent,
                                     getattr(os, "geteuid", lambda: -1)(), os.environ)
+#: A port not given follows the AMQP port at this offset (module docstring): name -> (offset, flag)
+DERIVED_PORTS = {"management_port": (10000, "--management-port"),
+                 "prometheus_port": (10020, "--prometheus-port")}
 
 
 class ConfigError(ValueError):
@@ -224,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE",
                    help="TOML configuration file (or the AMQP_BROKER_CONFIG variable)")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="AMQP port (default 5672; 0 picks a free one)")
+    p.add_argument("--port", type=int, help="AMQP port (default 5672; 0 picks a free one); "
+                   "the management and Prometheus ports follow it unless given")
     p.add_argument("--data-dir", help="directory for broker data (default <checkout>/data from a "
                    "source checkout; installed: /var/lib/amqp-broker as root, else "
                    "$XDG_DATA_HOME/amqp-broker)")
@@ -259,9 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "it back to its sender (pass-on, default), hold it SECONDS for a new consumer "
                    "first, or drop it")
     p.add_argument("--management-port", type=int, metavar="PORT",
-                   help="management HTTP API and web page (default 15672, on --host; 0 = off)")
+                   help="management HTTP API and web page, on --host (default --port + 10000: "
+                   "15672 for 5672; off with --port 0; 0 = off)")
     p.add_argument("--prometheus-port", type=int, metavar="PORT",
-                   help="Prometheus /metrics (default 15692, on --host; 0 = off)")
+                   help="Prometheus /metrics, on --host (default --port + 10020: 15692 for 5672; "
+                   "off with --port 0; 0 = off)")
     tls = p.add_argument_group("TLS (RabbitMQ's ssl_options)")
     tls.add_argument("--tls-port", type=int, metavar="PORT",
                      help="AMQPS listener (default 5671, on --host; on when --tls-cert and "
@@ -327,6 +343,7 @@ def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = 
             values[key] = _coerce(key, raw)
     if args.seed_list:
         values["seeds"] = ",".join(args.seed_list)
+    values.update(derived_ports(values.get("port", Config.port), values))
     config = replace(Config(), **values)
     if (config.seeds or config.cluster_name) and not config.cluster_secret:
         raise ConfigError("clustering (--seed/--cluster) needs --cluster-secret FILE")
@@ -347,6 +364,25 @@ def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = 
     if config.sync_policy not in ("batch", "always", "none"):
         raise ConfigError(f"sync_policy: expected batch, always or none, got {config.sync_policy!r}")
     return config
+
+
+def derived_ports(port: int, given: dict[str, Any]) -> dict[str, int]:
+    """The management and Prometheus ports (``DERIVED_PORTS``) that ``given`` (the values set by
+    TOML, environment or flags) lacks, from the AMQP ``port``: port + offset, or 0 (off) for port
+    0. Raises ``ConfigError`` for a ``port`` outside 0..65535, or naming the flag to set when a
+    derived port would be above 65535."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"port: expected 0..65535, got {port}")
+    out = {}
+    for key, (offset, flag) in DERIVED_PORTS.items():
+        if key in given:
+            continue
+        derived = port + offset if port else 0
+        if derived > 65535:
+            raise ConfigError(f"port {port}: the {key} it implies, {port} + {offset} = {derived}, "
+                              f"is above 65535; set {flag} (0 = off)")
+        out[key] = derived
+    return out
 
 
 def _check_tls(config: Config) -> None:

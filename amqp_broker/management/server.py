@@ -22,6 +22,7 @@ import anyio
 from hypercorn.config import Config as HyperConfig
 from starlette.types import ASGIApp
 
+from ..server import bind_errors
 from .context import Listener, Management
 
 if TYPE_CHECKING:
@@ -100,7 +101,9 @@ async def _sampler(mgmt: Management) -> None:
 
 async def start(broker: Broker, config: Config, tg: TaskGroup) -> Management:
     """Bind and serve the management API (``config.management_port``) and the Prometheus
-    endpoint (``config.prometheus_port``) on ``config.host``; 0 disables either."""
+    endpoint (``config.prometheus_port``) on ``config.host``; 0 disables either. Raises
+    ``bind_errors.BindError`` (an ``OSError`` naming the listener and its flag) when a port is
+    taken."""
     from .app import build_app
     from .prometheus import build_metrics_app
     mgmt = Management(broker, data_dir=config.data_dir)
@@ -111,8 +114,10 @@ async def start(broker: Broker, config: Config, tg: TaskGroup) -> Management:
         apps.append(("http/prometheus", config.prometheus_port, build_metrics_app))
     bound = []
     try:
-        for _protocol, port, _ in apps:
-            bound.append(bind(config.host, port))
+        for protocol, port, _ in apps:
+            listener = bind_errors.MANAGEMENT if protocol == "http" else bind_errors.PROMETHEUS
+            with bind_errors.naming(listener, config.host, port):
+                bound.append(bind(config.host, port))
     except OSError:
         for sock in bound:
             sock.close()

@@ -24,6 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..core.broker import TICK_SECONDS, Broker
+from . import bind_errors
 from .amqps import TlsServer, listen_tls
 from .connection_io import serve_plain
 from .plain_socket import PlainSocket, listen_plain
@@ -171,7 +172,8 @@ async def run_broker(broker: Broker, host: str, port: int,
     called once listening. With ``data_dir`` and a ``disk_free_limit_bytes`` setting, the disk
     alarm watches that directory's file system (checked once before listening). With ``tls``,
     the AMQPS listener is on ``tls_port`` too (bound before ``ready``; ``tls_ready(port)``
-    before ``ready``)."""
+    before ``ready``). A listener that cannot bind raises ``bind_errors.BindError`` (an
+    ``OSError`` naming the listener, its address and the flag to set)."""
 
     pacer = ReadPacer()
     group: list[TaskGroup] = []   # the task group serving, once it runs
@@ -188,13 +190,15 @@ async def run_broker(broker: Broker, host: str, port: int,
             return
         group[0].start_soon(handle, sock)
 
-    listener = await listen_plain(host, port, on_open)
+    with bind_errors.naming(bind_errors.AMQP, host, port):
+        listener = await listen_plain(host, port, on_open)
     bound = listener.sockets[0].getsockname()[1]
     log.info("listening on %s:%s", host, bound)
     tls_listener = None
     if tls is not None:
         try:
-            tls_listener = await listen_tls(host, tls_port)
+            with bind_errors.naming(bind_errors.AMQPS, host, tls_port):
+                tls_listener = await listen_tls(host, tls_port)
         except OSError:
             listener.close()
             raise
