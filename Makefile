@@ -46,7 +46,7 @@ test: $(STAMP) native
 unit: $(STAMP)
 	$(PY) -m pytest amqp_broker routing queues $(PYTEST_ARGS)
 
-cluster: $(STAMP)
+cluster: $(STAMP) native
 	$(PY) -m amqp_broker.clustering.local $(ARGS)
 
 bench: $(STAMP)
