@@ -16,6 +16,7 @@ broker process, with real tools (issue 13):
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -154,40 +155,72 @@ def test_definitions_and_users_survive_restart(broker_factory, tmp_path):
         pass
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed "
-                    "(interop_tests/setup.sh installs it)")
-def test_web_page_in_headless_chromium(broker_factory, tmp_path):
+needs_chromium = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not "
+                                    "installed (interop_tests/setup.sh installs it)")
+
+
+@contextlib.contextmanager
+def _chromium(tmp_path: Path):
+    """Debian's headless chromium driven by Playwright's client: a persistent context."""
     playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=shutil.which("chromium"),
+            headless=True, viewport={"width": 1280, "height": 1100},
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@needs_chromium
+def test_web_page_wrong_password_then_right_one(broker_factory, tmp_path):
+    """A wrong password shows "Login failed" (RabbitMQ's management UI's words) and no browser
+    dialog; the right one typed afterwards logs in and the overview renders."""
+    _, http, _ = _start(broker_factory)
+    with _chromium(tmp_path) as browser:
+        page = browser.new_page()
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(f"http://127.0.0.1:{http}/", timeout=20000)
+        page.fill("#username", "guest")
+        page.fill("#password", "wrong")
+        page.click("#login-button")
+        page.locator("#login-error", has_text="Login failed").wait_for(timeout=10000)
+        assert page.locator("#main").is_hidden()
+        page.fill("#password", "guest")
+        page.click("#login-button")
+        page.locator("#totals .card", has_text="Queues").wait_for(timeout=10000)
+        assert page.locator("#login-box").is_hidden()
+        assert page.locator("#who").inner_text() == "user guest"
+        assert dialogs == []
+
+
+@needs_chromium
+def test_web_page_in_headless_chromium(broker_factory, tmp_path):
     broker, http, _ = _start(broker_factory)
     with pika.BlockingConnection(pika.URLParameters(broker.uri)) as conn:
         ch = conn.channel()
         ch.queue_declare("page.q")
         for _ in range(7):
             ch.basic_publish("", "page.q", b"x")
-        profile = tmp_path / "chromium-profile"
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch_persistent_context(
-                str(profile), executable_path=shutil.which("chromium"), headless=True,
-                viewport={"width": 1280, "height": 1100},
-                args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                      "--disable-background-networking", "--disable-component-update",
-                      "--disable-sync"])
-            try:
-                page = browser.new_page()
-                page.goto(f"http://127.0.0.1:{http}/", timeout=20000)
-                page.fill("#username", "guest")
-                page.fill("#password", "guest")
-                page.click("#login-button")
-                row = page.locator('#queues tr[data-queue="page.q"]')
-                row.wait_for(timeout=20000)
-                assert row.locator(".qmessages").inner_text() == "7"
-                page.wait_for_timeout(2500)  # a second poll: the chart has two points
-                shot = tmp_path / "management.png"
-                page.screenshot(path=str(shot), full_page=True)
-                assert shot.stat().st_size > 10000
-                if os.environ.get("AMQP_BROKER_SCREENSHOT_DOCS") == "1":
-                    docs = Path(REPO_ROOT) / "docs"
-                    docs.mkdir(exist_ok=True)
-                    shutil.copy(shot, docs / "management.png")
-            finally:
-                browser.close()
+        with _chromium(tmp_path) as browser:
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{http}/", timeout=20000)
+            page.fill("#username", "guest")
+            page.fill("#password", "guest")
+            page.click("#login-button")
+            row = page.locator('#queues tr[data-queue="page.q"]')
+            row.wait_for(timeout=20000)
+            assert row.locator(".qmessages").inner_text() == "7"
+            page.wait_for_timeout(2500)  # a second poll: the chart has two points
+            shot = tmp_path / "management.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.stat().st_size > 10000
+            if os.environ.get("AMQP_BROKER_SCREENSHOT_DOCS") == "1":
+                docs = Path(REPO_ROOT) / "docs"
+                docs.mkdir(exist_ok=True)
+                shutil.copy(shot, docs / "management.png")

@@ -52,7 +52,7 @@ def test_ctl_set_policy_mirrors_a_pika_declared_queue(broker_factory, tmp_path):
     assert q["type"] == "quorum" and q["policy"] == "ha-all" and q["members"] == ["solo"]
     assert q["effective_policy_definition"] == {"ha-mode": "all", "message-ttl": 60000}
     assert q["arguments"] == {} and q["messages"] == 20
-    assert _api(f"http://127.0.0.1:{http}/api/queues/%2F/plain")["policy"] is None
+    assert _api(f"http://127.0.0.1:{http}/api/queues/%2F/plain")["policy"] == ""
     assert _api(f"http://127.0.0.1:{http}/api/policies/%2F/ha-all")["definition"] == {
         "ha-mode": "all", "message-ttl": 60000}
 
@@ -107,4 +107,4 @@ def test_a_policy_change_re_applies_to_existing_queues_and_client_arguments_win(
     assert _ctl(http, "clear_policy", "cap").returncode == 0
     publish("limits.free", 4)
     assert ready("limits.free") == 7          # no limit any more
-    assert _api(f"http://127.0.0.1:{http}/api/queues/%2F/limits.free")["policy"] is None
+    assert _api(f"http://127.0.0.1:{http}/api/queues/%2F/limits.free")["policy"] == ""

@@ -5,8 +5,12 @@ use the API and sees the vhosts it has permissions in; ``policymaker`` also poli
 ``monitoring`` sees every vhost's objects and the node figures; ``administrator`` may do
 everything (users, vhosts, permissions, definitions). A user without any of these tags is
 refused (401 "Not management user"). ``guest`` (a loopback-only user) is refused unless the HTTP
-client connects from loopback, as on AMQP. Errors: 401 ``{"error": "not_authorised", ...}`` with
-``WWW-Authenticate: Basic realm="RabbitMQ Management"``.
+client connects from loopback, as on AMQP. Errors, as RabbitMQ 3.10 answers (checked against
+it): no credentials: 401 with ``WWW-Authenticate: Basic realm="RabbitMQ Management"`` and no
+body; a wrong user or password: 401 ``{"error": "not_authorized", "reason": "Login failed"}``
+with the same challenge; a user without the tag: 401 ``{"error": "not_authorised", "reason":
+"Not management user"}`` without it (``http.HTTPError.response``). The web page's requests
+are made so that the browser never answers a challenge with its own dialog (``static/app.js``).
 """
 
 from __future__ import annotations
@@ -31,20 +35,25 @@ def _level(user: Account) -> int:
 
 def authenticate(request: Request, access: AccessControl) -> Account:
     """The user the request's ``Authorization: Basic`` header names, with its password checked;
-    401 when missing, wrong, not a management user, or guest from a non-loopback address."""
+    401 when missing, wrong, not a management user, or guest from a non-loopback address (see
+    the module docstring for the answers)."""
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
+    if not header.strip():
+        raise HTTPError(401, "not_authorised", "Login failed", challenge=True, empty=True)
+    failed = HTTPError(401, "not_authorized", "Login failed", challenge=True)
     if scheme.lower() != "basic" or not value:
-        raise HTTPError(401, "not_authorised", "Login failed")
+        raise failed
     try:
         username, _, password = base64.b64decode(value.strip()).decode("utf-8").partition(":")
     except (binascii.Error, UnicodeDecodeError):
-        raise HTTPError(401, "not_authorised", "Login failed") from None
+        raise failed from None
     peer = request.client.host if request.client else ""
     user, why = access.authenticate(username, password, peer)
     if user is None:
-        reason = "User can only log in via localhost" if "localhost" in why else "Login failed"
-        raise HTTPError(401, "not_authorised", reason)
+        if "localhost" in why:
+            raise HTTPError(401, "not_authorised", "User can only log in via localhost")
+        raise failed
     if _level(user) == 0:
         raise HTTPError(401, "not_authorised", "Not management user")
     return user

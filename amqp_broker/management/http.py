@@ -21,19 +21,30 @@ __all__ = ["HTTPError", "json_response", "no_content", "created", "read_json", "
            "list_response", "from_amqp", "not_found", "flag", "require_keys"]
 
 
-class HTTPError(Exception):
-    """An API error: ``status``, RabbitMQ's ``error`` word and ``reason`` text."""
+_CHALLENGE = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
 
-    def __init__(self, status: int, error: str, reason: str) -> None:
+
+class HTTPError(Exception):
+    """An API error: ``status``, RabbitMQ's ``error`` word and ``reason`` text. ``challenge``:
+    a failed login (no credentials, or wrong ones), answered with RabbitMQ's ``WWW-Authenticate``
+    challenge; ``empty``: without a body (RabbitMQ's answer to a request without credentials)."""
+
+    def __init__(self, status: int, error: str, reason: str, challenge: bool = False,
+                 empty: bool = False) -> None:
         super().__init__(f"{status} {error}: {reason}")
         self.status = status
         self.error = error
         self.reason = reason
+        self.challenge = challenge
+        self.empty = empty
 
     def response(self) -> Response:
-        """The JSON error response (401s carry RabbitMQ's WWW-Authenticate realm)."""
-        headers = ({"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
-                   if self.status == 401 else None)
+        """The JSON error response; a ``challenge`` carries ``WWW-Authenticate: Basic
+        realm="RabbitMQ Management"`` as RabbitMQ 3.10's 401s to a missing or wrong password
+        do (its 401s refusing a user's tags or permissions do not)."""
+        headers = _CHALLENGE if self.challenge else None
+        if self.empty:
+            return Response(b"", self.status, headers=headers)
         return JSONResponse({"error": self.error, "reason": self.reason}, self.status,
                             headers=headers)
 

@@ -84,8 +84,10 @@ def _exchange(request: Request, mgmt: Management, user: Account) -> tuple[str, A
 
 @endpoint()
 async def show_exchange(request: Request, mgmt: Management, user: Account) -> Response:
+    """One exchange, with RabbitMQ's ``incoming`` and ``outgoing`` (per-channel and per-queue
+    message rates: [] here, as RabbitMQ's with rates_mode basic)."""
     vhost, ex = _exchange(request, mgmt, user)
-    return json_response(exchange_json(vhost, ex))
+    return json_response({**exchange_json(vhost, ex), "incoming": [], "outgoing": []})
 
 
 @endpoint()

@@ -34,6 +34,7 @@ from .http import (
     read_json,
     require_keys,
 )
+from .routes_conns import consumer_items
 from .shapes import binding_json, jsonable, queue_json
 
 __all__ = ["ROUTES", "queue_items", "properties_json"]
@@ -63,8 +64,13 @@ def _queue(request: Request, mgmt: Management, user: Account) -> tuple[str, Any]
 
 @endpoint()
 async def show_queue(request: Request, mgmt: Management, user: Account) -> Response:
+    """One queue, with what RabbitMQ adds to a single queue's answer: ``consumer_details`` (its
+    consumers, as in ``/api/consumers``), ``incoming`` and ``deliveries`` (per-channel message
+    rates: [] here, as RabbitMQ's with rates_mode basic)."""
     vhost, q = _queue(request, mgmt, user)
-    return json_response(queue_json(mgmt.broker, vhost, q))
+    consumers = [c for c in consumer_items(mgmt, user, vhost) if c["queue"]["name"] == q.name]
+    return json_response({**queue_json(mgmt.broker, vhost, q), "consumer_details": consumers,
+                          "incoming": [], "deliveries": []})
 
 
 @endpoint()

@@ -2,6 +2,16 @@
 in, dicts out). Source: rabbitmq-management's priv/www/api/index.html ("Management HTTP API"),
 checked against RabbitMQ 3.10's answers: field names and types (counts are integers, rates are
 ``{"rate": float}`` under ``<field>_details``, flags are booleans, a missing value is null).
+
+One deliberate difference: the queue fields RabbitMQ computes as the empty atom ``''`` when
+there is nothing to say (``policy``, ``operator_policy``, ``exclusive_consumer_tag``,
+``single_active_consumer_tag``: ``rabbit_amqqueue:info``) are ``""`` here, where RabbitMQ 3.10's
+JSON encoder turns them into null (``rabbit_mgmt_format:format_nulls``). Its own
+``rabbitmqadmin list queues name policy`` crashes on that null (``TypeError: object of type
+'NoneType' has no len()``: checked against Debian's RabbitMQ 3.10.8); on ours it prints an empty
+cell, and a client that tests the field's truth reads the same either way. A field RabbitMQ
+leaves out when it has no value (``idle_since`` of a busy queue, ``owner_pid_details`` of a
+queue without an owner) is left out here too, never null.
 """
 
 from __future__ import annotations
@@ -61,8 +71,12 @@ def queue_json(broker: Broker, vhost: str, q: QueueType, rates: dict[str, float]
     (bytes of ready bodies), ``messages_details`` rates; for a replicated queue the fields of
     ``replica_json`` (``leader``, ``members``, ``online``, ``members_in_sync``,
     ``synchronised_slave_nodes``); ``policy`` and
-    ``effective_policy_definition`` for a queue a policy applied to (``arguments`` are those its
-    client declared; ``type`` is ``quorum`` for a queue mirrored by ``ha-mode``)."""
+    ``effective_policy_definition`` for a queue a policy applied to ("" and {} without one;
+    ``arguments`` are those its client declared; ``type`` is ``quorum`` for a queue mirrored by
+    ``ha-mode``); ``exclusive_consumer_tag`` / ``single_active_consumer_tag`` ("" without one);
+    ``consumer_utilisation`` and ``consumer_capacity`` (0 without consumers, else 1.0 when one
+    could take a message now, 0.0 when none could); ``owner_pid_details`` only for an exclusive
+    queue."""
     rates = rates or {}
     ready = q.message_count
     unacked = q.unacked_count
@@ -71,6 +85,11 @@ def queue_json(broker: Broker, vhost: str, q: QueueType, rates: dict[str, float]
     qtype = getattr(q.settings, "queue_type", "classic") or "classic"
     active = (getattr(q, "active_consumer", None)
               if getattr(q.settings, "single_active_consumer", False) else None)
+    consumers = list(q.consumers()) if q.consumer_count else []
+    exclusive = next((c for c in consumers if getattr(c, "exclusive", False)), None)
+    # RabbitMQ: the share of time the queue could hand a message to a consumer at once (0 with
+    # none); here the same, read now: 1.0 when a consumer could take one, else 0.0
+    utilisation = 1.0 if any(c.can_deliver() for c in consumers) else 0.0 if consumers else 0
     out: dict[str, Any] = {
         "name": q.name, "vhost": vhost, "type": qtype, "durable": q.durable,
         "auto_delete": q.auto_delete, "exclusive": owner is not None,
@@ -82,13 +101,15 @@ def queue_json(broker: Broker, vhost: str, q: QueueType, rates: dict[str, float]
         "messages_ready_details": rate(rates.get("messages_ready", 0.0)),
         "messages_unacknowledged_details": rate(rates.get("messages_unacknowledged", 0.0)),
         "message_bytes": q.message_bytes, "message_bytes_ready": q.message_bytes,
-        "memory": q.message_bytes, "policy": None, "operator_policy": None,
-        "effective_policy_definition": {}, "exclusive_consumer_tag": None,
-        "single_active_consumer_tag": getattr(active, "tag", None),
-        "consumer_utilisation": None, "idle_since": None,
-        "owner_pid_details": ({"name": getattr(owner, "name", "")} if owner is not None else None),
+        "memory": q.message_bytes, "policy": "", "operator_policy": "",
+        "effective_policy_definition": {},
+        "exclusive_consumer_tag": getattr(exclusive, "tag", ""),
+        "single_active_consumer_tag": getattr(active, "tag", ""),
+        "consumer_utilisation": utilisation, "consumer_capacity": utilisation,
         "message_stats": {"publish_details": rate(rates.get("publish", 0.0))},
     }
+    if owner is not None:
+        out["owner_pid_details"] = {"name": getattr(owner, "name", "")}
     policy, definition = effective_definition(q.arguments, broker.policies, vhost)
     if policy is not None:
         out.update({"policy": policy, "effective_policy_definition": definition})

@@ -19,8 +19,15 @@ function esc(value) {
     '"': "&quot;", "'": "&#39;"}[c]));
 }
 
+// The API answers a wrong password as RabbitMQ does: 401 with a "WWW-Authenticate: Basic"
+// challenge. A request whose credentials mode includes credentials would then wait for the
+// browser's own password dialog (the Fetch standard's 401 handling; in headless Chromium it never
+// returns) and the browser may keep the password typed there. With credentials "omit" the browser
+// neither prompts nor adds a remembered password: our Authorization header is the only one, the
+// 401 comes back to us, and we say "Login failed" as RabbitMQ's management UI does.
 async function api(path) {
-  const response = await fetch("/api" + path, {headers: {"Authorization": "Basic " + auth}});
+  const response = await fetch("/api" + path, {
+    headers: {"Authorization": "Basic " + auth}, credentials: "omit", cache: "no-store"});
   if (response.status === 401) { throw new Error("unauthorised"); }
   if (!response.ok) { throw new Error(path + ": HTTP " + response.status); }
   return response.json();
@@ -159,7 +166,7 @@ $("login").addEventListener("submit", async event => {
     $("login-error").textContent = "";
     start();
   } catch (e) {
-    logout("Login failed");
+    logout(e.message === "unauthorised" ? "Login failed" : "Cannot log in: " + e.message);
   }
 });
 $("logout").addEventListener("click", () => logout(""));

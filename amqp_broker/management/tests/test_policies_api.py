@@ -70,7 +70,7 @@ def test_policy_applies_at_declaration_and_redeclare_compares_the_clients_argume
                                                         "ha-mode": "all"}
             await c.put("/api/queues/%2F/other", json={"durable": True})
             other = (await c.get("/api/queues/%2F/other")).json()
-            assert other["policy"] is None and other["effective_policy_definition"] == {}
+            assert other["policy"] == "" and other["effective_policy_definition"] == {}
     run(body)
     q = mgmt.broker.vhosts["/"].queues["t1"]
     assert q.settings.message_ttl == 60000 and q.settings.max_length == 5
