@@ -7,13 +7,18 @@ protocol header, read the Connection.Start method (pamqp decodes it) and close. 
 properties carry the node's view of the cluster (``amqp_broker.clustering`` and the cluster
 driver keep them current): ``node_name``, ``cluster_name``, ``cluster_view`` (the view number,
 only grows), ``cluster_members`` (``host:port`` of each member, the leader first) and
-``cluster_member_names``. No login happens, so credentials in a URI are ignored and never printed.
+``cluster_member_names``; and its HTTP listeners (``amqp_broker.management.peers``):
+``management_port``, ``management_protocol`` ("http"/"https") and ``prometheus_port`` (0 when
+off, null from a broker that does not say). No login happens, so credentials in a URI are
+ignored and never printed.
 
 Output (stdout, one JSON object)::
 
     {"brokers": [{"address": "127.0.0.2:5672", "reachable": true, "node_name": "n2",
                   "cluster_name": "blue", "clustered": true, "cluster_view": 65537,
-                  "leader": "n2", "cluster_members": [...], "cluster_member_names": [...]},
+                  "leader": "n2", "cluster_members": [...], "cluster_member_names": [...],
+                  "management_port": 15672, "management_protocol": "http",
+                  "prometheus_port": 15692},
                  {"address": "127.0.0.9:5672", "reachable": false, "error": "..."}],
      "agree": true}
 
@@ -136,6 +141,9 @@ def broker_status(uri: str, timeout: float = 3.0) -> dict[str, Any]:
         "leader": names[0] if names else None,
         "cluster_members": members,
         "cluster_member_names": names,
+        "management_port": props.get("management_port"),
+        "management_protocol": _text(props.get("management_protocol")),
+        "prometheus_port": props.get("prometheus_port"),
     }
 
 

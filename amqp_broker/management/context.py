@@ -89,14 +89,16 @@ class Sampler:
 @dataclass
 class Management:
     """Everything the HTTP apps need: ``broker``, this node's ``listeners``, ``sampler``,
-    ``data_dir`` (for disk figures), ``started_at`` (wall seconds); ``vhost_meta`` reads the
-    broker's."""
+    ``data_dir`` (for disk figures), ``started_at`` (wall seconds), ``peer_cache`` (the other
+    members' listeners by AMQP address, with the monotonic time they expire: ``peers``);
+    ``vhost_meta`` reads the broker's."""
 
     broker: Broker
     listeners: list[Listener] = field(default_factory=list)
     data_dir: str | None = None
     sampler: Sampler | None = None
     started_at: float = field(default_factory=time.time)
+    peer_cache: dict[str, tuple[float, list[Listener] | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.sampler is None:

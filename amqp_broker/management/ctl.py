@@ -1,10 +1,19 @@
 """``amqp-broker ctl``: rabbitmqctl's most used commands, over the management HTTP API.
 
-    amqp-broker ctl [--url http://127.0.0.1:15672] [-u guest] [--password guest] [-p VHOST]
-                    COMMAND [ARGS]
+    amqp-broker ctl [--url URL[,URL...]]... [--timeout S] [-u guest] [--password guest]
+                    [-p VHOST] COMMAND [ARGS]
+
+Members: ``--url`` is repeatable and takes comma-separated URLs (without it
+``$AMQP_BROKER_CTL_URL``, same syntax, else http://127.0.0.1:15672). They are tried in order,
+then the members learnt from an earlier answer for the same URL list (kept in
+``$XDG_CACHE_HOME/amqp-broker/ctl-members.json``); the first that answers serves the whole
+command (``ctl_client``: a member that cannot be reached within ``--timeout`` seconds is
+skipped, an HTTP error is an answer). When earlier ones did not answer, one line on stderr
+names them and the member that did.
 
 Commands: list_queues [columns...], list_exchanges [columns...], list_bindings [columns...],
-list_connections [columns...], list_consumers [columns...], list_users, list_vhosts,
+list_consumers [columns...] (each of one vhost: ``-p VHOST``, default "/", as rabbitmqctl's),
+list_connections [columns...] (every vhost's), list_users, list_vhosts,
 list_permissions, add_user NAME PASSWORD, delete_user NAME, change_password NAME PASSWORD,
 set_user_tags NAME [TAG...], set_permissions [-p VHOST] USER CONF WRITE READ,
 clear_permissions [-p VHOST] USER, add_vhost NAME, delete_vhost NAME, export_definitions FILE
@@ -15,27 +24,29 @@ queues|classic_queues|quorum_queues|exchanges|all] NAME PATTERN DEFINITION (JSON
 add_member [-p VHOST] QUEUE NODE, delete_member [-p VHOST] QUEUE NODE, grow NODE all|even
 [--vhost-pattern RE] [--queue-pattern RE], shrink NODE (grow and shrink print vhost, name,
 size and result per queue, as rabbitmq-queues does). Lists print tab-separated columns
-with a header line, as rabbitmqctl does; any field of the API's objects is a column (e.g.
-``list_queues name type leader members online members_in_sync`` for replicated queues).
+with a header line, as rabbitmqctl does (default columns: ``COLUMNS``, e.g. name and type for
+list_exchanges); any field of the API's objects is a column (e.g. ``list_exchanges vhost name
+type``, ``list_queues name type leader members online members_in_sync`` for replicated queues).
 ``cluster_status`` adds ``replicated_queues``: each replicated queue's vhost, name, type,
-leader, members, online and in-sync members (as the node asked knows them). (``--formatter json`` prints the JSON). Exit codes: 0 ok,
-1 the API refused (its reason on stderr, as rabbitmqctl's "Error:" lines), 2 usage, 69 the
-node is unreachable (rabbitmqctl's EX_UNAVAILABLE). A client only: urllib from the standard
-library, nothing of the broker imported. Source: rabbitmqctl(8).
+leader, members, online and in-sync members (as the node asked knows them). (``--formatter
+json`` prints the JSON). Exit codes: 0 ok, 1 the API refused (its reason on stderr, as
+rabbitmqctl's "Error:" lines), 2 usage, 69 no member could be reached (rabbitmqctl's
+EX_UNAVAILABLE). A client only: the standard library, nothing of the broker imported.
+Source: rabbitmqctl(8).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
+import os
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["main", "Api", "ApiError", "COLUMNS"]
+from .ctl_client import DEFAULT_URL, Api, ApiError, MemberCache, learn, parse_urls
+
+__all__ = ["main", "Api", "ApiError", "COLUMNS", "VHOST_LISTS", "URL_ENV"]
 
 #: rabbitmqctl's default columns per list command
 COLUMNS = {
@@ -54,45 +65,10 @@ COLUMNS = {
 _REPLICA_FIELDS = ("vhost", "name", "type", "leader", "members", "online", "members_in_sync")
 _PATHS = {"list_queues": "queues", "list_exchanges": "exchanges", "list_bindings": "bindings",
           "list_connections": "connections", "list_consumers": "consumers"}
-
-
-class ApiError(Exception):
-    """The API answered with an error (``status``, ``reason``) or could not be reached."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-class Api:
-    """A tiny management API client (basic auth, JSON in and out)."""
-
-    def __init__(self, url: str, user: str, password: str, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        self.headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
-
-    def request(self, method: str, path: str, body: Any = None,
-                headers: dict[str, str] | None = None) -> Any:
-        """``method`` ``/api`` + ``path``; the decoded JSON answer (None when empty).
-        Raises ``ApiError`` (status 0 when the node cannot be reached)."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + "/api" + path, data=data, method=method,
-                                     headers={**self.headers, **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            try:
-                reason = json.loads(exc.read()).get("reason", exc.reason)
-            except ValueError:
-                reason = str(exc.reason)
-            raise ApiError(exc.code, str(reason)) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise ApiError(0, f"unable to connect to {self.url}: {exc}") from None
-        return json.loads(raw) if raw.strip() else None
+#: the lists of one vhost (``-p``, default "/"), as rabbitmqctl's; list_connections is not
+VHOST_LISTS = ("list_queues", "list_exchanges", "list_bindings", "list_consumers")
+#: the environment variable with the management URL(s), as ``--url`` (comma-separated)
+URL_ENV = "AMQP_BROKER_CTL_URL"
 
 
 def _q(value: str) -> str:
@@ -128,12 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``amqp-broker ctl`` parser."""
     p = argparse.ArgumentParser(prog="amqp-broker ctl", description="rabbitmqctl's common "
                                 "commands over the management HTTP API")
-    p.add_argument("--url", default="http://127.0.0.1:15672",
-                   help="management API base URL (default http://127.0.0.1:15672)")
+    p.add_argument("--url", action="append", default=[], metavar="URL",
+                   help="a member's management API base URL; repeatable or comma-separated, "
+                   f"tried in order, then the members learnt from an earlier answer (default "
+                   f"${URL_ENV}, else {DEFAULT_URL})")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a member "
+                   "before trying the next (default 10)")
     p.add_argument("-u", "--username", default="guest")
     p.add_argument("--password", default="guest")
-    p.add_argument("-p", "--vhost", default=None, help="virtual host (default: all for lists, "
-                   "/ for changes)")
+    p.add_argument("-p", "--vhost", default=None, help="virtual host (default /); "
+                   "list_connections lists every vhost's")
     p.add_argument("--formatter", choices=["table", "json"], default="table")
     p.add_argument("--priority", type=int, default=0, help="set_policy: the policy's priority")
     p.add_argument("--apply-to", default="queues", help="set_policy: queues (default), "
@@ -157,7 +137,10 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         if len(args) < n:
             raise ValueError(f"{cmd} needs {n} argument(s)")
 
-    if cmd in _PATHS:
+    if cmd in VHOST_LISTS:
+        path = f"/{_PATHS[cmd]}/{_q(v)}"
+        _print_table(api.request("GET", path), args or COLUMNS[cmd], as_json)
+    elif cmd in _PATHS:
         path = "/" + _PATHS[cmd] + (f"/{_q(vhost)}" if vhost else "")
         _print_table(api.request("GET", path), args or COLUMNS[cmd], as_json)
     elif cmd == "list_users":
@@ -271,21 +254,48 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         raise ValueError(f"unknown command {cmd!r}")
 
 
+def _remember(api: Api, cache: MemberCache) -> None:
+    """Learn the cluster's members from the member that answered (``ctl_client.learn``) and
+    keep them for this URL list; nothing changes when it cannot say."""
+    if api.url is None:
+        return
+    key = ",".join(api.given)
+    try:
+        members = learn(api)
+    except (ApiError, ValueError, AttributeError):
+        return
+    if members != cache.get(key):
+        cache.put(key, members)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (see module docstring)."""
-    args = build_parser().parse_intermixed_args(argv)  # "-p VHOST" may follow the command
+    parser = build_parser()
+    args = parser.parse_intermixed_args(argv)  # "-p VHOST" may follow the command
+    try:
+        urls = parse_urls(args.url or [os.environ.get(URL_ENV) or DEFAULT_URL])
+    except ValueError as exc:
+        parser.error(str(exc))
+    cache = MemberCache()
     # replica changes wait for the committed configuration (the API gives up after 30 s)
-    api = Api(args.url, args.username, args.password, timeout=90.0)
+    api = Api(urls, args.username, args.password, timeout=90.0, connect_timeout=args.timeout,
+              fallback=cache.get(",".join(urls)))
+    code = 0
     try:
         run(api, args.command, args.args, args.vhost, args.formatter == "json", args.priority,
             args.apply_to, (args.vhost_pattern, args.queue_pattern))
     except ValueError as exc:
         print(f"amqp-broker ctl: {exc}", file=sys.stderr)
-        return 2
+        code = 2
     except ApiError as exc:
         print(f"Error: {exc.reason}", file=sys.stderr)
-        return 69 if exc.status == 0 else 1
+        code = 69 if exc.status == 0 else 1
     except OSError as exc:
         print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        code = 1
+    if api.url is not None and api.skipped:
+        print("amqp-broker ctl: " + "; ".join(f"{u} did not answer ({why})"
+                                              for u, why in api.skipped)
+              + f"; answered by {api.url}", file=sys.stderr)
+    _remember(api, cache)
+    return code

@@ -97,9 +97,11 @@ def peer_nodes(mgmt: Management) -> list[dict[str, Any]]:
              "cluster_leader": cluster["leader"]} for n in cluster["member_names"] if n != me]
 
 
-def overview_json(mgmt: Management) -> dict[str, Any]:
+def overview_json(mgmt: Management, peers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """``GET /api/overview``: versions, node, cluster name, message_stats with rates,
-    queue_totals, object_totals, listeners, contexts."""
+    queue_totals, object_totals, listeners, contexts. ``peers``: the other members' listeners
+    (``peers.peer_listeners``), listed after this node's in ``listeners``, their management
+    listeners in ``contexts`` (RabbitMQ lists every node's there)."""
     broker = mgmt.broker
     assert mgmt.sampler is not None
     rates = mgmt.sampler.rates()
@@ -114,6 +116,8 @@ def overview_json(mgmt: Management) -> dict[str, Any]:
             consumers += q.consumer_count
     conns = visible_connections(broker)
     s = broker.settings
+    listeners = [{"node": s.node_name, "protocol": x.protocol, "ip_address": x.host,
+                  "port": x.port, "socket_opts": {}} for x in mgmt.listeners] + list(peers or [])
     return {
         "management_version": RABBITMQ_API_VERSION, "rabbitmq_version": RABBITMQ_API_VERSION,
         "product_name": "amqp-broker", "product_version": __version__, "rates_mode": "basic",
@@ -137,8 +141,8 @@ def overview_json(mgmt: Management) -> dict[str, Any]:
         "object_totals": {"connections": len(conns), "channels": sum(len(c.channels) for c in conns),
                           "exchanges": exchanges, "queues": queues, "consumers": consumers},
         "statistics_db_event_queue": 0,
-        "listeners": [{"node": s.node_name, "protocol": x.protocol, "ip_address": x.host,
-                       "port": x.port, "socket_opts": {}} for x in mgmt.listeners],
-        "contexts": [{"node": s.node_name, "description": "RabbitMQ Management", "path": "/",
-                      "port": str(x.port)} for x in mgmt.listeners if x.protocol in ("http", "https")],
+        "listeners": listeners,
+        "contexts": [{"node": x["node"], "description": "RabbitMQ Management", "path": "/",
+                      "port": str(x["port"])} for x in listeners
+                     if x["protocol"] in ("http", "https")],
     }

@@ -19,13 +19,15 @@ from .context import Management
 from .direct import GotMessage
 from .http import json_response, not_found, path_vhost
 from .node import cluster_view, node_json, overview_json, peer_nodes
+from .peers import peer_listeners
 
 __all__ = ["ROUTES"]
 
 
 @endpoint()
 async def overview(request: Request, mgmt: Management, user: Account) -> Response:
-    return json_response(overview_json(mgmt))
+    """RabbitMQ's overview; ``listeners`` and ``contexts`` list every member's (``peers``)."""
+    return json_response(overview_json(mgmt, await peer_listeners(mgmt)))
 
 
 @endpoint("monitoring")

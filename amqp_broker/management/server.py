@@ -9,6 +9,8 @@ configuration disables that listener. The AMQP port is added to the listeners wh
 (``amqp_ready``), the AMQPS port too (``amqps_ready``, protocol "amqp/ssl"). With
 ``management_tls`` the management API is served over HTTPS with ``tls_cert``/``tls_key``
 (listener protocol "https", as RabbitMQ's management.ssl listener); Prometheus stays plain HTTP.
+The HTTP listeners are published in the broker's Connection.Start server properties
+(``peers.publish``) so that the other cluster members list them in ``/api/overview``.
 Source: Hypercorn "API usage" (serve with a shutdown_trigger), its certfile/keyfile settings.
 """
 
@@ -24,6 +26,7 @@ from starlette.types import ASGIApp
 
 from ..server import bind_errors
 from .context import Listener, Management
+from .peers import publish
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -133,6 +136,7 @@ async def start(broker: Broker, config: Config, tg: TaskGroup) -> Management:
         tg.start_soon(serve_http, build(mgmt), sock, tls)
     if apps:   # the rates feed the HTTP endpoints only: no periodic scan without them
         tg.start_soon(_sampler, mgmt)
+    publish(mgmt)
     return mgmt
 
 
