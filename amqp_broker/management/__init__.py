@@ -7,6 +7,8 @@ Layout: ``server`` (binding, Hypercorn in the broker's loop, rate sampler), ``ap
 ``routes_*`` (one module per resource), ``direct`` (API actions as in-process AMQP methods
 through the broker's handlers), ``shapes`` (JSON), ``auth`` (basic auth and tags), ``persist``
 (users, permissions, vhosts in definitions.db), ``definitions_json`` (import/export),
-``prometheus``, ``node`` (process and cluster figures), ``ctl`` (the CLI client).
+``prometheus``, ``node`` (process and cluster figures), ``peers`` (the other members' listeners,
+read from their Connection.Start), ``ctl`` (the CLI) with ``ctl_client`` (its HTTP client over
+several members, and the members it remembers).
 Must not be imported by ``amqp_broker.core`` (the core knows nothing of HTTP).
 """
