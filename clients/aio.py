@@ -38,9 +38,15 @@ from .protocol import Blocked, ChannelMethod, ClientProtocol, Closed, Confirm, O
 from .topology import Topology
 from .uri import ConnectionParams, parse_uri
 
-__all__ = ["connect", "Connection", "Disconnected", "Reconnected", "Blocked", "Unblocked"]
+__all__ = ["connect", "Connection", "Disconnected", "Reconnected", "Blocked", "Unblocked",
+           "OPEN_ATTEMPTS"]
 
 log = logging.getLogger(__name__)
+
+#: Connections ``Connection.channel()`` tries its Channel.Open on (with ``reconnect``) when the
+#: connection drops before the Open-Ok: bounded, as a connection that drops at every open is
+#: better reported than retried forever.
+OPEN_ATTEMPTS = 3
 
 
 class Disconnected:
@@ -150,10 +156,21 @@ class Connection:
     # ---------------------------------------------------------------------- public API
     async def channel(self, *, confirm: bool = False, prefetch: int | None = None) -> Channel:
         """Open a channel; ``confirm`` puts it in publisher-confirm mode, ``prefetch`` sets
-        Basic.Qos prefetch_count. Raises ``ConnectionClosed``, ``TimeoutError``."""
-        await self._wait_ready()
-        ch = Channel(self)
-        await ch._open()
+        Basic.Qos prefetch_count. Raises ``ConnectionClosed``, ``TimeoutError``.
+
+        A connection lost while Channel.Open is unanswered fails the open at once with that
+        loss's ``ConnectionClosed`` (not after ``operation_timeout``); with ``reconnect`` the
+        open is tried again on the next connection (at most ``OPEN_ATTEMPTS`` connections)."""
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            await self._wait_ready()
+            ch = Channel(self)
+            try:
+                await ch._open(fresh=True)
+            except ConnectionClosed:
+                if not self.reconnect or self._closing or attempt == OPEN_ATTEMPTS:
+                    raise
+                continue
+            break
         self._all_channels.append(ch)
         if prefetch is not None:
             await ch.basic_qos(prefetch)
@@ -215,6 +232,15 @@ class Connection:
             self._proto.channel_gone(ch.number)
         if ch in self._all_channels:
             self._all_channels.remove(ch)
+
+    def _fail_opening(self, reason: BaseException) -> None:
+        """Fail the Channel.Open of every channel still waiting for its Open-Ok on the lost
+        connection: such a channel is not in ``_all_channels`` yet, so nothing else wakes it
+        (its open then waited ``operation_timeout`` on a dead socket). Never recovered: the
+        caller of ``channel()`` opens a new one."""
+        for ch in list(self._channels.values()):
+            if ch not in self._all_channels:
+                ch._connection_lost(reason, True)
 
     async def _wait_ready(self) -> None:
         if self.ready:
@@ -307,6 +333,7 @@ class Connection:
             final = self._closing or not self.reconnect
             for ch in list(self._all_channels):
                 ch._connection_lost(reason, final)
+            self._fail_opening(reason)
             if final:
                 self._closed_event.set()
                 self._ready_event.set()

@@ -90,11 +90,17 @@ class Channel(Publishing):
         """True until the channel is closed by us or the broker (reconnects keep it open)."""
         return self._closed is None
 
-    async def _open(self) -> None:
-        """Channel.Open on the current connection (used at creation and by recovery)."""
+    async def _open(self, fresh: bool = False) -> None:
+        """Channel.Open on the current connection (used at creation and by recovery).
+        ``fresh`` (``Connection.channel()``): a connection lost before the Open is written
+        fails it at once with ``ConnectionClosed``; recovery opens on a connection not ready
+        yet. A loss after it is written fails it too (``Connection._fail_opening``)."""
         conn = self._conn
 
         def send_open() -> None:  # called with the waiter installed: OpenOk can't slip past
+            if fresh and not conn.ready:
+                raise conn._lost_reason or ConnectionClosed(0, "connection lost before "
+                                                               "Channel.Open")
             self.number = conn._proto.open_channel()
             self.epoch = conn.epoch
             conn._channels[self.number] = self
