@@ -4,6 +4,7 @@
 #   - nodejs/npm and the pinned amqplib (interop_tests/node) for test_node_amqplib.py
 #   - Debian's rabbitmq-server, the broker the differential tests compare with
 #   - promtool (prometheus), chromium and chromium-driver for test_management.py
+#   - fuse3 (libfuse3, fusermount3) for the fault harness's power-loss file system
 # Idempotent and fast (< 1 s) when everything is already there.  Needs root (or
 # passwordless sudo) only when a Debian package is missing.
 set -euo pipefail
@@ -62,6 +63,13 @@ if [ ! -x /usr/sbin/rabbitmq-server ] && [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-s
     if command -v invoke-rc.d >/dev/null 2>&1; then
         $SUDO invoke-rc.d rabbitmq-server stop >/dev/null 2>&1 || true
     fi
+fi
+
+# Fault harness power-loss nemesis (interop_tests/faults/lazyfs.py): libfuse3 and fusermount3;
+# the Python side is PyPI's mfusepy (pyproject's test extra), ctypes over this libfuse3.
+if ! command -v fusermount3 >/dev/null 2>&1; then
+    log "installing fuse3"
+    apt_install fuse3
 fi
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

@@ -29,6 +29,7 @@ from typing import Any
 from amqp_broker.clustering.cli import broker_status
 
 from .history import History
+from .lazyfs_mount import LazyMount
 from .netns import Network
 
 __all__ = ["Broker", "Brokers", "ViewMonitor"]
@@ -80,12 +81,17 @@ class Brokers:
     the 64-byte hex secret file); ``extra_args``: more broker flags (e.g. ``--sync-policy
     none``); ``ping_interval`` in seconds; ``source``: a source tree to run the brokers from
     (cwd and ``PYTHONPATH``; e.g. a ``git archive`` snapshot, so that edits to the working tree
-    do not change the brokers under a run), default the installed ``amqp_broker``."""
+    do not change the brokers under a run), default the installed ``amqp_broker``; ``lazyfs``:
+    each data dir ``nK`` is a lazyfs mount (:mod:`interop_tests.faults.lazyfs`) over ``nK.disk``
+    (state ``nK.lazyfs``, log ``nK.lazyfs.log``), mounted before the broker first starts and kept
+    across restarts, so that :meth:`power_loss` can drop what was not fsynced."""
 
     def __init__(self, net: Network, base: Path, history: History,
                  extra_args: tuple[str, ...] = (), ping_interval: float = 0.25,
-                 source: Path | None = None) -> None:
+                 source: Path | None = None, lazyfs: bool = False) -> None:
         self.net = net
+        self.lazyfs = lazyfs
+        self.mounts: dict[int, LazyMount] = {}
         self.source = source
         self.base = base
         self.history = history
@@ -114,6 +120,11 @@ class Brokers:
             return
         if seeds is None:
             seeds = [i for i in range(len(self.brokers)) if i != index]
+        if self.lazyfs and index not in self.mounts:
+            mount = LazyMount(b.data_dir, self.base / f"{b.name}.disk",
+                              self.base / f"{b.name}.lazyfs", self.base / f"{b.name}.lazyfs.log")
+            mount.start()       # raises LazyFSError
+            self.mounts[index] = mount
         cmd = [*self.net.exec_prefix(index), sys.executable, "-m", "amqp_broker",
                "--host", b.host, "--port", str(PORT), "--data-dir", str(b.data_dir),
                "--node-name", b.name, "--cluster-secret", str(self.secret),
@@ -150,6 +161,16 @@ class Brokers:
             b.proc.wait(10)
         b.paused = False
 
+    def power_loss(self, indexes: list[int]) -> dict[str, dict[str, int]]:
+        """Power loss of brokers ``indexes`` at once: kill -9 each, then drop every write its
+        data dir had not fsynced (lazyfs). Returns per broker name what was dropped (files,
+        bytes, dirs, missing). Raises ``RuntimeError`` without ``lazyfs``, ``LazyFSError``."""
+        if not self.lazyfs:
+            raise RuntimeError("power loss needs the brokers on lazyfs (Brokers(lazyfs=True))")
+        for i in indexes:
+            self.kill(i)
+        return {self.brokers[i].name: self.mounts[i].power_loss() for i in indexes}
+
     def pause(self, index: int) -> None:
         """SIGSTOP broker ``index`` (its sockets stay open; only the ring ping notices)."""
         b = self.brokers[index]
@@ -175,13 +196,16 @@ class Brokers:
         return restarted
 
     def stop_all(self) -> None:
-        """kill -9 every broker (after SIGCONT); never raises."""
+        """kill -9 every broker (after SIGCONT), then unmount lazyfs; never raises."""
         for b in self.brokers:
             try:
                 self.resume(b.index)
                 self.kill(b.index)
             except (OSError, subprocess.TimeoutExpired):
                 pass
+        for mount in self.mounts.values():
+            mount.stop()
+        self.mounts.clear()
 
     def status(self, index: int, timeout: float = 1.0) -> dict[str, Any]:
         """Broker ``index``'s view as ``amqp-broker cluster-status`` prints it (one broker)."""

@@ -34,7 +34,7 @@ __all__ = ["build_parser", "main"]
 
 REPO = Path(__file__).resolve().parents[2]
 ORDER = ["kill", "pause", "partition-one", "partition-halves", "partition-ring", "link-flap",
-         "mixed"]
+         "mixed", "power-loss", "power-loss-majority", "power-loss-all"]
 
 
 def build_parser() -> argparse.ArgumentParser:

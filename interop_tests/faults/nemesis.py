@@ -11,8 +11,12 @@ Each nemesis's ``fault(ctx, duration)`` injects one fault, holds it ``duration``
 cluster's leader, restarted with the same data dir and name when the fault ends), ``pause``
 (SIGSTOP for ``duration`` s, longer than the 3-ping-interval suspicion time, then SIGCONT),
 ``partition-one``, ``partition-halves``, ``partition-ring``, ``link-flap`` (one peer link cut and
-restored every 0.5-1.5 s) and ``mixed`` (one of the others, at random, per fault). A queue leader
-target is not offered: classic shared queues have none, and replicated queues do not exist yet.
+restored every 0.5-1.5 s), ``mixed`` (one of the others, at random, per fault), and
+``power-loss`` / ``power-loss-majority`` / ``power-loss-all`` (one broker, ``n // 2 + 1`` of them,
+or all at once: kill -9, then every write not fsynced dropped by lazyfs, restarted after
+``duration`` s; the brokers run on :mod:`interop_tests.faults.lazyfs`, see ``NEEDS_LAZYFS``).
+A queue leader target is not offered: classic shared queues have none, and replicated queues do
+not exist yet.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from .brokers import Brokers
 from .history import History
 from .netns import Network
 
-__all__ = ["NEMESES", "Context", "Grudge", "complete_grudge", "halves", "isolate_one",
-           "majorities_ring", "run_schedule"]
+__all__ = ["NEEDS_LAZYFS", "NEMESES", "Context", "Grudge", "complete_grudge", "halves",
+           "isolate_one", "majorities_ring", "run_schedule"]
 
 Grudge = dict[int, set[int]]
 
@@ -117,14 +121,19 @@ def kill(ctx: Context, duration: float) -> None:
     finally:
         ctx.brokers.start(target)
         ctx.record("restart", target=ctx.brokers[target].name)
+    _await_rejoin(ctx, ctx.brokers[target].name)
+
+
+def _await_rejoin(ctx: Context, target: str, timeout: float = REJOIN_TIMEOUT) -> None:
+    """Wait (at most ``timeout`` s) until every broker is back in one agreed view; record
+    ``rejoined`` or ``not-rejoined`` with ``target`` (the restarted, a name or names)."""
     started = ctx.history.now()
-    while not ctx.abort.is_set() and ctx.history.now() - started < REJOIN_TIMEOUT:
+    while not ctx.abort.is_set() and ctx.history.now() - started < timeout:
         if ctx.brokers.agreed():
-            ctx.record("rejoined", target=ctx.brokers[target].name,
-                       after_s=round(ctx.history.now() - started, 2))
+            ctx.record("rejoined", target=target, after_s=round(ctx.history.now() - started, 2))
             return
         ctx.sleep(0.2)
-    ctx.record("not-rejoined", target=ctx.brokers[target].name, after_s=REJOIN_TIMEOUT)
+    ctx.record("not-rejoined", target=target, after_s=timeout)
 
 
 def pause(ctx: Context, duration: float) -> None:
@@ -190,12 +199,53 @@ NEMESES: dict[str, Callable[[Context, float], None]] = {
 
 def mixed(ctx: Context, duration: float) -> None:
     """One of the other nemeses, chosen at random, for ``duration`` s."""
-    name = ctx.rng.choice(sorted(NEMESES))
+    name = ctx.rng.choice([n for n in sorted(NEMESES)
+                           if ctx.brokers.lazyfs or n not in NEEDS_LAZYFS])
     ctx.record("mixed", chose=name)
     NEMESES[name](ctx, duration)
 
 
 NEMESES["mixed"] = mixed
+
+
+def _power_loss(pick: Callable[[Context], list[int]], label: str,
+                who: str) -> Callable[..., None]:
+    def fault(ctx: Context, duration: float) -> None:
+        targets = pick(ctx)
+        names = _names(ctx, targets)
+        try:
+            dropped = ctx.brokers.power_loss(targets)
+            ctx.record("power-loss", kind=label, targets=names, dropped=dropped)
+            ctx.sleep(duration)
+        finally:
+            for t in targets:
+                ctx.brokers.start(t)
+            ctx.record("restart", targets=names)
+        _await_rejoin(ctx, ",".join(names), POWER_REJOIN_TIMEOUT)
+    fault.__doc__ = (f"Power loss of {who} (kill -9, then every write not fsynced dropped by "
+                     "lazyfs); restart after ``duration`` s with the same data dir, name and "
+                     "address; wait for one view.")
+    return fault
+
+
+def _one(ctx: Context) -> list[int]:
+    leader = ctx.brokers.leader()
+    if leader is not None and ctx.rng.random() < 0.5:
+        return [leader]
+    return [ctx.rng.randrange(len(ctx.brokers))]
+
+
+#: Seconds restarted brokers get to agree after a power loss (a majority or all restart at once).
+POWER_REJOIN_TIMEOUT = 60.0
+#: Nemeses whose brokers must run on lazyfs (``Brokers(lazyfs=True)``); ``mixed`` skips them
+#: otherwise.
+NEEDS_LAZYFS = frozenset({"power-loss", "power-loss-majority", "power-loss-all"})
+NEMESES["power-loss"] = _power_loss(_one, "power-loss", "one broker (the leader or any)")
+NEMESES["power-loss-majority"] = _power_loss(
+    lambda ctx: sorted(ctx.rng.sample(range(len(ctx.brokers)), len(ctx.brokers) // 2 + 1)),
+    "power-loss-majority", "a random majority of the brokers at once")
+NEMESES["power-loss-all"] = _power_loss(lambda ctx: list(range(len(ctx.brokers))),
+                                        "power-loss-all", "every broker at once")
 
 
 def run_schedule(ctx: Context, name: str, seconds: float, fault_s: float = 4.0,

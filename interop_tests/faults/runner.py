@@ -28,7 +28,7 @@ from .brokers import Brokers, ViewMonitor
 from .checker import Result, check
 from .clients_common import ClientSettings
 from .history import History
-from .nemesis import Context, run_schedule
+from .nemesis import NEEDS_LAZYFS, Context, run_schedule
 from .netns import Network
 from .workload import QueueRefused, Workload, declare_queue, drain, serves_quorum
 
@@ -116,7 +116,8 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
     run_dir.mkdir(parents=True, exist_ok=True)
     history = History()
     outcome = RunOutcome(cfg.nemesis, run_dir)
-    brokers = Brokers(net, run_dir, history, cfg.broker_args, cfg.ping_interval, cfg.broker_src)
+    brokers = Brokers(net, run_dir, history, cfg.broker_args, cfg.ping_interval, cfg.broker_src,
+                      lazyfs=cfg.nemesis in NEEDS_LAZYFS)
     monitor = ViewMonitor(brokers, history)
     settings = cfg.settings
     workload = Workload(brokers, settings, history)
