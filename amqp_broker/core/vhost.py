@@ -12,14 +12,11 @@ spec's reply codes and RabbitMQ's reply texts. Must not know: frames beyond repl
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands as cmd
 
-from queues.arguments import parse_arguments
 from queues.dead_letter import is_death_cycle
-from queues.errors import InvalidArgument as QueueInvalidArgument
 from queues.message import Message
 from queues.queue import PublishResult, Queue
 from queues.queue_type import QueueType
@@ -32,7 +29,8 @@ from routing.exchange_types import EXCHANGE_TYPES
 from routing.table import RoutingTable
 
 from ..protocol import constants as c
-from ..protocol.errors import ChannelException, ConnectionException
+from ..protocol.errors import ChannelException
+from . import declare_rules as rules
 from .durability import store_key
 from .policies import apply_policy, declared_arguments
 from .proxies import relay_to_homes
@@ -51,30 +49,6 @@ log = logging.getLogger(__name__)
 
 SERVED_QUEUE_TYPES = ("classic", "stream")
 ROUTED = PublishResult.ROUTED
-
-
-_AMQP_TYPE_NAMES = {"str": "longstr", "bytes": "longstr", "bool": "bool", "float": "double",
-                    "dict": "table", "list": "array", "NoneType": "void", "void": "void",
-                    "Decimal": "decimal", "datetime": "timestamp"}
-
-
-def _erlang_reason(reason: str) -> str:
-    """A ``queues.arguments`` refusal as RabbitMQ prints its Erlang term in the 406 text
-    (``rabbit_amqqueue:check_arguments``, ``~p``): ``value_negative -1`` -> ``{value_negative,-1}``,
-    a sentence -> the sentence in double quotes with AMQP type names (str -> longstr)."""
-    match = re.fullmatch(r"([a-z_]+) (-?\d+|[A-Za-z_]+)", reason)
-    if match:
-        term = _AMQP_TYPE_NAMES.get(match.group(2), match.group(2))
-        return f"{{{match.group(1)},{term}}}"
-    reason = re.sub(r"got (\w+)", lambda m: f"got {_AMQP_TYPE_NAMES.get(m.group(1), m.group(1))}",
-                    reason)
-    return f'"{reason}"'
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return repr(value) if not isinstance(value, str) else value
 
 
 class VirtualHost:
@@ -98,7 +72,7 @@ class VirtualHost:
     # ------------------------------------------------------------------------ helpers
     def not_found(self, kind: str, name: str) -> ChannelException:
         """404 with RabbitMQ's text: "NOT_FOUND - no queue 'q' in vhost '/'"."""
-        return ChannelException(c.NOT_FOUND, f"NOT_FOUND - no {kind} '{name}' in vhost '{self.name}'")
+        return rules.not_found(self.name, kind, name)
 
     def get_queue(self, name: str, conn: Connection | None = None) -> QueueType:
         """The queue named ``name``; 404 when missing, 405 when exclusive to another connection."""
@@ -112,11 +86,7 @@ class VirtualHost:
         return q
 
     def _locked(self, name: str) -> ChannelException:
-        return ChannelException(
-            c.RESOURCE_LOCKED,
-            f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{name}' in vhost "
-            f"'{self.name}'. It could be originally declared on another connection or the "
-            f"exclusive property value does not match that of the original declaration.")
+        return rules.locked(self.name, name)
 
     def get_exchange(self, name: str) -> Any:
         """The exchange named ``name``; 404 when missing."""
@@ -125,12 +95,6 @@ class VirtualHost:
             raise self.not_found("exchange", name)
         return ex
 
-    def _inequivalent(self, kind: str, name: str, arg: str, got: Any, have: Any) -> ChannelException:
-        return ChannelException(
-            c.PRECONDITION_FAILED,
-            f"PRECONDITION_FAILED - inequivalent arg '{arg}' for {kind} '{name}' in vhost "
-            f"'{self.name}': received '{_fmt(got)}' but current is '{_fmt(have)}'")
-
     # ---------------------------------------------------------------------- exchanges
     def declare_exchange(self, name: str, type_: str, *, passive: bool = False,
                          durable: bool = False, auto_delete: bool = False, internal: bool = False,
@@ -138,61 +102,38 @@ class VirtualHost:
         """Exchange.Declare. 403 for "" (passive or not) and new "amq.*" names, 404 passive miss,
         406 inequivalent, 503 COMMAND_INVALID unknown type (connection exception, as RabbitMQ)."""
         if not name:  # passive too, as RabbitMQ's check_not_default_exchange (3.10)
-            raise ChannelException(c.ACCESS_REFUSED,
-                                   "ACCESS_REFUSED - operation not permitted on the default exchange")
+            raise rules.default_exchange_refused()
         existing = self.routing.get_exchange(name)
         if passive:
             if existing is None:
                 raise self.not_found("exchange", name)
             return
         if type_ not in EXCHANGE_TYPES:  # checked first, as rabbit_channel does
-            raise ConnectionException(c.COMMAND_INVALID,
-                                      f"COMMAND_INVALID - unknown exchange type '{type_}'")
+            raise rules.unknown_exchange_type(type_)
         if existing is not None:
-            if existing.type != type_:
-                raise self._inequivalent("exchange", name, "type", type_, existing.type)
-            if existing.durable != durable:
-                raise self._inequivalent("exchange", name, "durable", durable, existing.durable)
-            if existing.auto_delete != auto_delete:
-                raise self._inequivalent("exchange", name, "auto_delete", auto_delete,
-                                         existing.auto_delete)
-            if existing.internal != internal:
-                raise self._inequivalent("exchange", name, "internal", internal, existing.internal)
-            ae = (arguments or {}).get("alternate-exchange")
-            if ae != existing.arguments.get("alternate-exchange"):
-                raise self._inequivalent("exchange", name, "alternate-exchange", ae,
-                                         existing.arguments.get("alternate-exchange"))
+            rules.check_exchange_equivalent(self.name, name, existing, type_, durable, auto_delete,
+                                            internal, arguments)
             return
-        if name.startswith("amq."):
-            raise ChannelException(
-                c.ACCESS_REFUSED, f"ACCESS_REFUSED - exchange name '{name}' contains reserved "
-                f"prefix 'amq.*'")
+        rules.check_new_exchange_name(name)
         try:
             ex = self.routing.declare_exchange(name, type_, durable=durable,
                                                auto_delete=auto_delete, internal=internal,
                                                arguments=dict(arguments or {}))
             self.broker.durability.exchange_declared(self.name, ex)
         except UnknownExchangeType:
-            raise ConnectionException(c.COMMAND_INVALID,
-                                      f"COMMAND_INVALID - unknown exchange type '{type_}'") from None
+            raise rules.unknown_exchange_type(type_) from None
         except RoutingInvalidArgument as exc:
             raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}") from None
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
         """Exchange.Delete: idempotent for a missing exchange (RabbitMQ); 403 for "" and amq.*;
         406 when ``if_unused`` and it is the source of bindings."""
-        if not name or name.startswith("amq."):  # RabbitMQ 3.10's texts
-            raise ChannelException(c.ACCESS_REFUSED,
-                                   f"ACCESS_REFUSED - deletion of system exchange '{name}' in "
-                                   f"vhost '{self.name}' not allowed" if name else
-                                   "ACCESS_REFUSED - operation not permitted on the default exchange")
+        rules.check_exchange_deletable(self.name, name)  # RabbitMQ 3.10's texts
         ex = self.routing.get_exchange(name)
         if ex is None:
             return
         if if_unused and len(ex.matcher):
-            raise ChannelException(c.PRECONDITION_FAILED,
-                                   f"PRECONDITION_FAILED - exchange '{name}' in vhost '{self.name}' "
-                                   f"in use")
+            raise rules.exchange_in_use(self.name, name)
         gone = self.routing.delete_exchange(name)
         self.broker.durability.exchanges_deleted(self.name, [name, *gone])
 
@@ -205,8 +146,7 @@ class VirtualHost:
         checked against 3.10): a missing source, destination or binding is not an error; only the
         default exchange is refused (403), as for Bind."""
         if not source or (destination.kind == "exchange" and not destination.name):
-            raise ChannelException(c.ACCESS_REFUSED,
-                                   "ACCESS_REFUSED - operation not permitted on the default exchange")
+            raise rules.default_exchange_refused()
         if unbind and (self.routing.get_exchange(source) is None or (
                 destination.kind == "exchange"
                 and self.routing.get_exchange(destination.name) is None)):
@@ -246,52 +186,30 @@ class VirtualHost:
             return q
         if existing is not None:
             q = self.get_queue(name, conn)
-            if q.durable != durable:
-                raise self._inequivalent("queue", name, "durable", durable, q.durable)
-            if (q.exclusive_owner is not None) != exclusive:
-                # RabbitMQ's strict exclusive-access check: 405, not an equivalence 406.
-                raise self._locked(name)
-            if q.auto_delete != auto_delete:
-                raise self._inequivalent("queue", name, "auto_delete", auto_delete, q.auto_delete)
             # what the clients declared (a member's copy carries what a policy added, marked)
-            self._check_equivalent_args(name, declared_arguments(q.arguments),
-                                        declared_arguments(arguments))
+            rules.check_queue_redeclare(
+                self.name, name, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
+                arguments=declared_arguments(arguments), have_durable=q.durable,
+                have_exclusive=q.exclusive_owner is not None, have_auto_delete=q.auto_delete,
+                have_arguments=declared_arguments(q.arguments))
             self.touch(name)
             return q
-        if name.startswith("amq.") and not name.startswith("amq.gen-"):
-            raise ChannelException(c.ACCESS_REFUSED,
-                                   f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix "
-                                   f"'amq.*'")
+        rules.check_new_queue_name(name)
         # policies; ha-mode mirrors over the quorum engine's view, when clustered
         quorum = self.broker.queue_types.get("quorum") if self.broker.cluster_hooks else None
         arguments = apply_policy(self.broker.policies, self.name, name, arguments, durable=durable,
                                  exclusive=exclusive, auto_delete=auto_delete,
                                  view=getattr(quorum, "view", None))
-        try:
-            settings = parse_arguments(arguments)
-        except QueueInvalidArgument as exc:
-            raise ChannelException(
-                c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid arg '{exc.argument}' for "
-                f"queue '{name}' in vhost '{self.name}': {_erlang_reason(exc.reason)}") from None
+        settings = rules.parse_queue_arguments(self.name, name, arguments)
         factory = self.broker.queue_types.get(settings.queue_type)
         if settings.queue_type not in SERVED_QUEUE_TYPES and factory is None:
-            raise ChannelException(
-                c.PRECONDITION_FAILED,
-                f"PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue '{name}' in vhost "
-                f"'{self.name}': queue type '{settings.queue_type}' is not served by this broker")
+            raise rules.not_served(self.name, name, settings.queue_type)
         if settings.queue_type == "stream":
-            self._check_stream_declare(name, durable, exclusive, auto_delete, arguments)
+            rules.check_stream_declare(self.name, name, durable, exclusive, auto_delete, arguments)
         elif factory is not None:
-            self._check_permanent_shared(name, durable, exclusive, auto_delete)
-            try:
-                factory.check_arguments(arguments or {})
-            except QueueInvalidArgument as exc:
-                where = f"for queue '{name}' in vhost '{self.name}'"
-                tail = (f" of queue type rabbit_{settings.queue_type}_queue"
-                        if exc.reason.startswith("not allowed") else
-                        f": {_erlang_reason(exc.reason)}")
-                raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid arg "
-                                       f"'{exc.argument}' {where}{tail}") from None
+            rules.check_permanent_shared(self.name, name, durable, exclusive, auto_delete)
+            rules.check_type_arguments(self.name, name, settings.queue_type,
+                                       factory.check_arguments, arguments)
         q = self.create_queue(name, settings, durable=durable, auto_delete=auto_delete,
                               exclusive_owner=conn if exclusive else None, arguments=arguments)
         if exclusive:
@@ -336,38 +254,7 @@ class VirtualHost:
         self.routing.add_queue(name)
         return q
 
-    _EQUIV_ARGS = ("x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-overflow",
-                   "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority",
-                   "x-single-active-consumer", "x-queue-type", "x-message-deduplication",
-                   "x-cache-size", "x-cache-ttl", "x-max-age", "x-stream-max-segment-size-bytes")
-
     # ------------------------------------------------------------------------ streams
-    def _check_permanent_shared(self, name: str, durable: bool, exclusive: bool,
-                                auto_delete: bool) -> None:
-        """406 "invalid property" for a non-durable, exclusive or auto-delete declaration of a
-        queue type that is durable and shared only (streams, quorum queues; RabbitMQ 3.10)."""
-        where = f"for queue '{name}' in vhost '{self.name}'"
-        for bad, prop in ((not durable, "non-durable"), (exclusive, "exclusive-owner"),
-                          (auto_delete, "auto-delete")):
-            if bad:
-                raise ChannelException(c.PRECONDITION_FAILED,
-                                       f"PRECONDITION_FAILED - invalid property '{prop}' {where}")
-
-    def _check_stream_declare(self, name: str, durable: bool, exclusive: bool, auto_delete: bool,
-                              arguments: dict | None) -> None:
-        """RabbitMQ's refusals of a stream declaration, all 406 ("RabbitMQ: Streams", checked
-        against 3.10): non-durable, exclusive, auto-delete; an argument of another queue type;
-        a malformed x-max-age / x-stream-max-segment-size-bytes."""
-        where = f"for queue '{name}' in vhost '{self.name}'"
-        self._check_permanent_shared(name, durable, exclusive, auto_delete)
-        try:
-            stream_settings(arguments)
-        except QueueInvalidArgument as exc:
-            tail = (" of queue type rabbit_stream_queue" if exc.reason == "not allowed"
-                    else f": {exc.reason}")
-            raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid arg "
-                                   f"'{exc.argument}' {where}{tail}") from None
-
     def stream_manager(self) -> StreamManager:
         """The broker's stream logs (``broker.streams``, set by the composition root); a broker
         built without one (core tests) gets a manager in a temporary directory."""
@@ -392,15 +279,6 @@ class VirtualHost:
         self.broker.polled_queues.add(q)
         self.routing.add_queue(name)
         return q
-
-    def _check_equivalent_args(self, name: str, have: dict, got: dict) -> None:
-        for key in self._EQUIV_ARGS:
-            h, g = have.get(key), got.get(key)
-            if key == "x-queue-type" and (h or "classic") == (g or "classic"):
-                continue
-            if h != g or type(h) is not type(g) and not (
-                    isinstance(h, int) and isinstance(g, int)):
-                raise self._inequivalent("queue", name, key, g, h)
 
     def touch(self, name: str) -> None:
         """Mark queue ``name`` as used now (x-expires counts from the last use); a queue with

@@ -12,8 +12,10 @@ Invariants (``InvariantError`` at the first violation):
 - an (index, term) names one entry everywhere (every entry ever appended by anybody is recorded);
 - log matching: two live logs agreeing on (index, term) agree on every entry before it;
 - leader completeness: a new leader holds every entry reported committed before;
-- state machine safety: every node applies the same entry at the same index, in order, once;
-  a snapshot restores exactly the state other nodes had at its index;
+- state machine safety: every node applies the same entry at the same index, in order, once,
+  reaching the same state (its machine's ``snapshot()`` bytes after each index are compared) and
+  returning the same result; a snapshot restores exactly the state other nodes had at its index,
+  and the machine's ``snapshot()`` right after ``restore`` gives those bytes back;
 - check-quorum: a node cut off from a majority of its configuration by partitions or crashes is
   no leader two check-quorum periods (plus message delays, scaled by clock skew) after the last
   change of topology or of its configuration;
@@ -28,7 +30,9 @@ import heapq
 import itertools
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from cluster.raft import actions as a
 from cluster.raft import codec
@@ -57,21 +61,55 @@ SIM_TIMING = a.Timing(election_ms=150, heartbeat_ms=30, max_batch_entries=8, max
 
 
 def digest(prev: bytes, index: int, data: bytes) -> bytes:
-    """The state machine of the simulation: a hash chain over the applied commands."""
+    """One link of ``HashChain``: the hash of the previous state, the index and the data."""
     return hashlib.blake2b(prev + index.to_bytes(8, "big") + data, digest_size=12).digest()
+
+
+class SimMachine(Protocol):
+    """The state machine each replica of a simulation runs (one instance per incarnation)."""
+
+    def apply(self, index: int, kind: EntryKind, data: bytes) -> object:
+        """Apply the committed entry at ``index`` (every kind: COMMAND, NOOP, CONFIG); returns
+        its result (what a client would be answered), compared across replicas."""
+        ...
+
+    def snapshot(self) -> bytes:
+        """The whole state, canonical: replicas in the same state give the same bytes."""
+        ...
+
+    def restore(self, data: bytes) -> None:
+        """Replace the state with a ``snapshot()``'s."""
+        ...
+
+
+class HashChain:
+    """The default state machine: a hash chain over every applied entry's data."""
+
+    def __init__(self) -> None:
+        self.state = b""
+
+    def apply(self, index: int, kind: EntryKind, data: bytes) -> None:
+        self.state = digest(self.state, index, data)
+
+    def snapshot(self) -> bytes:
+        return self.state
+
+    def restore(self, data: bytes) -> None:
+        self.state = data
 
 
 @dataclass
 class Replica:
     """One incarnation of one node: the core, its storage (survives crashes), its state machine
-    (a hash chain), its clock (local = offset + rate * global)."""
+    (``sm``, a ``HashChain`` unless the simulation was given another), its clock
+    (local = offset + rate * global)."""
 
     node: RaftNode
     storage: MemoryStorage
     rate: float
     offset: float
+    sm: SimMachine = field(default_factory=HashChain)
     applied: int = 0
-    state: bytes = b""
     tick_at: float = -1.0
     tick_local: float = 0.0
     commit_seen: int = 0
@@ -95,6 +133,9 @@ class RaftSim:
     net: Net = field(default_factory=Net)
     skew: float = 0.0                # clock rates in [1 - skew, 1 + skew]
     snapshot_every: int = 0          # take a snapshot every N applied entries (0: never)
+    machine: Callable[[], SimMachine] = HashChain   # each replica incarnation's state machine
+    #: called as ``on_apply(node, index, term, result)`` after each entry a replica applies
+    on_apply: Callable[[str, int, int, object], None] | None = None
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -109,7 +150,8 @@ class RaftSim:
         self.leaders: dict[int, str] = {}
         self.entries: dict[tuple[int, int], tuple[EntryKind, bytes]] = {}
         self.committed: dict[int, tuple[int, bytes]] = {}      # index -> (term, data)
-        self.applied: dict[int, tuple[int, bytes, bytes]] = {}  # index -> (term, data, digest)
+        self.applied: dict[int, tuple[int, bytes, bytes]] = {}  # index -> (term, data, state)
+        self.results: dict[int, object] = {}                    # index -> what apply returned
         self.acked: dict[bytes, int] = {}                       # command -> index confirmed
         self.pending: dict[str, dict[int, tuple[int, bytes]]] = {}  # leader -> index -> (term, cmd)
         self.log: list[tuple[float, str, object]] = []          # (time, node, action) when traced
@@ -131,7 +173,8 @@ class RaftSim:
         node = RaftNode(node_id, state, math.floor(offset + rate * self.now), self.timing,
                         random.Random(self.rng.random()), bootstrap=bootstrap,
                         vote_floor=self.vote_floors.get(node_id, 0))
-        rep = Replica(node, storage, rate, offset, incarnation=next(self.incarnations))
+        rep = Replica(node, storage, rate, offset, self.machine(),
+                      incarnation=next(self.incarnations))
         if state.snapshot.index:
             self._restore(node_id, rep, state.snapshot.index, state.snapshot.data)
         self.replicas[node_id] = rep
@@ -280,9 +323,9 @@ class RaftSim:
                 rep.storage.save_snapshot(act.snapshot, act.discard_log)
             elif isinstance(act, a.Apply):
                 for e in act.entries:
-                    self._apply(node_id, rep, e.index, e.term, e.data)
+                    self._apply(node_id, rep, e.index, e.term, e.kind, e.data)
                 if self.snapshot_every and rep.applied - node.snapshot.index >= self.snapshot_every:
-                    self._execute(node_id, node.snapshot_taken(rep.applied, rep.state))
+                    self._execute(node_id, node.snapshot_taken(rep.applied, rep.sm.snapshot()))
             elif isinstance(act, a.Restore):
                 self._restore(node_id, rep, act.snapshot.index, act.snapshot.data)
             elif isinstance(act, a.CommitAdvanced):
@@ -305,21 +348,32 @@ class RaftSim:
         elif want > rep.tick_at:
             pass   # the earlier tick runs, finds nothing due, and schedules the next one
 
-    def _apply(self, node_id: str, rep: Replica, index: int, term: int, data: bytes) -> None:
+    def _apply(self, node_id: str, rep: Replica, index: int, term: int, kind: EntryKind,
+               data: bytes) -> None:
         if index != rep.applied + 1:
             raise InvariantError(f"{node_id} applied {index} after {rep.applied}")
         rep.applied = index
-        rep.state = digest(rep.state, index, data)
-        known = self.applied.setdefault(index, (term, data, rep.state))
-        if known != (term, data, rep.state):
+        result = rep.sm.apply(index, kind, data)
+        state = rep.sm.snapshot()
+        known = self.applied.setdefault(index, (term, data, state))
+        if known[:2] != (term, data):
             raise InvariantError(f"{node_id} applied {(term, data)} at {index}, others {known[:2]}")
+        if known[2] != state:
+            raise InvariantError(f"{node_id}'s state after {index} differs from another's")
+        if self.results.setdefault(index, result) != result:
+            raise InvariantError(f"{node_id} got {result!r} at {index}, another "
+                                 f"{self.results[index]!r}")
+        if self.on_apply is not None:
+            self.on_apply(node_id, index, term, result)
 
     def _restore(self, node_id: str, rep: Replica, index: int, data: bytes) -> None:
         known = self.applied.get(index)
         if known is not None and known[2] != data:
             raise InvariantError(f"{node_id} restored a snapshot at {index} unlike the applied state")
         rep.applied = index
-        rep.state = data
+        rep.sm.restore(data)
+        if rep.sm.snapshot() != data:
+            raise InvariantError(f"{node_id}'s machine does not give back the snapshot at {index}")
 
     def _committed(self, node_id: str, rep: Replica, commit: int) -> None:
         node = rep.node
@@ -357,12 +411,15 @@ class RaftSim:
                 best = (rep.node.term, node_id)
         return best[1] if best else None
 
-    def propose(self, node_id: str | None = None, count: int = 1) -> list[a.ProposeResult]:
-        """Propose ``count`` fresh commands at ``node_id`` (default: the leader)."""
+    def propose(self, node_id: str | None = None, count: int = 1,
+                commands: list[bytes] | None = None) -> list[a.ProposeResult]:
+        """Propose ``commands`` (default: ``count`` fresh ones) at ``node_id`` (default: the
+        leader); [] when there is no such live node."""
         node_id = node_id or self.leader()
         if node_id is None or node_id not in self.replicas:
             return []
-        cmds = [b"c%d" % next(self.counter) for _ in range(count)]
+        cmds = commands if commands is not None else [b"c%d" % next(self.counter)
+                                                      for _ in range(count)]
         results, actions = self.replicas[node_id].node.propose_batch(cmds)
         for cmd, res in zip(cmds, results, strict=True):
             if isinstance(res, a.Proposed):
