@@ -16,6 +16,8 @@ Files of a directory::
     state                          term and vote (replaced atomically: write state.tmp, fsync,
                                    rename, fsync the directory)
     snapshot                       the newest snapshot (replaced atomically the same way)
+    marks                          how far the log was durable, and a copy of term and vote
+                                   (``marks``: two slots written in turn after each fdatasync)
 
 Every file starts with the 16-byte header ``magic b"AMQR", version u16 = 1, flags u16 = 0,
 base u64`` (the segment's sequence number; 0 in ``state`` and ``snapshot``), then records:
@@ -34,6 +36,15 @@ entries at and after its index. A torn or corrupt record ends a segment; it is c
 synced data was lost). A segment whose entries are all at or below the snapshot index, with every
 older one, is deleted once the snapshot is durable.
 
+Losses (``marks.judge``): a cut below the marked durable position, a damaged snapshot or marks
+file, a snapshot older than the marked one, two votes for one term. The replica then opens with
+what it still holds, logs an error naming the loss, and ``load()`` carries a recovery ``floor``
+(kept in ``marks`` until an entry at or above it, appended since, is durable): its node neither
+votes nor stands for election until it has caught up from a leader (``RaftNode``). A damaged
+``state`` file is replaced by the copy in ``marks``; a damaged ``snapshot`` is renamed
+``snapshot.damaged`` and the replica starts from its log alone. A directory without ``marks``
+(written before they existed) is trusted as it is and gets them.
+
 Ordering: an InstallSnapshot that disagrees with the log writes (and syncs) TRUNCATE(index + 1)
 before replacing the snapshot file, so no crash can pair the new snapshot with the old entries.
 Sources: Raft paper figure 2 (persistent state), §7 (snapshots); Kafka ``LogSegment`` (segment
@@ -46,12 +57,14 @@ import logging
 import os
 import struct
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 from queues.store import format as fmt
 from queues.store.fds import take_sync_fds
 from queues.store.values import PendingSync
 
+from .marks import TAIL, Mark, MarksFile, judge, tail_crc
 from .messages import EMPTY_SNAPSHOT, Entry, EntryKind, PersistentState, Snapshot
 
 __all__ = ["DiskLog", "MAGIC", "FORMAT_VERSION", "KIND_ENTRY", "KIND_TRUNCATE", "KIND_STATE",
@@ -131,11 +144,34 @@ def _read_single(path: Path, kind: int) -> tuple[int, int, memoryview] | None:
     raise fmt.FormatError(f"{path.name}: {result.problem or 'no record'}")
 
 
+class _LogSync(PendingSync):
+    """The fsync half of a ``DiskLog`` group commit: the log's files, then its marks (``changes``
+    to the mark: the durable position and entry, a cleared floor), in that order."""
+
+    __slots__ = ("_marks", "_changes")
+
+    def __init__(self, durable_id: int, fds: list[int], dir_fd: int, fsync: bool,
+                 marks: MarksFile, changes: dict[str, int]) -> None:
+        super().__init__(durable_id, 0, fds, dir_fd, fsync)
+        self._marks = marks
+        self._changes = changes
+
+    def run(self) -> None:
+        """fdatasync the log, then write the mark (see ``PendingSync.run``). Raises ``OSError``."""
+        if self.done:
+            return
+        super().run()
+        if self._changes:
+            self._marks.write(**self._changes)
+
+
 class DiskLog:
     """``RaftStorage`` in ``directory`` (created if missing). ``segment_bytes``: a segment is
     rolled once it exceeds this size; ``fsync``: False skips fsyncs (tests; survives kill -9 but
-    not power loss). Raises ``FormatError`` on files of another magic/version, ``OSError`` on I/O
-    errors (after a failed fsync treat the replica as failed: fail-stop, as the message store)."""
+    not power loss). Raises ``FormatError`` on segment files of another magic/version, ``OSError``
+    on I/O errors (after a failed fsync treat the replica as failed: fail-stop, as the message
+    store). ``lost``: why this replica lost entries it had acknowledged (None: nothing lost; see
+    the module docstring), found when it opened."""
 
     def __init__(self, directory: Path | str, *, segment_bytes: int = 64 << 20,
                  fsync: bool = True) -> None:
@@ -153,21 +189,75 @@ class DiskLog:
         self._last: tuple[int, int] = (0, 0)          # newest entry written: (index, term)
         self._unreported = False
         self.cuts: list[tuple[str, int, int, str]] = []   # (file, offset, bytes cut, reason)
+        self._tail = b""          # the last TAIL bytes of the active segment (its marks' tail)
+        self._appended = False    # entries appended since open (they clear a recovery floor)
+        self._marks = MarksFile(self.directory, fsync)
+        self.lost: str | None = None
         self._state = self._replay()
         self._open_active()
+        if self._mark_at_open:
+            self._marks.write(**self._position(), snapshot=self._state.snapshot.index,
+                              current_term=self._state.term, voted_for=self._state.voted_for,
+                              floor=self._state.floor)
 
     # ------------------------------------------------------------------ recovery
     def _replay(self) -> PersistentState:
-        term, voted_for = 0, None
-        rec = _read_single(self.directory / _STATE, KIND_STATE)
-        if rec is not None:
-            term = rec[1]
-            name, _ = _take_name(rec[2], 0)
-            voted_for = name or None
+        status = self._marks.read()
+        mark = self._marks.current
+        state: tuple[int, str | None] | None = None
+        state_ok = True
+        try:
+            rec = _read_single(self.directory / _STATE, KIND_STATE)
+            if rec is not None:
+                name, _ = _take_name(rec[2], 0)
+                state = (rec[1], name or None)
+        except (fmt.FormatError, UnicodeDecodeError) as exc:
+            log.error("raft log: %s is damaged (%s)", self.directory / _STATE, exc)
+            state_ok = False
         snapshot = EMPTY_SNAPSHOT
-        rec = _read_single(self.directory / _SNAPSHOT, KIND_SNAPSHOT)
-        if rec is not None:
-            snapshot = self._decode_snapshot(rec[1], rec[2])
+        snapshot_ok = True
+        path = self.directory / _SNAPSHOT
+        try:
+            rec = _read_single(path, KIND_SNAPSHOT)
+            if rec is not None:
+                snapshot = self._decode_snapshot(rec[1], rec[2])
+        except (fmt.FormatError, UnicodeDecodeError) as exc:
+            log.error("raft log: %s is damaged (%s); renamed %s.damaged", path, exc, _SNAPSHOT)
+            os.replace(path, path.with_name(_SNAPSHOT + ".damaged"))
+            snapshot_ok = False
+        entries, held, has_data = self._replay_segments(snapshot, mark)
+        last_index = snapshot.index + len(entries)
+        verdict = judge(status, mark, state=state, state_ok=state_ok, snapshot_ok=snapshot_ok,
+                        snapshot_index=snapshot.index, held=held, last_index=last_index,
+                        has_entries=has_data or state is not None or not snapshot_ok)
+        if status == "absent" and has_data:
+            log.warning("raft log: %s has no marks file (written by an older version): its log "
+                        "is trusted as it is", self.directory)
+        if verdict.lost:
+            self.lost = verdict.lost
+            log.error("raft log: %s lost entries it had acknowledged: %s; it will neither vote "
+                      "nor stand for election before its log matches a leader's up to index %d",
+                      self.directory, verdict.lost, verdict.floor)
+        self._mark_at_open = (status != "ok" or verdict.lost is not None
+                              or verdict.floor != mark.floor
+                              or (verdict.term, verdict.voted_for) !=
+                              (mark.current_term, mark.voted_for))
+        if not state_ok:
+            self._replace(_STATE, fmt.encode_record(KIND_STATE, 0, verdict.term,
+                                                    _name(verdict.voted_for or "")))
+        if entries:
+            self._last = (entries[-1].index, entries[-1].term)
+        else:
+            self._last = (snapshot.index, snapshot.term)
+        return PersistentState(verdict.term, verdict.voted_for, snapshot, tuple(entries),
+                               verdict.floor)
+
+    def _replay_segments(self, snapshot: Snapshot, mark: Mark
+                         ) -> tuple[list[Entry], bool, bool]:
+        """Replay every segment after ``snapshot`` (cutting bad tails); returns the entries,
+        whether the ``mark``'s durable position is still held byte for byte, and whether any
+        segment held a record."""
+        held = has_data = False
         entries: list[Entry] = []
         base = snapshot.index
         seqs = sorted(s for s in (fmt.parse_segment_name(n) for n in os.listdir(self.directory))
@@ -178,10 +268,14 @@ class DiskLog:
             high = 0
             if len(data) < fmt.FILE_HEADER_SIZE:
                 log.warning("raft log: %s has a torn header; rewriting it", path)
-                path.write_bytes(fmt.file_header(seq, MAGIC, FORMAT_VERSION))
+                header = fmt.file_header(seq, MAGIC, FORMAT_VERSION)
+                path.write_bytes(header)
                 self.cuts.append((path.name, 0, len(data), "torn file header"))
                 self._segments.append((seq, 0))
                 self._active_size = fmt.FILE_HEADER_SIZE
+                self._tail = header
+                held = held or (seq == mark.segment and mark.offset == len(header)
+                                and tail_crc(header, len(header)) == mark.tail)
                 continue
             fmt.check_file_header(data, seq, MAGIC, FORMAT_VERSION)
             result = fmt.Scan(fmt.FILE_HEADER_SIZE)
@@ -200,6 +294,11 @@ class DiskLog:
                 entries.append(Entry(index, _U64.unpack_from(payload)[0], EntryKind(flags),
                                      bytes(payload[8:])))
                 high = max(high, index)
+            end = result.valid_end
+            has_data = has_data or end > fmt.FILE_HEADER_SIZE
+            if seq == mark.segment:
+                held = mark.offset <= end and tail_crc(data, mark.offset) == mark.tail
+            self._tail = bytes(data[max(0, end - TAIL):end])
             if result.problem is not None:
                 cut = len(data) - result.valid_end
                 newest = i == len(seqs) - 1
@@ -210,11 +309,7 @@ class DiskLog:
                 self.cuts.append((path.name, result.valid_end, cut, result.problem))
             self._segments.append((seq, high))
             self._active_size = result.valid_end
-        if entries:
-            self._last = (entries[-1].index, entries[-1].term)
-        else:
-            self._last = (snapshot.index, snapshot.term)
-        return PersistentState(term, voted_for, snapshot, tuple(entries))
+        return entries, held, has_data
 
     @staticmethod
     def _decode_snapshot(index: int, payload: memoryview) -> Snapshot:
@@ -245,7 +340,9 @@ class DiskLog:
     def _new_segment(self, seq: int) -> None:
         fd = os.open(self.directory / fmt.segment_name(seq),
                      os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        os.write(fd, fmt.file_header(seq, MAGIC, FORMAT_VERSION))
+        header = fmt.file_header(seq, MAGIC, FORMAT_VERSION)
+        os.write(fd, header)
+        self._tail = header
         self._wfd = fd
         self._segments.append((seq, 0))
         self._active_size = fmt.FILE_HEADER_SIZE
@@ -258,8 +355,18 @@ class DiskLog:
             done = 0
             while done < len(view):
                 done += os.write(self._wfd, view[done:])
+        self._tail = (self._tail + bytes(self._buf[-TAIL:]))[-TAIL:]
         self._buf.clear()
         self._dirty = True
+
+    def _position(self) -> dict[str, int]:
+        """The mark of what the OS holds now: the active segment, its size, the crc of its tail,
+        and the newest entry (its (index, term); left out while the term is unknown)."""
+        out = {"segment": self._segments[-1][0], "offset": self._active_size,
+               "tail": tail_crc(self._tail, len(self._tail))}
+        if self._last[1] >= 0:
+            out["index"], out["term"] = self._last
+        return out
 
     def _put(self, record: bytes, index: int = 0) -> None:
         if self._active_size > self.segment_bytes:
@@ -278,6 +385,7 @@ class DiskLog:
         if first_index <= self._last[0]:
             self._put(fmt.encode_record(KIND_TRUNCATE, 0, first_index))
         if entries:   # one record batch (a segment is rolled before it, never inside it)
+            self._appended = True
             self._put(b"".join(encode_entries(entries)), entries[-1].index)
             self._last = (entries[-1].index, entries[-1].term)
         elif first_index <= self._last[0]:
@@ -291,7 +399,12 @@ class DiskLog:
         fds, dir_fd = take_sync_fds(self)
         newest = self._last if self._unreported and self._last[1] >= 0 else None
         self._unreported = False
-        return PendingSync(self._last[0], 0, fds, dir_fd, self.fsync), newest
+        changes: dict[str, int] = self._position() if fds else {}
+        floor = self._state.floor
+        if floor and self._appended and self._last[1] >= 0 and self._last[0] >= floor:
+            changes["floor"] = 0          # caught up: durable once this sync has run
+            self._state = replace(self._state, floor=0)
+        return _LogSync(self._last[0], fds, dir_fd, self.fsync, self._marks, changes), newest
 
     def sync(self) -> tuple[int, int] | None:
         """``flush`` and fsync in this thread (see ``RaftStorage.sync``). Raises ``OSError``."""
@@ -317,8 +430,10 @@ class DiskLog:
                 os.close(dfd)
 
     def save_state(self, term: int, voted_for: str | None) -> None:
-        """Run ``PersistState``: durable when this returns."""
+        """Run ``PersistState``: durable when this returns (the ``state`` file, then its copy in
+        ``marks``)."""
         self._replace(_STATE, fmt.encode_record(KIND_STATE, 0, term, _name(voted_for or "")))
+        self._marks.write(current_term=term, voted_for=voted_for)
 
     def save_snapshot(self, snapshot: Snapshot, discard_log: bool) -> None:
         """Run ``PersistSnapshot``: appends buffered so far, the TRUNCATE of ``discard_log`` and the
@@ -334,6 +449,12 @@ class DiskLog:
         self._replace(_SNAPSHOT, fmt.encode_record(
             KIND_SNAPSHOT, 0, snapshot.index, _U64.pack(snapshot.term),
             _U16.pack(len(snapshot.members)), members, snapshot.data))
+        floor = self._state.floor
+        if floor and snapshot.index >= floor:   # a leader's snapshot, or one of its commits
+            self._state = replace(self._state, floor=0)
+            self._marks.write(snapshot=snapshot.index, floor=0)
+        else:
+            self._marks.write(snapshot=snapshot.index)
         if self._last[0] < snapshot.index:
             self._last = (snapshot.index, snapshot.term)
         self._delete_before(snapshot.index)
@@ -361,6 +482,7 @@ class DiskLog:
         if self._wfd < 0:
             return
         self.sync()
+        self._marks.close()
         for fd in self._rolled_fds:
             os.close(fd)
         self._rolled_fds = []

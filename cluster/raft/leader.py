@@ -247,14 +247,19 @@ class LeaderRole:
             return
         if pr.probing and msg.reject_index != pr.next_index - 1:
             return   # stale: not the answer to the probe in flight
-        if not pr.probing and msg.reject_index <= pr.match_index:
-            return   # stale: that prefix has matched since
+        if not pr.probing and msg.reject_index < pr.match_index:
+            return   # stale: sent before that prefix matched
         if msg.hint_term:
             last = self.log.last_index_of_term(msg.hint_term, msg.reject_index)
             candidate = last + 1 if last else msg.hint_index
         else:
             candidate = msg.hint_index
-        pr.rejected(min(candidate, msg.reject_index))
+        candidate = min(candidate, msg.reject_index)
+        if candidate <= pr.match_index:
+            # the follower no longer holds what it acknowledged (a file of its log lost it,
+            # ``disklog``): match it again from below (Ra left this case a TODO: rabbitmq/ra#508)
+            pr.forget(candidate - 1)
+        pr.rejected(candidate)
         self._send_append(frm)
 
     def _maybe_commit(self) -> None:

@@ -85,12 +85,16 @@ EMPTY_SNAPSHOT = Snapshot(0, 0, (), b"")
 @dataclass(frozen=True, slots=True)
 class PersistentState:
     """What a node reads back from stable storage at start (paper figure 2 "persistent state on all
-    servers", plus the newest snapshot of §7): ``entries`` follow ``snapshot.index`` consecutively."""
+    servers", plus the newest snapshot of §7): ``entries`` follow ``snapshot.index`` consecutively.
+    ``floor`` > 0: the storage lost entries it had acknowledged (a damaged or truncated file, an
+    older copy put back: ``disklog``/``marks``), up to this index at least; the node may not
+    vote or stand for election until its log matches a leader's up to ``floor``."""
 
     term: int = 0
     voted_for: str | None = None
     snapshot: Snapshot = EMPTY_SNAPSHOT
     entries: tuple[Entry, ...] = ()
+    floor: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,11 @@ class RaftNode(LeaderRole):
     until its log reaches this index -- the leader's commit index when it asked for it -- so
     that servers that missed its removal cannot count its lost log as a vote (the simulator
     found such a split: a stale member elected by a removed server and the re-created one).
+    ``state.floor`` > 0: the storage lost entries it had acknowledged (``disklog``, ``marks``):
+    the node grants no vote or pre-vote and stands for no election (nor a TimeoutNow) until its
+    log matches a leader's up to that index (``recovering_to``; then, if it had no vote in that
+    term, it records one for that leader, so that a vote it forgot cannot be given twice). Its
+    acknowledgements stay honest throughout: only what matches the leader and is durable.
     Every input method returns the actions to run, in order (see ``actions``); the first call
     also returns the bootstrap's ``AppendLog``.
     """
@@ -63,6 +68,7 @@ class RaftNode(LeaderRole):
                  bootstrap: tuple[str, ...] = (), vote_floor: int = 0) -> None:
         self.id = node_id
         self.vote_floor = vote_floor
+        self.recovering_to = state.floor
         self.timing = timing or a.Timing()
         self.rng = rng or random.Random()
         self.now = now_ms
@@ -246,7 +252,7 @@ class RaftNode(LeaderRole):
         """Start a pre-vote (thesis §9.6) or an election (paper §5.2). A node outside the
         configuration never campaigns."""
         self._reset_election_timer()
-        if self.id not in self._voters():
+        if self.id not in self._voters() or self.recovering_to:
             return
         if pre:
             self.role = a.Role.PRE_CANDIDATE
@@ -281,7 +287,7 @@ class RaftNode(LeaderRole):
 
     def _on_request_vote(self, frm: str, msg: RequestVote) -> None:
         up_to_date = (self.log.is_up_to_date(msg.last_log_index, msg.last_log_term)
-                      and self.log.last_index >= self.vote_floor)
+                      and self.log.last_index >= self.vote_floor and not self.recovering_to)
         if msg.pre_vote:
             granted = msg.term > self.term and up_to_date
             self._send(frm, RequestVoteReply(msg.term if granted else self.term, granted, True))
@@ -346,6 +352,8 @@ class RaftNode(LeaderRole):
             self._config_changed()
         last_new = prev + len(entries)
         self.verified_index = max(self.verified_index, last_new)
+        if self.recovering_to and self.verified_index >= self.recovering_to:
+            self._recovered(msg.leader)
         commit = min(msg.commit, self.verified_index)
         if commit > self.commit_index:
             self.commit_index = commit
@@ -380,7 +388,18 @@ class RaftNode(LeaderRole):
             self._out.append(a.CommitAdvanced(snap.index))
             self._config_changed()
         self.verified_index = max(self.verified_index, snap.index)
+        if self.recovering_to and self.verified_index >= self.recovering_to:
+            self._recovered(msg.leader)
         self._ack(force=True)
+
+    def _recovered(self, leader: str) -> None:
+        """The log matches ``leader``'s up to the recovery floor: vote and stand again (a vote
+        for this term is recorded for ``leader`` when none is: one it forgot may not be
+        given twice)."""
+        self.recovering_to = 0
+        if self.voted_for is None:
+            self.voted_for = leader
+            self._out.append(a.PersistState(self.term, leader))
 
     def _apply_committed(self) -> None:
         if self.commit_index <= self.applied_index:

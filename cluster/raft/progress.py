@@ -77,6 +77,12 @@ class Progress:
         self.inflight.clear()
         self.snapshot_index = 0
 
+    def forget(self, match_index: int) -> None:
+        """The peer answered that its log no longer holds what it acknowledged (its storage lost
+        it): lower ``match_index`` to ``match_index`` (never above what it was). Safe: the
+        commit index never goes back, and the peer counts again once it acknowledges anew."""
+        self.match_index = max(0, min(self.match_index, match_index))
+
     def snapshot_sent(self, index: int, now_ms: int) -> None:
         """An InstallSnapshot up to ``index`` went out at ``now_ms``; nothing else until answered."""
         self.snapshot_index = index
