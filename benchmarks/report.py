@@ -175,13 +175,13 @@ def machine_info(rabbit: RabbitMQ | None) -> list[str]:
     return lines
 
 
-HEADER = """# Benchmark results
+HEADER = """# Results
 
-Our broker against RabbitMQ on the same machine in the same run, both driven by amqbench
-(`../shared/bench`, a C load generator on rabbitmq-c): one producer and one consumer connection on
-one queue. Reproduce with `make bench` (options: `python -m benchmarks.run --help`); the script
-rewrites this file. Compare the ratios of one run, not absolute figures across runs or machines
-(see `benchmarks/README.md`).
+Benchmark results of amqp-broker: our broker against RabbitMQ on the same machine, in the same run.
+**Latest** has the current figures of each benchmark; **History** keeps every earlier sitting.
+`make bench` (amqbench, `../shared/bench`, a C load generator on rabbitmq-c: one producer and one
+consumer connection on one queue) replaces the make bench part of Latest and moves the one it
+replaces into History. Compare the ratios of one run, not absolute figures across runs or machines.
 """
 
 LEGEND = """msg/s is messages consumed per second over the run (publishing time plus up to 5 s for
@@ -201,34 +201,58 @@ def write_results(
     info: list[str],
     odd: list[str],
 ) -> None:
-    """Rewrite RESULTS.md: header, run details, the table, notes and the raw figures. Sections
-    other benchmark scripts appended (a ``## `` heading not starting with "Run of") are kept."""
+    """Put this run into RESULTS.md as the ``### make bench`` subsection of ``## Latest`` (run
+    details, the table, notes, the raw figures). The make bench subsection it replaces moves to
+    the top of ``## History`` as a ``## make bench, ...`` section; everything else (the title and
+    intro, the other Latest subsections, the History sections other scripts append) is kept. A
+    file without ``## Latest`` gets that layout: the title, Latest, then the old text as History."""
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     settings = f"- {args.seconds} s of publishing per case"
     if args.our_args:
         settings += f"; our broker started with extra arguments `{args.our_args}`"
     parts = [
-        HEADER,
-        f"## Run of {now}\n",
+        f"{MAKE_BENCH_HEADING}, run of {now}\n",
         "\n".join(info + [settings]) + "\n",
         markdown_table(cases, results) + "\n",
         LEGEND + "\n",
     ]
     if odd:
         parts.append("Notes:\n\n" + "\n".join(f"- {n}" for n in odd) + "\n")
-    parts.append("### Raw amqbench figures\n\n" + raw_table(cases, results) + "\n")
-    parts.extend(_other_sections(path))
-    path.write_text("\n".join(parts))
-
-
-def _other_sections(path: Path) -> list[str]:
-    """The ``## `` sections of the existing file that this script did not write."""
+    parts.append("#### Raw amqbench figures\n\n" + raw_table(cases, results) + "\n")
     try:
-        text = path.read_text()
+        old = path.read_text()
     except OSError:
-        return []
-    kept: list[str] = []
-    for chunk in text.split("\n## ")[1:]:
-        if not chunk.startswith("Run of "):
-            kept.append("## " + chunk.rstrip("\n") + "\n")
-    return kept
+        old = ""
+    path.write_text(place_latest("\n".join(parts), old))
+
+
+#: the heading of make bench's subsection in ``## Latest``
+MAKE_BENCH_HEADING = "### make bench: ours against RabbitMQ"
+
+
+def place_latest(section: str, text: str) -> str:
+    """``text`` (RESULTS.md) with ``section`` (a ``### make bench...`` subsection) as the first
+    subsection of ``## Latest``, replacing the one there; the replaced one becomes the first
+    ``## `` section of ``## History`` (its headings one level up). Pure: str in, str out."""
+    if "\n## Latest\n" not in text or "\n## History\n" not in text:
+        history = text.split("\n", 1)[1] if text.startswith("# ") else text
+        return (f"{HEADER}\n## Latest\n\n{section}\n## History\n\n{history.strip()}\n"
+                if history.strip() else f"{HEADER}\n## Latest\n\n{section}\n## History\n")
+    head, rest = text.split("\n## Latest\n", 1)
+    latest, history = rest.split("\n## History\n", 1)
+    subsections = latest.split("\n### ")
+    intro, subs = subsections[0], ["### " + s for s in subsections[1:]]
+    replaced = [s for s in subs if s.startswith(MAKE_BENCH_HEADING)]
+    kept = [s for s in subs if not s.startswith(MAKE_BENCH_HEADING)]
+    body = "\n".join([section.rstrip("\n") + "\n", *[s.rstrip("\n") + "\n" for s in kept]])
+    new_latest = (intro.rstrip("\n") + "\n\n" if intro.strip() else "\n") + body
+    moved = ""
+    for old in replaced:
+        # one heading level up: the subsection becomes a History section
+        lines = [line[1:] if line.startswith("###") else line
+                 for line in old.rstrip("\n").split("\n")]
+        moved += "\n".join(lines) + "\n\n"
+    hist_intro, _, hist_sections = history.partition("\n## ")
+    history = (hist_intro.rstrip("\n") + "\n\n" + moved
+               + ("## " + hist_sections if hist_sections else ""))
+    return f"{head}\n## Latest\n{new_latest}\n## History\n{history}"
