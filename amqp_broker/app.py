@@ -115,7 +115,7 @@ async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | 
             management_server.amqp_ready(mgmt, config.host, port)
             if clustered:
                 # with --cluster-tls-dir a member's cluster address is its TLS port: peer links
-                # go there over mutual TLS (README "TLS")
+                # go there over mutual TLS (docs/tls-and-access.md)
                 tg.start_soon(join, tls_port[0] if config.cluster_tls_dir else port)
             if ready is not None:
                 ready(port)

@@ -1,1 +1,1 @@
-"""Benchmarks: our broker against RabbitMQ, measured side by side by amqbench (see README.md)."""
+"""Benchmarks: our broker against RabbitMQ, measured side by side by amqbench (see docs/benchmarks.md)."""

@@ -7,7 +7,7 @@ derives from its AMQP port (port + 10000, port + 10020) unless the environment
 (``AMQP_BROKER_MANAGEMENT_PORT`` ...) sets them: ``ports()`` asks ``load_config`` with the same
 flags, so what ``make cluster`` prints is what the broker binds. After its first join a member's
 data directory holds its vote (``runtime.VOTE_FILE``) and a restart needs no ``--seed``: it tries
-the members of its last view (README "restart of a majority"); before that the restart command
+the members of its last view (docs/clustering.md, "Restart of a majority"); before that the restart command
 seeds from a member. Source: issue 22 item 1.
 """
 

@@ -2,7 +2,7 @@
 
 Each broker ``nK`` runs as ``ip netns exec <ns> python -m amqp_broker --host 10.213.0.(10+K)
 --port 5672 --data-dir <run>/nK --node-name nK --cluster-secret <run>/cluster.secret
---ping-interval 0.25 [--seed ...]`` (the README's "Cluster" section; ``ip netns exec`` execs, so
+--ping-interval 0.25 [--seed ...]`` (docs/clustering.md, "By hand"; ``ip netns exec`` execs, so
 the Popen pid is the broker's). Broker 0 founds the cluster; the others, and every restart, seed
 from every other member (any member forwards a Join to the leader). Output goes to
 ``<run>/nK.log``, appended across restarts.
