@@ -61,6 +61,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from queues.store import format as fmt
+from queues.store.dirs import make_durable_dirs
 from queues.store.fds import take_sync_fds
 from queues.store.values import PendingSync
 
@@ -176,7 +177,8 @@ class DiskLog:
     def __init__(self, directory: Path | str, *, segment_bytes: int = 64 << 20,
                  fsync: bool = True) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # the directories leading here made durable too (a power cut must not take the log away)
+        make_durable_dirs(self.directory, fsync)
         self.segment_bytes = segment_bytes
         self.fsync = fsync
         self._buf = bytearray()

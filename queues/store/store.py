@@ -52,6 +52,7 @@ from pathlib import Path
 
 from ..message import Message
 from . import format as fmt
+from .dirs import make_durable_dirs
 from .fds import take_sync_fds
 from .index import DEAD, DELIVERED, MULTI, QMASK, Segment, StoreIndex
 from .recovery import replay
@@ -84,7 +85,8 @@ class MessageStore:
         if not 4096 <= segment_bytes <= (1 << 32) - 1:
             raise ValueError("segment_bytes must be between 4096 and 2**32-1")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # the directories leading here made durable too (a power cut must not take the store away)
+        make_durable_dirs(self.directory, fsync=sync != "none")
         self.segment_bytes = segment_bytes
         self.policy = sync
         self.write_buffer_bytes = write_buffer_bytes
