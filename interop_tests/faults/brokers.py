@@ -161,10 +161,11 @@ class Brokers:
             b.proc.wait(10)
         b.paused = False
 
-    def power_loss(self, indexes: list[int]) -> dict[str, dict[str, int]]:
+    def power_loss(self, indexes: list[int]) -> dict[str, dict[str, Any]]:
         """Power loss of brokers ``indexes`` at once: kill -9 each, then drop every write its
         data dir had not fsynced (lazyfs). Returns per broker name what was dropped (files,
-        bytes, dirs, missing). Raises ``RuntimeError`` without ``lazyfs``, ``LazyFSError``."""
+        bytes, dirs, missing, names). Raises ``RuntimeError`` without ``lazyfs``,
+        ``LazyFSError``."""
         if not self.lazyfs:
             raise RuntimeError("power loss needs the brokers on lazyfs (Brokers(lazyfs=True))")
         for i in indexes:

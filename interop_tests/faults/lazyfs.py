@@ -32,10 +32,10 @@ answers what it undid. Everything from the mount's start counts as durable.
 Run as ``python -m interop_tests.faults.lazyfs MOUNTPOINT BACKING STATE`` (foreground, root or
 fusermount3): STATE holds ``trash/`` and ``stage/`` and must be on the backing directory's file
 system. It prints ``{"ready": true}`` once mounted, then reads commands on stdin, one a line, and
-answers each with one JSON line: ``drop`` (``{"files": n, "bytes": n, "dirs": n, "missing": n}``:
-files whose unsynced data was cut, unsynced bytes undone, directories whose unsynced names were
-undone, durable names whose file could not be found), ``pending`` (the same counts, nothing
-undone). End of stdin unmounts (``fusermount3 -u -z``) and exits. The harness side is
+answers each with one JSON line: ``drop`` (``{"files": n, "bytes": n, "dirs": n, "missing": n,
+"names": [...]}``: files whose unsynced data was cut, unsynced bytes undone, directories whose
+unsynced names were undone, durable names whose file could not be found, the first 20 names
+undone as ``+dir/name`` back or ``-dir/name`` gone), ``pending`` (the counts, nothing undone). End of stdin unmounts (``fusermount3 -u -z``) and exits. The harness side is
 :mod:`interop_tests.faults.lazyfs_mount`. Binding: mfusepy (ctypes over Debian's libfuse3).
 """
 
@@ -430,7 +430,7 @@ class LazyFS:
                 total += sum(len(old) for _, old in u.saved)
         return total
 
-    def drop(self, wait_s: float = 5.0) -> dict[str, int]:
+    def drop(self, wait_s: float = 5.0) -> dict[str, Any]:
         """Undo everything not durable (see the module docstring); returns the counts."""
         deadline = time.monotonic() + wait_s
         while self.fds and time.monotonic() < deadline:
@@ -452,8 +452,10 @@ class LazyFS:
                     os.ftruncate(fd, u.size)
                 finally:
                     os.close(fd)
-            counts = {"files": len(self.undo), "bytes": lost, "dirs": len(self.snaps),
-                      "missing": self._rebuild(where) if self.snaps else 0}
+            names = self._undone_names(where)
+            counts: dict[str, Any] = {
+                "files": len(self.undo), "bytes": lost, "dirs": len(self.snaps),
+                "missing": self._rebuild(where) if self.snaps else 0, "names": names}
             self.undo.clear()
             self.snaps.clear()
             self.refs.clear()
@@ -470,6 +472,21 @@ class LazyFS:
                 where.setdefault(e.inode(), e.path)
                 if e.is_dir(follow_symlinks=False):
                     self._walk(e.path, where, depth + 1)
+
+    def _undone_names(self, where: dict[int, str], limit: int = 20) -> list[str]:
+        """The names a rebuild undoes, as ``+dir/name`` (comes back) and ``-dir/name`` (goes),
+        at most ``limit``, relative to the root (``~`` for the trash)."""
+        out: list[str] = []
+        for ino, durable in self.snaps.items():
+            path = where.get(ino)
+            live = _entries(path) if path is not None and os.path.isdir(path) else {}
+            rel = "?" if path is None else os.path.relpath(path, self.root)
+            if path is not None and path.startswith(self.trash):
+                rel = "~"
+            changed = [f"-{name}" for name in sorted(live) if durable.get(name) != live[name]]
+            changed += [f"+{name}" for name in sorted(durable) if live.get(name) != durable[name]]
+            out += [f"{c[0]}{os.path.normpath(os.path.join(rel, c[1:]))}" for c in changed]
+        return out[:limit]
 
     def _rebuild(self, where: dict[int, str]) -> int:
         """Make the backing tree the durable one: hard links in the stage, then swapped in.

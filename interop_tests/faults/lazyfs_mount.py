@@ -90,7 +90,7 @@ class LazyMount:
             raise LazyFSError(f"lazyfs {cmd}: {answer['error']}\n{self._tail()}")
         return answer
 
-    def power_loss(self) -> dict[str, int]:
+    def power_loss(self) -> dict[str, Any]:
         """Drop every write not fsynced (kill the process using it first): the counts of
         :meth:`interop_tests.faults.lazyfs.LazyFS.drop`."""
         return self.command("drop")

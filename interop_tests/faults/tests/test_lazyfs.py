@@ -78,6 +78,7 @@ def test_fsynced_data_and_names_survive_the_rest_is_dropped(
     assert sorted(os.listdir(root)) == ["log"]
     assert dropped["files"] >= 1 and dropped["dirs"] == 1 and dropped["missing"] == 0
     assert dropped["bytes"] >= len(b"not synced")
+    assert dropped["names"] == ["-new-synced-file"]
 
 
 def test_fdatasync_keeps_data_and_a_second_power_loss_keeps_it(
