@@ -170,14 +170,18 @@ class MarksFile:
             return mark
 
     def _open(self) -> None:
-        """Open the file for writing; a new (or damaged) one is made whole first: header and
-        two empty slots, written to a temporary file and renamed (directory fsynced)."""
+        """Open the file for writing; a new (or damaged, or cut short) one is made whole first:
+        header, the current mark in its slot and an empty other slot, written to a temporary
+        file and renamed (directory fsynced), so that no moment lacks a readable mark."""
         if self.read_header_ok():
             self._fd = os.open(self.path, os.O_WRONLY)
             return
+        slots = [bytes(SLOT), bytes(SLOT)]
+        if self._seq:
+            slots[self._seq % 2] = self.current.encode(self._seq)
         tmp = self.path.with_name(MARKS + ".tmp")
         with open(tmp, "wb") as f:
-            f.write(fmt.file_header(0, _MAGIC, _VERSION) + bytes(2 * SLOT))
+            f.write(fmt.file_header(0, _MAGIC, _VERSION) + b"".join(slots))
             f.flush()
             if self.fsync:
                 os.fsync(f.fileno())

@@ -185,3 +185,20 @@ def test_a_directory_without_marks_is_trusted_and_gets_them(tmp_path: Path) -> N
     with open(seg, "r+b") as f:
         f.truncate(seg.stat().st_size - 100)
     assert open_log(tmp_path).lost
+
+
+def test_marks_cut_short_but_with_a_whole_slot_are_no_loss_and_made_whole(tmp_path: Path
+                                                                          ) -> None:
+    written(tmp_path)
+    marks = tmp_path / MARKS
+    log = open_log(tmp_path)
+    log.append(21, entries(21, 22, 2))
+    log.sync()                      # the newest mark now in the second slot, the older in the first
+    log.close()
+    marks.write_bytes(marks.read_bytes()[:300])     # the second slot gone, the first whole
+    log = open_log(tmp_path)
+    assert log.lost is None and log.load().entries[-1].index == 22
+    log.append(23, entries(23, 23, 2))
+    log.sync()
+    log.close()
+    assert marks.stat().st_size == 16 + 2 * 512 and open_log(tmp_path).lost is None

@@ -6,7 +6,11 @@ else should. Here, over the events of :mod:`interop_tests.faults.history`:
 
 - attempted: ids with a publish ``invoke``;
 - confirmed: ids whose publish ended ``ok`` (a late ``ok`` after an ``info`` counts);
-- lost: confirmed ids never delivered (the promise broken);
+- lost: confirmed ids never delivered (the promise broken); split by where they sit in their
+  publisher's sequence of ids: ``lost_prefix`` before the first of its ids that was delivered (or
+  all of them, when none was), ``lost_suffix`` after the last one delivered, ``lost_middle``
+  between delivered ones (a hole: a replica that lost the middle of its log, as Jepsen's NATS
+  analysis found, shows here; power loss tends to lose a suffix);
 - unexpected: delivered ids never attempted (nothing should appear from nowhere);
 - duplicates: deliveries beyond the first of each id (allowed: at-least-once; reported);
 - recovered: ids published ``fail`` or ``info`` that were delivered anyway (allowed);
@@ -26,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Result", "check", "unavailable_seconds"]
+__all__ = ["Result", "check", "split_lost", "unavailable_seconds"]
 
 SAMPLE = 20   # how many ids of each kind a Result keeps for the report
 
@@ -48,6 +52,9 @@ class Result:
     unavailable_s: float
     lost_ids: tuple[int, ...] = field(default=())
     unexpected_ids: tuple[int, ...] = field(default=())
+    lost_prefix: int = 0
+    lost_middle: int = 0
+    lost_suffix: int = 0
 
     @property
     def valid(self) -> bool:
@@ -62,7 +69,8 @@ class Result:
             "unexpected": self.unexpected, "duplicates": self.duplicates,
             "recovered": self.recovered, "unavailable_s": round(self.unavailable_s, 3),
             "lost_ids": list(self.lost_ids), "unexpected_ids": list(self.unexpected_ids),
-            "valid": self.valid,
+            "lost_prefix": self.lost_prefix, "lost_middle": self.lost_middle,
+            "lost_suffix": self.lost_suffix, "valid": self.valid,
         }
 
 
@@ -104,12 +112,35 @@ def unavailable_seconds(events: Iterable[dict[str, Any]], gap_s: float = 1.0) ->
     return total
 
 
+def split_lost(lost: set[int], delivered: Iterable[int], publisher: dict[int, str]
+               ) -> tuple[int, int, int]:
+    """(prefix, middle, suffix) counts of ``lost`` ids (see the module docstring): each id's
+    place among its publisher's (``publisher``: id -> client) delivered ids."""
+    spans: dict[str, tuple[int, int]] = {}
+    for ident in delivered:
+        client = publisher.get(ident)
+        if client is not None:
+            lo, hi = spans.get(client, (ident, ident))
+            spans[client] = (min(lo, ident), max(hi, ident))
+    prefix = middle = suffix = 0
+    for ident in lost:
+        span = spans.get(publisher.get(ident, ""))
+        if span is None or ident < span[0]:
+            prefix += 1
+        elif ident > span[1]:
+            suffix += 1
+        else:
+            middle += 1
+    return prefix, middle, suffix
+
+
 def check(events: Iterable[dict[str, Any]], gap_s: float = 1.0) -> Result:
     """Count a history (see the module docstring). ``events``: dicts as recorded by
     :class:`~interop_tests.faults.history.History`; unknown ``op`` values are ignored.
     Raises ``KeyError`` for an event without ``op``/``t`` or a publish without ``id``."""
     events = list(events)
     attempted: set[int] = set()
+    publisher: dict[int, str] = {}
     outcome: dict[int, str] = {}
     delivered: Counter[int] = Counter()
     for e in events:
@@ -119,6 +150,7 @@ def check(events: Iterable[dict[str, Any]], gap_s: float = 1.0) -> Result:
             kind = e["type"]
             if kind == "invoke":
                 attempted.add(ident)
+                publisher[ident] = e.get("client", "")
             elif kind == "ok" or outcome.get(ident) != "ok":
                 outcome[ident] = kind
         elif op == "deliver":
@@ -127,6 +159,7 @@ def check(events: Iterable[dict[str, Any]], gap_s: float = 1.0) -> Result:
     not_ok = {i for i, kind in outcome.items() if kind != "ok"}
     lost = confirmed - delivered.keys()
     unexpected = delivered.keys() - attempted
+    prefix, middle, suffix = split_lost(lost, delivered, publisher)
     return Result(
         attempted=len(attempted),
         confirmed=len(confirmed),
@@ -140,4 +173,5 @@ def check(events: Iterable[dict[str, Any]], gap_s: float = 1.0) -> Result:
         unavailable_s=unavailable_seconds(events, gap_s),
         lost_ids=tuple(sorted(lost)[:SAMPLE]),
         unexpected_ids=tuple(sorted(unexpected)[:SAMPLE]),
+        lost_prefix=prefix, lost_middle=middle, lost_suffix=suffix,
     )

@@ -5,7 +5,8 @@
         [--results FILE | --no-results] [--json FILE] [--broker-arg=--sync-policy=none ...]
 
 Prints a line per run, then exactly one last line (``report.summary_line``). Exit status: 0 when
-every run was checked, lost nothing, delivered nothing unexpected and drained; 1 otherwise; 2
+every run was checked, lost nothing, delivered nothing unexpected and drained, no broker logged a
+traceback and the quorum queue's replicas agreed (``RunOutcome.passed``); 1 otherwise; 2
 when it could not run at all (no namespaces here, or the broker refused the queue type).
 The namespaces are deleted on the way out, also after Ctrl-C or SIGTERM; those of earlier
 harness processes that died are removed at the start.
@@ -34,7 +35,8 @@ __all__ = ["build_parser", "main"]
 
 REPO = Path(__file__).resolve().parents[2]
 ORDER = ["kill", "pause", "partition-one", "partition-halves", "partition-ring", "link-flap",
-         "mixed", "power-loss", "power-loss-majority", "power-loss-all"]
+         "mixed", "power-loss", "power-loss-majority", "power-loss-all", "corrupt",
+         "kill-queue-leader", "kill-majority", "kill-all"]
 
 
 def build_parser() -> argparse.ArgumentParser:

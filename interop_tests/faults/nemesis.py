@@ -15,8 +15,10 @@ restored every 0.5-1.5 s), ``mixed`` (one of the others, at random, per fault), 
 ``power-loss`` / ``power-loss-majority`` / ``power-loss-all`` (one broker, ``n // 2 + 1`` of them,
 or all at once: kill -9, then every write not fsynced dropped by lazyfs, restarted after
 ``duration`` s; the brokers run on :mod:`interop_tests.faults.lazyfs`, see ``NEEDS_LAZYFS``).
-A queue leader target is not offered: classic shared queues have none, and replicated queues do
-not exist yet.
+More nemeses add themselves to ``NEMESES`` from their own modules (imported by ``runner``):
+``corrupt`` (:mod:`interop_tests.faults.corrupt`: one broker's files damaged while it is down) and
+the kill targets of :mod:`interop_tests.faults.kills` (``kill-queue-leader``: the quorum queue's
+Raft leader, ``kill-majority``, ``kill-all``).
 """
 
 from __future__ import annotations
@@ -77,14 +79,19 @@ def majorities_ring(n: int, rng: random.Random) -> Grudge:
 
 @dataclass
 class Context:
-    """What a nemesis acts on: the brokers, the network, a seeded RNG, the history, and an
-    ``abort`` event that cuts every wait short (Ctrl-C, failure)."""
+    """What a nemesis acts on: the brokers, the network, a seeded RNG, the history, an
+    ``abort`` event that cuts every wait short (Ctrl-C, failure), the workload's ``queue`` and
+    ``queue_type``, and ``state`` a nemesis keeps between its faults (e.g. ``corrupt``'s file
+    copies)."""
 
     brokers: Brokers
     net: Network
     history: History
     rng: random.Random
     abort: threading.Event = field(default_factory=threading.Event)
+    queue: str = "jepsen.queue"
+    queue_type: str = "classic"
+    state: dict[str, Any] = field(default_factory=dict)
 
     def sleep(self, seconds: float) -> bool:
         """Wait ``seconds``; False when aborted."""

@@ -1,8 +1,10 @@
 """The harness's output: the summary line, per-run lines, and its table in RESULTS.md.
 
 The last line of every invocation is :func:`summary_line`:
-``runs=N confirmed=C lost=L unexpected=U duplicates=D unavailable_s=T`` (sums over the runs that
-reached the check; ``unavailable_s`` in seconds, one decimal). ``benchmarks/RESULTS.md`` gets one
+``runs=N confirmed=C lost=L unexpected=U duplicates=D unavailable_s=T tracebacks=K diverged=R``
+(sums over the runs that reached the check; ``unavailable_s`` in seconds, one decimal;
+``tracebacks``: Python tracebacks in the brokers' logs, over every run; ``diverged``: runs whose
+quorum queue replicas disagreed or did not catch up, :mod:`interop_tests.faults.replicas`). ``benchmarks/RESULTS.md`` gets one
 row per invocation in its own ``## Fault injection (issue 11)`` section; the other sections of the
 file are left as they are (the section is created at the end of the file the first time).
 """
@@ -21,21 +23,24 @@ __all__ = ["SECTION", "Totals", "append_results", "run_line", "summary_line", "t
 SECTION = "## Fault injection (issue 11)"
 HEADER = (
     "| date (UTC) | command | nemesis | queue | brokers | s/run | runs | confirmed | lost | "
-    "unexpected | duplicates | unavailable_s | passed | kept run dirs |\n"
-    "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    "unexpected | duplicates | unavailable_s | tracebacks | diverged | passed | kept run dirs |\n"
+    "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 )
 INTRO = (
     "Jepsen-style runs of `python -m interop_tests.faults` (module docstring of "
     "`interop_tests/faults/__init__.py`): brokers in network namespaces, pika and aio-pika "
     "clients pinned one per broker, a nemesis, then heal, drain, count. lost = confirmed but "
     "never delivered; unexpected = delivered but never published; unavailable_s = seconds "
-    "publishers went more than 1 s without a confirm, summed over publishers and runs. "
+    "publishers went more than 1 s without a confirm, summed over publishers and runs; "
+    "tracebacks = Python tracebacks in the brokers' logs; diverged = runs whose quorum queue "
+    "replicas, read from their files after the drain, disagreed or lagged. "
     "One row per invocation."
 )
 
 
 class Totals(NamedTuple):
-    """Sums over the checked runs (``runs`` counts every run); ``unavailable_s`` in seconds."""
+    """Sums over the checked runs (``runs``, ``tracebacks`` and ``diverged`` count every run);
+    ``unavailable_s`` in seconds."""
 
     runs: int
     confirmed: int
@@ -43,12 +48,16 @@ class Totals(NamedTuple):
     unexpected: int
     duplicates: int
     unavailable_s: float
+    tracebacks: int = 0
+    diverged: int = 0
 
 
 def totals(outcomes: Sequence[RunOutcome]) -> Totals:
     """Sum the checked runs (``runs`` counts every run, checked or not)."""
     confirmed = lost = unexpected = duplicates = 0
     unavailable = 0.0
+    tracebacks = sum(o.tracebacks for o in outcomes)
+    diverged = sum(1 for o in outcomes if o.replica_problems)
     for o in outcomes:
         if o.result is None:
             continue
@@ -57,14 +66,16 @@ def totals(outcomes: Sequence[RunOutcome]) -> Totals:
         unexpected += o.result.unexpected
         duplicates += o.result.duplicates
         unavailable += o.result.unavailable_s
-    return Totals(len(outcomes), confirmed, lost, unexpected, duplicates, unavailable)
+    return Totals(len(outcomes), confirmed, lost, unexpected, duplicates, unavailable,
+                  tracebacks, diverged)
 
 
 def summary_line(outcomes: Sequence[RunOutcome]) -> str:
     """The one final line (see the module docstring)."""
-    runs, confirmed, lost, unexpected, duplicates, unavailable = totals(outcomes)
-    return (f"runs={runs} confirmed={confirmed} lost={lost} unexpected={unexpected} "
-            f"duplicates={duplicates} unavailable_s={unavailable:.1f}")
+    t = totals(outcomes)
+    return (f"runs={t.runs} confirmed={t.confirmed} lost={t.lost} unexpected={t.unexpected} "
+            f"duplicates={t.duplicates} unavailable_s={t.unavailable_s:.1f} "
+            f"tracebacks={t.tracebacks} diverged={t.diverged}")
 
 
 def run_line(index: int, total: int, o: RunOutcome) -> str:
@@ -82,7 +93,15 @@ def run_line(index: int, total: int, o: RunOutcome) -> str:
     if o.faults == 0 or r.confirmed == 0:
         text += " NOT A TEST (no fault injected or nothing confirmed)"
     if r.lost_ids:
-        text += f" lost_ids={list(r.lost_ids)}"
+        text += (f" lost_ids={list(r.lost_ids)} lost_prefix={r.lost_prefix} "
+                 f"lost_middle={r.lost_middle} lost_suffix={r.lost_suffix}")
+    if o.tracebacks:
+        text += f" TRACEBACKS={o.logs.tracebacks}"
+    if o.replica_problems:
+        text += f" REPLICAS: {'; '.join(o.replica_problems)}"
+    losses = {k: v for k, v in o.logs.losses.items() if v}
+    if losses:
+        text += f" replica_losses_detected={losses}"
     if o.kept:
         text += f" kept={o.run_dir}"
     return text
@@ -99,13 +118,14 @@ def append_results(path: Path, command: str, nemesis: str, queue_type: str, brok
                    seconds: float, outcomes: Sequence[RunOutcome]) -> None:
     """Add one row for this invocation to ``path``'s fault-injection section (made if absent).
     Raises ``OSError`` when the file cannot be written."""
-    runs, confirmed, lost, unexpected, duplicates, unavailable = totals(outcomes)
+    runs, confirmed, lost, unexpected, duplicates, unavailable, tracebacks, diverged = \
+        totals(outcomes)
     passed = sum(1 for o in outcomes if o.passed)
     kept = ", ".join(f"`{_short(o.run_dir)}`" for o in outcomes if o.kept) or "—"
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")
     row = (f"| {now} | `{command}` | {nemesis} | {queue_type} | {brokers} | {seconds:g} | "
            f"{runs} | {confirmed} | {lost} | {unexpected} | {duplicates} | {unavailable:.1f} | "
-           f"{passed}/{runs} | {kept} |")
+           f"{tracebacks} | {diverged} | {passed}/{runs} | {kept} |")
     text = path.read_text() if path.exists() else ""
     start = text.find("\n" + SECTION)
     if start < 0:

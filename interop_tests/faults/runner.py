@@ -24,12 +24,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import corrupt, kills  # noqa: F401  (they add their nemeses to NEMESES)
 from .brokers import Brokers, ViewMonitor
 from .checker import Result, check
 from .clients_common import ClientSettings
 from .history import History
+from .logscan import LogFindings, scan_logs
 from .nemesis import NEEDS_LAZYFS, Context, run_schedule
 from .netns import Network
+from .replicas import GroupReport, compare_groups
 from .workload import QueueRefused, Workload, declare_queue, drain, serves_quorum
 
 __all__ = ["RunConfig", "RunOutcome", "run_once"]
@@ -65,7 +68,10 @@ class RunOutcome:
     depth per broker after the drain), ``faults`` injected, ``error`` (text) if the harness
     failed, ``refused`` (the broker's reply) if the queue could not be declared, ``queue_type`` the one
     used, ``run_dir``
-    and whether it was ``kept``; ``seconds`` the run's wall time."""
+    and whether it was ``kept``; ``seconds`` the run's wall time; ``replicas``: the comparison of
+    each quorum queue's replicas read from their files after the drain
+    (:mod:`interop_tests.faults.replicas`); ``logs``: tracebacks and detected replica losses in
+    the brokers' logs (:mod:`interop_tests.faults.logscan`)."""
 
     nemesis: str
     run_dir: Path
@@ -77,6 +83,18 @@ class RunOutcome:
     refused: str | None = None
     kept: bool = False
     seconds: float = 0.0
+    replicas: list[GroupReport] = field(default_factory=list)
+    logs: LogFindings = field(default_factory=LogFindings)
+
+    @property
+    def tracebacks(self) -> int:
+        """Python tracebacks in the brokers' logs (each one a failure)."""
+        return self.logs.traceback_count
+
+    @property
+    def replica_problems(self) -> list[str]:
+        """What the replica comparison found wrong (divergence, different states, lagging)."""
+        return [p for report in self.replicas for p in report.problems]
 
     @property
     def drained(self) -> bool:
@@ -85,18 +103,22 @@ class RunOutcome:
 
     @property
     def passed(self) -> bool:
-        """Checked, valid (no loss, nothing unexpected), drained, no harness error, and a real
-        test: at least one fault injected and one publish confirmed."""
+        """Checked, valid (no loss, nothing unexpected), drained, no harness error, no traceback
+        in a broker's log, replicas that agree, and a real test: at least one fault injected
+        and one publish confirmed."""
         return (self.error is None and self.refused is None and self.result is not None
                 and self.result.valid and self.drained and self.faults > 0
-                and self.result.confirmed > 0)
+                and self.result.confirmed > 0 and self.tracebacks == 0
+                and not self.replica_problems)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
         return {"nemesis": self.nemesis, "queue_type": self.queue_type, "run_dir": str(self.run_dir), "faults": self.faults,
                 "depths": self.depths, "error": self.error, "refused": self.refused,
                 "seconds": round(self.seconds, 1), "passed": self.passed,
-                "result": None if self.result is None else self.result.as_dict()}
+                "result": None if self.result is None else self.result.as_dict(),
+                "tracebacks": self.tracebacks, "logs": self.logs.as_dict(),
+                "replicas": [r.as_dict() for r in self.replicas]}
 
 
 def _stop_publishers(workload: Workload, settings: ClientSettings) -> None:
@@ -133,6 +155,7 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
             settings = replace(settings, queue_args={"x-queue-type": "quorum"})
             workload.settings = settings
         history.record("phase", phase="queue", queue_type=outcome.queue_type)
+        ctx.queue, ctx.queue_type = settings.queue, outcome.queue_type
         try:
             declare_queue(brokers[0].url, settings)
         except QueueRefused as exc:
@@ -154,6 +177,12 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
         workload.close()
         outcome.depths = drain(brokers, settings, history, timeout=cfg.drain_timeout)
         outcome.result = check(history.events())
+        if outcome.queue_type == "quorum":
+            for b in brokers.brokers:    # stopped, so that their files are read as they are
+                brokers.kill(b.index)
+            outcome.replicas = compare_groups({b.name: b.data_dir for b in brokers.brokers})
+            history.record("phase", phase="replicas",
+                           problems=[p for r in outcome.replicas for p in r.problems])
     except Exception:
         outcome.error = traceback.format_exc(limit=6)
     finally:
@@ -163,6 +192,7 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
             workload.close(timeout=5)
         brokers.stop_all()
         net.heal()
+        outcome.logs = scan_logs({b.name: b.log_path for b in brokers.brokers})
         outcome.seconds = time.monotonic() - began
         _keep_or_remove(cfg, outcome, history)
     return outcome

@@ -1,0 +1,199 @@
+"""After a run: every replica of each quorum queue read from its files, and compared.
+
+Read offline, once the brokers are stopped (kill -9 after the drain: the page cache holds every
+byte written), from a copy of each replica directory ``<data dir>/quorum/<group>/`` opened with
+the broker's own ``cluster.raft.disklog.DiskLog`` (the copy, because opening a log cuts torn tails
+and writes marks): what that replica would recover with. Nothing is asked of the running brokers
+and nothing is added to them for it. The state machine (``cluster.quorum.machine.QuorumMachine``
+with the workload queue's configuration, no arguments) is rebuilt on each replica from its
+snapshot and its log.
+
+What must hold after the heal and the drain, with every broker up and quiet for seconds:
+
+- **no divergence**: at every log index that two replicas hold, they hold the same entry (term,
+  kind, bytes) -- Raft's log matching, and with it "same messages in the same order";
+- **one state**: at the newest index every replica can reach (each from its own snapshot), the
+  machines' states are equal byte for byte (messages, their order, delivery counts, consumers);
+- **caught up**: every replica ends at the same (index, term); one behind after seconds of quiet
+  is reported as ``lagging`` (a follower the leader does not bring back is a bug too).
+
+A replica whose files say it lost acknowledged entries (``DiskLog.lost``) is listed in
+``recovering`` (informational: it catches up; it counts only through the checks above).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster.quorum.machine import QuorumMachine
+from cluster.raft.disklog import DiskLog
+from cluster.raft.fifo import FifoConfig
+from cluster.raft.messages import EntryKind, PersistentState
+
+from .clients_common import parse_id
+
+__all__ = ["GroupReport", "compare", "compare_groups", "read_replica"]
+
+_LOG_FILES = ("state", "snapshot", "marks")
+
+
+def read_replica(directory: Path, scratch: Path) -> tuple[PersistentState, str | None]:
+    """(what ``DiskLog`` loads, its ``lost``) for the replica in ``directory``, opened from a
+    copy in ``scratch`` (made here). Raises ``OSError`` / ``FormatError``."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    for path in directory.iterdir():
+        if path.is_file() and (path.suffix == ".seg" or path.name in _LOG_FILES):
+            shutil.copyfile(path, scratch / path.name)
+    log = DiskLog(scratch, fsync=False)
+    try:
+        return log.load(), log.lost
+    finally:
+        log.close()
+
+
+def _machine(state: PersistentState, upto: int) -> QuorumMachine:
+    """The machine of ``state`` after applying its entries up to ``upto``."""
+    machine = QuorumMachine(FifoConfig())
+    if state.snapshot.index:
+        machine.restore(state.snapshot.data)
+    for e in state.entries:
+        if e.index > upto:
+            break
+        if e.kind is EntryKind.COMMAND:
+            machine.apply(e.index, e.data)
+    return machine
+
+
+def _message_ids(machine: QuorumMachine) -> list[int]:
+    """The ids of the messages the machine holds: ready ones in queue order, then those
+    checked out, consumer by consumer (bodies are the workload's decimal ids)."""
+    fifo = json.loads(json.loads(machine.snapshot())["fifo"])
+    ids = []
+    for entry in [*fifo["ready"], *(m for c in fifo["consumers"] for m in c[2])]:
+        ident = parse_id(base64.b64decode(entry[2]))
+        ids.append(-1 if ident is None else ident)
+    return ids
+
+
+@dataclass
+class GroupReport:
+    """The comparison of one group's replicas (see the module docstring): ``last`` per replica
+    (index, term); ``diverged_at``: the first index two replicas hold differently (None: none);
+    ``lagging``: replicas behind the newest (index, term); ``state_index``: where the machines
+    were compared; ``state_mismatch``: replicas whose state there differs from the first's;
+    ``messages``: per replica, the message ids the queue holds there; ``recovering``: replicas
+    whose files lost acknowledged entries (``DiskLog.lost``); ``errors``: replicas that could not
+    be read."""
+
+    group: str
+    last: dict[str, tuple[int, int]] = field(default_factory=dict)
+    diverged_at: int | None = None
+    diverged: dict[str, Any] = field(default_factory=dict)
+    lagging: dict[str, int] = field(default_factory=dict)
+    state_index: int = 0
+    state_mismatch: list[str] = field(default_factory=list)
+    messages: dict[str, int] = field(default_factory=dict)
+    recovering: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def problems(self) -> list[str]:
+        """What broke a rule, in words (empty: the replicas agree)."""
+        out = []
+        if self.diverged_at is not None:
+            out.append(f"group {self.group}: replicas diverge at index {self.diverged_at}: "
+                       f"{self.diverged}")
+        if self.state_mismatch:
+            out.append(f"group {self.group}: states differ at index {self.state_index}: "
+                       f"{', '.join(self.state_mismatch)}")
+        if self.lagging:
+            out.append(f"group {self.group}: replicas behind {max(self.last.values())}: "
+                       f"{self.lagging}")
+        out += [f"group {self.group}: {name} unreadable: {err}"
+                for name, err in self.errors.items()]
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"group": self.group, "last": {k: list(v) for k, v in self.last.items()},
+                "diverged_at": self.diverged_at, "diverged": self.diverged,
+                "lagging": self.lagging, "state_index": self.state_index,
+                "state_mismatch": self.state_mismatch, "messages": self.messages,
+                "recovering": self.recovering, "errors": self.errors,
+                "problems": self.problems}
+
+
+def compare(group: str, states: dict[str, PersistentState]) -> GroupReport:
+    """Compare the replicas ``states`` (by broker name) of one group (pure)."""
+    report = GroupReport(group)
+    if not states:
+        return report
+    held: dict[int, dict[str, tuple[int, int, bytes]]] = {}
+    for name, st in states.items():
+        last = st.entries[-1] if st.entries else None
+        report.last[name] = (last.index, last.term) if last else (st.snapshot.index,
+                                                                  st.snapshot.term)
+        for e in st.entries:
+            held.setdefault(e.index, {})[name] = (e.term, int(e.kind), e.data)
+    for index in sorted(held):
+        if len(set(held[index].values())) > 1:
+            report.diverged_at = index
+            report.diverged = {n: [t, k, len(d)] for n, (t, k, d) in held[index].items()}
+            break
+    newest = max(report.last.values())
+    report.lagging = {n: last[0] for n, last in report.last.items() if last != newest}
+    upto = min(last[0] for last in report.last.values())
+    upto = max(upto, max(st.snapshot.index for st in states.values()))
+    report.state_index = upto
+    first: bytes | None = None
+    for name, st in states.items():
+        if report.last[name][0] < upto or st.snapshot.index > upto:
+            continue   # cannot reach that index: it lags (reported above)
+        machine = _machine(st, upto)
+        snap = machine.snapshot()
+        report.messages[name] = len(_message_ids(machine))
+        if first is None:
+            first = snap
+        elif snap != first:
+            report.state_mismatch.append(name)
+    return report
+
+
+def compare_groups(data_dirs: dict[str, Path], scratch: Path | None = None
+                   ) -> list[GroupReport]:
+    """Read and compare every quorum group found under the brokers' ``data_dirs`` (by name):
+    each replica directory holding a log (segment files). Raises nothing for a replica it
+    cannot read: that is the report's ``errors``."""
+    groups: dict[str, dict[str, Path]] = {}
+    for name, data_dir in data_dirs.items():
+        root = data_dir / "quorum"
+        if not root.is_dir():
+            continue
+        for directory in sorted(root.iterdir()):
+            if directory.is_dir() and any(p.suffix == ".seg" for p in directory.iterdir()):
+                groups.setdefault(directory.name, {})[name] = directory
+    reports = []
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+        for group, dirs in sorted(groups.items()):
+            states: dict[str, PersistentState] = {}
+            errors: dict[str, str] = {}
+            recovering: dict[str, str] = {}
+            for name, directory in dirs.items():
+                try:
+                    states[name], lost = read_replica(directory, Path(tmp) / group / name)
+                except Exception as exc:   # noqa: BLE001 -- any failure is the finding
+                    errors[name] = f"{type(exc).__name__}: {exc}"
+                    continue
+                floor = states[name].floor
+                if lost or floor:
+                    recovering[name] = lost or f"catching up to index {floor}"
+            report = compare(group, states)
+            report.errors, report.recovering = errors, recovering
+            reports.append(report)
+    return reports
