@@ -1,10 +1,13 @@
-"""A short run of every nemesis: 3 brokers in network namespaces, classic shared queue, ~15 s.
+"""A short run of every nemesis: 3 brokers in network namespaces, classic shared queue, ~15 s;
+and of issue 24's ``corrupt`` and kill-target nemeses against a quorum queue.
 
 Each test runs the harness as ``python -m interop_tests.faults`` (its own process: the harness
 enters the hub namespace, which must not happen to pytest's process) and reads its ``--json``
 outcome. What must hold today for every nemesis: the run completes (no harness error), faults
 were injected, publishes were confirmed, nothing unpublished was delivered (unexpected == 0),
-the queue is empty on every broker after the drain, and the final line has the documented form.
+the queue is empty on every broker after the drain, no broker logged a traceback, the quorum
+queue's replicas agree (read from their files after the drain), and the final line has the
+documented form.
 
 ``lost == 0`` is asserted for every nemesis: with the acknowledged relay (issue 10) a message
 dealt to another broker stays its sender's until that broker's consumer settles it, so a killed
@@ -30,19 +33,24 @@ SECONDS = 15
 NEMESES = ["kill", "pause", "partition-one", "partition-halves", "partition-ring", "link-flap",
            "mixed"]
 SUMMARY = re.compile(r"^runs=(\d+) confirmed=(\d+) lost=(\d+) unexpected=(\d+) "
-                     r"duplicates=(\d+) unavailable_s=(\d+\.\d)$")
+                     r"duplicates=(\d+) unavailable_s=(\d+\.\d) tracebacks=(\d+) "
+                     r"diverged=(\d+)$")
+#: The nemeses of issue 24 run against a quorum queue (``corrupt`` damages its replicas' files;
+#: ``kill-queue-leader`` needs its Raft leader), each kept to about 40 s.
+QUORUM_NEMESES = ["corrupt", "kill-queue-leader", "kill-majority", "kill-all"]
 
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
                                 reason=f"network namespaces unavailable: {unavailable_reason()}")
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("nemesis", NEMESES)
-def test_short_run(nemesis: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("nemesis", "queue_type"), [*((n, "classic") for n in NEMESES),
+                                                     *((n, "quorum") for n in QUORUM_NEMESES)])
+def test_short_run(nemesis: str, queue_type: str, tmp_path: Path) -> None:
     out = tmp_path / "outcome.json"
     proc = subprocess.run(
         [sys.executable, "-m", "interop_tests.faults", "--nemesis", nemesis,
-         "--seconds", str(SECONDS), "--runs", "1", "--brokers", "3", "--queue-type", "classic",
+         "--seconds", str(SECONDS), "--runs", "1", "--brokers", "3", "--queue-type", queue_type,
          "--seed", "11", "--no-results", "--work-dir", str(tmp_path / "runs"),
          "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=220)
@@ -57,4 +65,6 @@ def test_short_run(nemesis: str, tmp_path: Path) -> None:
     assert result["unexpected"] == 0, report
     assert outcome["depths"] and all(d == 0 for d in outcome["depths"].values()), report
     assert result["lost"] == 0, report
+    assert outcome["tracebacks"] == 0, report
+    assert not [p for r in outcome["replicas"] for p in r["problems"]], report
     assert proc.returncode == 0, report
