@@ -169,7 +169,8 @@ class _LogSync(PendingSync):
 class DiskLog:
     """``RaftStorage`` in ``directory`` (created if missing). ``segment_bytes``: a segment is
     rolled once it exceeds this size; ``fsync``: False skips fsyncs (tests; survives kill -9 but
-    not power loss). Raises ``FormatError`` on segment files of another magic/version, ``OSError``
+    not power loss). Raises ``FormatError`` on segment files of another format or a newer version
+    (a header of ours with a few flipped bits is rewritten: ``format.header_damage``), ``OSError``
     on I/O errors (after a failed fsync treat the replica as failed: fail-stop, as the message
     store). ``lost``: why this replica lost entries it had acknowledged (None: nothing lost; see
     the module docstring), found when it opened."""
@@ -279,7 +280,13 @@ class DiskLog:
                 held = held or (seq == mark.segment and mark.offset == len(header)
                                 and tail_crc(header, len(header)) == mark.tail)
                 continue
-            fmt.check_file_header(data, seq, MAGIC, FORMAT_VERSION)
+            damaged = fmt.header_damage(data, seq, MAGIC, FORMAT_VERSION)
+            if damaged is not None:   # a few flipped bits: the records carry their own crc
+                log.error("raft log: %s has a damaged header: %s; rewritten, its records "
+                          "checked one by one", path, damaged)
+                with open(path, "r+b") as f:
+                    f.write(fmt.file_header(seq, MAGIC, FORMAT_VERSION))
+                self.cuts.append((path.name, 0, 0, f"damaged header: {damaged}"))
             result = fmt.Scan(fmt.FILE_HEADER_SIZE)
             for offset, _total, kind, flags, index, payload in fmt.scan(data, result,
                                                                       kinds=_SEGMENT_KINDS):

@@ -101,10 +101,10 @@ def test_corrupt_record_crc_ends_the_valid_log(tmp_path: Path) -> None:
     assert [e.index for e in reopen(tmp_path).load().entries] == [1, 2, 3, 4, 5]
 
 
-def test_other_magic_or_version_is_refused(tmp_path: Path) -> None:
+def test_other_format_or_newer_version_is_refused(tmp_path: Path) -> None:
     reopen(tmp_path).close()
     seg = tmp_path / fmt.segment_name(1)
-    seg.write_bytes(fmt.file_header(1))   # the message store's magic
+    seg.write_bytes(fmt.file_header(1, b"\x7fELF", 1))   # another format
     with pytest.raises(fmt.FormatError):
         reopen(tmp_path)
     seg.write_bytes(fmt.file_header(1, b"AMQR", 9))

@@ -202,3 +202,14 @@ def test_marks_cut_short_but_with_a_whole_slot_are_no_loss_and_made_whole(tmp_pa
     log.sync()
     log.close()
     assert marks.stat().st_size == 16 + 2 * 512 and open_log(tmp_path).lost is None
+
+
+def test_a_flipped_bit_in_a_segment_header_is_repaired_without_a_loss(tmp_path: Path) -> None:
+    """It used to stop the replica from opening (FormatError: bad segment magic)."""
+    seg = written(tmp_path)
+    data = bytearray(seg.read_bytes())
+    data[1] ^= 0x04
+    seg.write_bytes(bytes(data))
+    log = open_log(tmp_path)
+    assert log.lost is None and log.load().entries[-1].index == 20
+    assert seg.read_bytes()[:4] == b"AMQR"

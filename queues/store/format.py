@@ -62,7 +62,8 @@ __all__ = [
     "MAGIC", "FORMAT_VERSION", "FILE_HEADER_SIZE", "RECORD_HEADER_SIZE", "MAX_RECORD",
     "KIND_PUBLISH", "KIND_ACK", "KIND_DROP_QUEUE", "KIND_OPEN", "KIND_CLEAN",
     "FLAG_RELOCATED", "FormatError", "Publish", "segment_name", "parse_segment_name",
-    "file_header", "check_file_header", "publish_prefix", "encode_record", "encode_ack",
+    "file_header", "check_file_header", "header_damage", "HEADER_DAMAGE_BITS",
+    "publish_prefix", "encode_record", "encode_ack",
     "encode_name_record", "encode_clean", "decode_publish", "decode_holders", "decode_ack", "decode_name",
     "decode_ids", "scan", "Scan",
 ]
@@ -128,6 +129,37 @@ def check_file_header(data: bytes | memoryview, base: int, magic: bytes = MAGIC,
         raise FormatError(f"unsupported segment format version {found_version}")
     if found != base:
         raise FormatError(f"segment header says base {found}, file name says {base}")
+
+
+#: A header that differs from the expected one in at most this many bits is taken for ours with
+#: flipped bits (``header_damage``), not for a file of another format.
+HEADER_DAMAGE_BITS = 8
+
+
+def header_damage(data: bytes | memoryview, base: int, magic: bytes = MAGIC,
+                  version: int = FORMAT_VERSION) -> str | None:
+    """Why ``data``'s file header is not the valid one for ``base`` though it is ours with a few
+    flipped bits (at most ``HEADER_DAMAGE_BITS`` differ from ``file_header(base, magic,
+    version)``): the caller rewrites it and checks the records one by one (each has its crc);
+    None when the header is valid. Raises ``FormatError`` for what is not ours to repair: a torn
+    header (fewer than 16 bytes), a newer version of this format (refused: a downgrade), or a
+    header of another format (too many bits differ)."""
+    try:
+        check_file_header(data, base, magic, version)
+        return None
+    except FormatError as exc:
+        problem = str(exc)
+    if len(data) < FILE_HEADER_SIZE:
+        raise FormatError(problem)
+    found_magic, found_version = _FILE_HEADER.unpack_from(data, 0)[:2]
+    if found_magic == magic and version < found_version < 256:
+        raise FormatError(problem)
+    expected = file_header(base, magic, version)
+    flipped = sum(bin(a ^ b).count("1") for a, b in zip(bytes(data[:FILE_HEADER_SIZE]), expected,
+                                                        strict=True))
+    if flipped > HEADER_DAMAGE_BITS:
+        raise FormatError(problem)
+    return f"{problem} ({flipped} bits differ from the valid header)"
 
 
 def _name(text: str) -> bytes:

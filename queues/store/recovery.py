@@ -74,8 +74,10 @@ def _apply(index: StoreIndex, seg: Segment, offset: int, total: int, kind: int, 
 def replay(directory: Path, index: StoreIndex) -> Replay:
     """Load every segment of ``directory`` into ``index`` (which must be empty); cut bad tails.
 
-    Raises ``FormatError`` for a file with a complete header of another magic or version (refusing
-    to guess), ``OSError`` on I/O errors. Never raises on torn or corrupt records.
+    Raises ``FormatError`` for a file with a complete header of another format or a newer version
+    (refusing to guess), ``OSError`` on I/O errors. Never raises on torn or corrupt records; a
+    header that is ours with a few flipped bits (``format.header_damage``) is rewritten, logged
+    as an error, and the records read as usual (each checks its own crc).
     """
     state = Replay()
     bases = list_segments(directory)
@@ -94,7 +96,14 @@ def replay(directory: Path, index: StoreIndex) -> Replay:
             state.cuts.append((path.name, 0, len(data), "torn file header"))
             seg.size = seg.written = fmt.FILE_HEADER_SIZE
             continue
-        fmt.check_file_header(data, base)
+        damaged = fmt.header_damage(data, base)
+        if damaged is not None:
+            # a few flipped bits in the header: the records carry their own crc
+            log.error("message store: %s has a damaged header: %s; rewritten, its records "
+                      "checked one by one", path.name, damaged)
+            with open(path, "r+b") as f:
+                f.write(fmt.file_header(base))
+            state.cuts.append((path.name, 0, 0, f"damaged header: {damaged}"))
         result = fmt.Scan(fmt.FILE_HEADER_SIZE)
         for offset, total, kind, flags, store_id, payload in fmt.scan(data, result):
             try:

@@ -118,6 +118,22 @@ def test_foreign_or_newer_files_are_refused(tmp_path):
         MessageStore(tmp_path)
 
 
+@pytest.mark.parametrize("bit", [0, 9, 37, 127])   # in the magic, the magic, the version, base
+def test_a_header_with_a_flipped_bit_is_rewritten_and_its_messages_kept(tmp_path, caplog, bit):
+    """A bit flipped in a segment's header (issue 24, the corrupt nemesis) used to stop the
+    broker at start (FormatError: bad segment magic): the records carry their own crc."""
+    path, ids = write_messages(tmp_path, 3)
+    data = bytearray(path.read_bytes())
+    data[bit // 8] ^= 1 << (bit % 8)
+    path.write_bytes(data)
+    caplog.set_level(logging.ERROR)
+    store = MessageStore(tmp_path)
+    assert [r.store_id for r in store.recover()["q"]] == ids
+    assert "damaged header" in caplog.text
+    store.close()
+    assert path.read_bytes()[:fmt.FILE_HEADER_SIZE] == fmt.file_header(ids[0])
+
+
 def test_unrelated_files_are_ignored(tmp_path):
     _, ids = write_messages(tmp_path, 2)
     (tmp_path / "notes.txt").write_text("hello")
