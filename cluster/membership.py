@@ -265,12 +265,13 @@ class Node:
             return
         mine = self.name in dict(members)
         rv = self._restored
+        former = rv is not None and rv.lists_former_self(m.view)
         if (self.status is Status.JOINING and rv is not None and mine and rv.newer(m.view, members)
-                and (members[-1][0] != self.name or sender != members[0][0])):
+                and (members[-1][0] != self.name or sender != members[0][0] or former)):
             rv.view, rv.members = m.view, members   # a view we missed, with us: our vote moves
             return
         if self.status is Status.JOINING and mine and (
-                members[-1][0] != self.name or sender != members[0][0]):
+                members[-1][0] != self.name or sender != members[0][0] or former):
             return   # only the leader's announcement of our Join, not an older view with us in it
         if view_key(m.view, members) > view_key(self.view, self.members):
             self._install(m.view, members, now)

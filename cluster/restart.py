@@ -14,6 +14,7 @@ from __future__ import annotations
 from .actions import Members
 from .codec import ClusterMethod, Membership, Ping, Vote
 from .durable import DurableVote, view_key
+from .views import next_view
 
 __all__ = ["Restarted"]
 
@@ -25,6 +26,9 @@ class Restarted:
 
     def __init__(self, vote: DurableVote, since: float) -> None:
         self.view, self.members = vote.view, vote.members
+        #: the newest view number that may list our former self without a Join of ours: the
+        #: durable view, or the one a round we granted before the crash may have announced
+        self.former = max(vote.view, next_view(vote.grant[0], 0xFFFF) if vote.grant else 0)
         self.serving_heard = since              # when a serving member last spoke to us
         self.leader_heard = float("-inf")       # ... and when the durable view's leader did
 
@@ -59,6 +63,12 @@ class Restarted:
     def should_recover(self, now: float, recover_after: float) -> bool:
         """True when no serving member spoke to us for ``recover_after`` s: propose recovery."""
         return now - self.serving_heard >= recover_after
+
+    def lists_former_self(self, view: int) -> bool:
+        """True when a view numbered ``view`` that lists us may be one our former self was in
+        (not the announcement of our Join, even when it lists us last: the leader re-admits a
+        restarted member in a later view, after removing it)."""
+        return view <= self.former
 
     def newer(self, view: int, members: Members) -> bool:
         """True when ``view``/``members`` comes after the durable view (``view_key`` order)."""
