@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime as _dt
 import decimal
 import json
@@ -59,6 +60,7 @@ from .publish import (
     SinkError,
     SinkOptions,
     chunks_from_rows,
+    uris_for_attempt,
 )
 
 try:  # Spark >= 4.1: streaming writes get Arrow batches too (much faster than Rows)
@@ -211,7 +213,9 @@ def _publish_task(opts: SinkOptions, schema: StructType, chunks: Iterator[dict[s
             if not messages:
                 continue
             if publisher is None:
-                publisher = stack.enter_context(Publisher(opts, client_name=name))
+                attempt = ctx.attemptNumber() if ctx else 0
+                task_opts = dataclasses.replace(opts, uris=uris_for_attempt(opts.uris, attempt))
+                publisher = stack.enter_context(Publisher(task_opts, client_name=name))
             publisher.send(messages)
         if publisher is not None:
             publisher.flush()

@@ -22,7 +22,7 @@ from .common import OwnsConnection, lowered_options, option_bool, option_int, op
 
 __all__ = [
     "SinkOptions", "MessageBuilder", "Publisher", "PROPERTY_COLUMNS", "message_id",
-    "SinkError",
+    "SinkError", "uris_for_attempt",
 ]
 
 #: Columns read as message properties when present (same names as ``clients.Properties``).
@@ -52,8 +52,8 @@ def _int(name: str, value: str, lo: int, hi: int) -> int:
 
 @dataclass(frozen=True)
 class SinkOptions:
-    """The ``.option(...)`` values of ``format("amqp")``; see ``spark/README`` section in the
-    project README and ``SinkOptions.parse`` for defaults. Immutable and picklable."""
+    """The ``.option(...)`` values of ``format("amqp")``; see docs/spark.md
+    and ``SinkOptions.parse`` for defaults. Immutable and picklable."""
 
     uris: tuple[str, ...]
     exchange: str = ""
@@ -124,6 +124,15 @@ class SinkOptions:
                 return name
         raise SinkError(f"no body: add a 'body' or 'value' column (binary or string), set "
                         f"body_column, or use option format=json; columns: {list(columns)}")
+
+
+def uris_for_attempt(uris: Sequence[str], attempt: int) -> tuple[str, ...]:
+    """The broker list a task's ``attempt`` (0 first) connects through, in order: ``uris``
+    turned by ``attempt`` places, so a retried task starts at the broker after the one its
+    failed attempt started at (a member that is frozen or unreachable, rather than refusing,
+    would cost every retry its ``connection_timeout`` first) and goes round the rest."""
+    k = attempt % len(uris) if uris else 0
+    return tuple(uris[k:]) + tuple(uris[:k])
 
 
 def message_id(prefix: str, index: int) -> str:
@@ -285,7 +294,8 @@ class Publisher(OwnsConnection):
     ``flush()`` waits for the rest. Raises ``clients.PublishNacked``, ``clients.MessageReturned``
     (mandatory, unroutable), ``ConnectionClosed``/``ChannelClosed``, ``TimeoutError`` — the
     broker did not take a message and the Spark task must fail. No reconnect: a lost connection
-    fails the task, and Spark's retry re-sends with the same message ids."""
+    fails the task, and Spark's retry (``spark.local``: on by default) re-sends with the same
+    message ids, through the next broker first (``uris_for_attempt``)."""
 
     def __init__(self, opts: SinkOptions, client_name: str = "spark amqp sink") -> None:
         from clients.blocking import BlockingConnection

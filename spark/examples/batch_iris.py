@@ -20,6 +20,8 @@ import os
 import sys
 import time
 
+from spark.examples import add_spark_arguments, spark_master
+
 EXCHANGE = "spark.examples"
 QUEUE = "iris.stats"
 MEASUREMENTS = ("sepal_length", "sepal_width", "petal_length", "petal_width")
@@ -46,10 +48,11 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__.split("\n")[0])
     p.add_argument("--uri", default="amqp://guest:guest@127.0.0.1:5672/%2F",
                    help="broker URI(s), comma-separated for failover")
-    p.add_argument("--master", default="local[2]")
+    add_spark_arguments(p)
     p.add_argument("--exchange", default=EXCHANGE)
     p.add_argument("--queue", default=QUEUE)
     args = p.parse_args(argv)
+    master = spark_master(args)
 
     path = iris_csv()
     with open(path, encoding="utf-8") as f:  # first line: "150,4,setosa,versicolor,virginica"
@@ -65,12 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         ch.queue_declare(args.queue, durable=True)
         ch.queue_bind(args.queue, args.exchange, "iris.#")
 
-    step(f"starting Spark ({args.master}, loopback only)")
+    step(f"starting Spark ({master}, loopback only)")
     from pyspark.sql import functions as F
 
     from spark.local import local_session
 
-    session = local_session(args.master, app_name="batch_iris")
+    session = local_session(master, app_name="batch_iris")
     try:
         schema = ", ".join(f"{m} double" for m in MEASUREMENTS) + ", target int"
         # The first line is not a header of column names but "150,4,<species...>": it does

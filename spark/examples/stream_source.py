@@ -11,7 +11,9 @@ at most ``--max-per-batch`` messages per micro-batch) and prints, for every micr
 offsets and how many messages each routing key had (``foreachBatch``). The checkpoint
 (``--checkpoint``, default ``./data/spark-checkpoints/stream_source``) makes a re-run go on after
 the last offset the previous run finished: nothing is counted twice. Stops after ``--seconds``
-(Ctrl-C stops it earlier, cleanly).
+(Ctrl-C stops it earlier, cleanly: the batch being counted is cancelled, and the next run counts
+it; ``spark.foreach_batch.stoppable`` keeps Spark's stop from dying of a
+``StackOverflowError``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import os
 import sys
 import threading
 import time
+
+from spark.examples import add_spark_arguments, spark_master
 
 #: Routing keys of the published messages, in the proportions 4:3:2:1.
 KEYS = ("orders.created",) * 4 + ("orders.paid",) * 3 + ("orders.shipped",) * 2 + ("users.signup",)
@@ -67,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__.split("\n")[0])
     p.add_argument("--uri", default="amqp://guest:guest@127.0.0.1:5672/%2F",
                    help="broker URI(s), comma-separated for failover")
-    p.add_argument("--master", default="local[2]")
+    add_spark_arguments(p)
     p.add_argument("--queue", default="events.stream")
     p.add_argument("--exchange", default="events")
     p.add_argument("--rate", type=int, default=500, help="messages/s to publish (0: none)")
@@ -80,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default=os.path.join("data", "spark-checkpoints",
                                                         "stream_source"))
     args = p.parse_args(argv)
+    master = spark_master(args)
     uris = [u.strip() for u in args.uri.split(",") if u.strip()]
 
     step(f"declaring stream queue {args.queue!r} bound to topic exchange {args.exchange!r}")
@@ -92,12 +97,13 @@ def main(argv: list[str] | None = None) -> int:
                                      name="publisher", daemon=True)
         publisher.start()
 
-    step(f"starting Spark ({args.master}, loopback only)")
+    step(f"starting Spark ({master}, loopback only)")
     from pyspark.sql import functions as F
 
+    from spark.foreach_batch import stoppable
     from spark.local import local_session
 
-    session = local_session(args.master, app_name="stream_source")
+    session = local_session(master, app_name="stream_source")
     events = (session.readStream.format("amqp").option("uri", args.uri)
               .option("queue", args.queue).option("startingOffset", args.start)
               .option("max_messages_per_batch", args.max_per_batch).load())
@@ -115,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                       key=lambda r: r.routing_key))
         step(f"batch {batch_id}: {total} messages, offsets {lo}..{hi}: {per_key}")
 
-    query = (events.writeStream.foreachBatch(show)
+    # stoppable: stopping while show() runs would otherwise kill Spark's stream thread with a
+    # java.lang.StackOverflowError (see spark.foreach_batch) instead of stopping it cleanly
+    query = (events.writeStream.foreachBatch(stoppable(show))
              .option("checkpointLocation", os.path.abspath(args.checkpoint))
              .trigger(processingTime="1 second").queryName("stream_source").start())
     step(f"query {query.id} running (checkpoint {args.checkpoint}); "

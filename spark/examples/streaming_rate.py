@@ -20,6 +20,8 @@ import os
 import sys
 import time
 
+from spark.examples import add_spark_arguments, spark_master
+
 QUEUE = "rate.windows"
 
 
@@ -32,13 +34,14 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__.split("\n")[0])
     p.add_argument("--uri", default="amqp://guest:guest@127.0.0.1:5672/%2F",
                    help="broker URI(s), comma-separated for failover")
-    p.add_argument("--master", default="local[2]")
+    add_spark_arguments(p)
     p.add_argument("--queue", default=QUEUE)
     p.add_argument("--rows-per-second", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=30.0, help="run time (0: until Ctrl-C)")
     p.add_argument("--checkpoint", default=os.path.join("data", "spark-checkpoints",
                                                         "streaming_rate"))
     args = p.parse_args(argv)
+    master = spark_master(args)
 
     from clients.blocking import BlockingConnection
 
@@ -47,12 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         conn.channel().queue_declare(args.queue, durable=True,
                                      arguments={"x-message-deduplication": True})
 
-    step(f"starting Spark ({args.master}, loopback only)")
+    step(f"starting Spark ({master}, loopback only)")
     from pyspark.sql import functions as F
 
     from spark.local import local_session
 
-    session = local_session(args.master, app_name="streaming_rate")
+    session = local_session(master, app_name="streaming_rate")
     windows = (session.readStream.format("rate")
                .option("rowsPerSecond", args.rows_per_second).option("numPartitions", 2).load()
                .withWatermark("timestamp", "2 seconds")

@@ -12,7 +12,14 @@ import pytest
 
 from clients import MessageReturned, PublishNacked
 from clients.message import decode_properties
-from spark.publish import MessageBuilder, Publisher, SinkError, SinkOptions, chunks_from_rows
+from spark.publish import (
+    MessageBuilder,
+    Publisher,
+    SinkError,
+    SinkOptions,
+    chunks_from_rows,
+    uris_for_attempt,
+)
 from spark.tests.conftest import drain
 
 URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -47,6 +54,14 @@ def test_options_defaults_and_parsing():
 def test_bad_options(options, error):
     with pytest.raises(SinkError, match=error):
         SinkOptions.parse(options)
+
+
+def test_a_retried_task_starts_at_the_next_broker():
+    uris = ("amqp://a/", "amqp://b/", "amqp://c/")
+    assert uris_for_attempt(uris, 0) == uris
+    assert uris_for_attempt(uris, 1) == ("amqp://b/", "amqp://c/", "amqp://a/")
+    assert uris_for_attempt(uris, 5) == ("amqp://c/", "amqp://a/", "amqp://b/")
+    assert uris_for_attempt(uris[:1], 3) == uris[:1]
 
 
 def test_body_column_resolution():

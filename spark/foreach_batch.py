@@ -1,0 +1,67 @@
+"""``stoppable(func)``: a ``foreachBatch`` function whose JVM errors reach Spark as one short line.
+
+Why: ``StreamingQuery.stop()`` cancels the job a ``foreachBatch`` function is running (and
+interrupts its thread); the function's Spark call then raises ``py4j.protocol.Py4JJavaError``,
+whose text carries the whole Java stack trace (8 kB and more). Py4J hands that text to the JVM,
+where Spark decides whether the query died of the stop or of an error by matching it with the
+regular expression ``StreamExecution.PROXY_ERROR``, ``...calling((.|\\r\\n|\\r|\\n)*)...``, which
+recurses once per character: on a few kB the stream thread dies of ``java.lang.StackOverflowError``
+(1,024 ``java.util.regex.Pattern`` frames on stderr) instead of stopping cleanly (seen with Spark
+4.0-4.3; ``spark.examples.stream_source`` stopping after its time or on Ctrl-C).
+
+``stoppable`` re-raises such an error as ``BatchFailed`` whose text is py4j's first line and the
+Java exception's ``toString()`` without the stack trace, and suppresses the chained traceback, so
+the text Spark matches is short and still says what Spark looks for: a cancelled job group
+(``org.apache.spark.SparkException`` ... ``cancelled`` ... the group id) or a
+``java.lang.InterruptedException`` means "stopped", anything else fails the query as before
+(with that one line as its message). Python errors raised by the function pass unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from py4j.protocol import Py4JJavaError
+
+__all__ = ["stoppable", "BatchFailed", "java_summary"]
+
+#: Longest Java exception text kept (the head of a long message says what happened).
+MAX_JAVA_TEXT = 400
+
+
+class BatchFailed(Exception):
+    """A ``Py4JJavaError`` raised inside a ``foreachBatch`` function, as one short line:
+    ``py4j.protocol.Py4JJavaError: An error occurred while calling <call>.\\n: <Java exception>``
+    (``java_summary``)."""
+
+
+def java_summary(error: Py4JJavaError) -> str:
+    """``error`` as py4j's first line and ``toString()`` of its Java exception (at most
+    ``MAX_JAVA_TEXT`` characters), without the Java stack trace that ``str(error)`` appends."""
+    try:
+        java = str(error.java_exception.toString())
+    except Exception:  # noqa: BLE001 - the gateway may be gone while stopping
+        java = "(Java exception unavailable)"
+    if len(java) > MAX_JAVA_TEXT:
+        java = java[:MAX_JAVA_TEXT] + "..."
+    call = str(getattr(error, "errmsg", "") or "An error occurred").strip()
+    return f"py4j.protocol.Py4JJavaError: {call}\n: {java}"
+
+
+def stoppable(func: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+    """Wrap a ``foreachBatch`` function ``func(batch_df, batch_id)``: a ``Py4JJavaError`` it
+    raises is re-raised as ``BatchFailed`` (short text, no chained traceback; see the module
+    docstring), so ``query.stop()`` during a batch stops the query cleanly. Use as
+    ``df.writeStream.foreachBatch(stoppable(show))``. Source: Spark's
+    ``StreamExecution.isInterruptionException`` (4.3)."""
+
+    @functools.wraps(func)
+    def run(batch: Any, batch_id: int) -> Any:
+        try:
+            return func(batch, batch_id)
+        except Py4JJavaError as exc:
+            raise BatchFailed(java_summary(exc)) from None
+
+    return run
