@@ -13,7 +13,8 @@ member once that member applied the entry the leader gave it. Checked:
   single ``MetadataMachine`` applying the committed log in order gives, at every index, the
   state every member had there and the outcome every member (so every answered client) got.
 
-``METADATA_SIM_SEEDS`` (default 80; 3000 passed when written) sets the number of seeds, ``METADATA_SIM_SEED`` runs one.
+``METADATA_SIM_SEEDS`` (default 80; 3000 passed when written) sets the number of seeds,
+``METADATA_SIM_SEED`` runs one.
 """
 
 from __future__ import annotations
