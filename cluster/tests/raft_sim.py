@@ -89,12 +89,15 @@ class HashChain:
         self.state = b""
 
     def apply(self, index: int, kind: EntryKind, data: bytes) -> None:
+        """Chain ``data`` (of any kind) at ``index`` into the state; no result."""
         self.state = digest(self.state, index, data)
 
     def snapshot(self) -> bytes:
+        """The chain's head (12 bytes; b"" before any entry)."""
         return self.state
 
     def restore(self, data: bytes) -> None:
+        """Take ``data``, a ``snapshot()``, as the chain's head."""
         self.state = data
 
 

@@ -46,6 +46,7 @@ class MetadataSM:
         self.machine = MetadataMachine()
 
     def apply(self, index: int, kind: EntryKind, data: bytes) -> object:
+        """The outcome of a COMMAND entry; None for the others."""
         if kind is EntryKind.COMMAND:
             return self.machine.apply_entry(index, data)
         if kind is EntryKind.CONFIG:
@@ -53,9 +54,11 @@ class MetadataSM:
         return None
 
     def snapshot(self) -> bytes:
+        """``MetadataMachine.snapshot``."""
         return self.machine.snapshot()
 
     def restore(self, data: bytes) -> None:
+        """``MetadataMachine.restore`` (raises ``MalformedMetadata`` for bad bytes)."""
         self.machine.restore(data)
 
 
@@ -84,6 +87,8 @@ class Clients:
                 self.waiting[(member, result.index)] = (result.term, data)
 
     def on_apply(self, member: str, index: int, term: int, outcome: object) -> None:
+        """``RaftSim.on_apply``: a client waiting on ``member`` for ``index`` is answered when
+        the entry there is its own (same term), else its command was lost with a leader."""
         mine = self.waiting.pop((member, index), None)
         if mine is None:
             return
