@@ -1,8 +1,8 @@
 """The harness's side of :mod:`interop_tests.faults.lazyfs`: mount it, cut the power, unmount.
 
-A :class:`LazyMount` runs ``python -m interop_tests.faults.lazyfs MOUNTPOINT BACKING STATE`` as a
-child process talking over its stdin/stdout (one command, one JSON line), its stderr appended to
-a log file. Mount it in the mount namespace the brokers are started from, before they start:
+A :class:`LazyMount` runs ``python -m interop_tests.faults.lazyfs_daemon MOUNTPOINT BACKING
+STATE`` as a child process talking over its stdin/stdout (one command, one JSON line), its stderr
+appended to a log file. Mount it in the mount namespace the brokers are started from, before they start:
 ``ip netns exec`` gives each broker a copy of that namespace taken at its start (iproute2's
 netns_switch unshares the mount namespace to remount /sys), so a mount made earlier is seen
 through the copy, and the FUSE process itself may sit in any network namespace.
@@ -68,7 +68,7 @@ class LazyMount:
             d.mkdir(parents=True, exist_ok=True)
         with open(self.log, "a") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "interop_tests.faults.lazyfs", str(self.mountpoint),
+                [sys.executable, "-m", "interop_tests.faults.lazyfs_daemon", str(self.mountpoint),
                  str(self.backing), str(self.state)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                 cwd=REPO, start_new_session=True)
