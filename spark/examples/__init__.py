@@ -15,10 +15,13 @@ at the next broker of ``--uri`` (comma-separated).
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
+from typing import Any
 
 from spark.local import MAX_FAILURES, with_retries
 
-__all__ = ["add_spark_arguments", "spark_master"]
+__all__ = ["add_spark_arguments", "spark_master", "catch_ctrl_c"]
 
 
 def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,3 +41,22 @@ def spark_master(args: argparse.Namespace) -> str:
         return with_retries(args.master, args.max_failures)
     except ValueError as exc:
         raise SystemExit(f"--max-failures: {exc}") from None
+
+
+def catch_ctrl_c() -> threading.Event:
+    """Make the first Ctrl-C (SIGINT) only set the returned event, and a second one raise
+    ``KeyboardInterrupt``. Replaces PySpark's handler, which ``SparkContext`` installs: it calls
+    ``cancelAllJobs()`` and raises ``KeyboardInterrupt`` from inside whatever Py4J call the main
+    thread is in, so py4j logs "reentrant call" errors and a streaming query's running job dies
+    of a cancellation that is not its stop. An example polls the event (its 0.5 s
+    ``awaitTermination`` loop) and stops the query with ``query.stop()``. Call in the main
+    thread, after the session started."""
+    interrupted = threading.Event()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+
+    signal.signal(signal.SIGINT, on_sigint)
+    return interrupted

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from spark.examples import add_spark_arguments, spark_master
+from spark.examples import add_spark_arguments, catch_ctrl_c, spark_master
 
 #: Routing keys of the published messages, in the proportions 4:3:2:1.
 KEYS = ("orders.created",) * 4 + ("orders.paid",) * 3 + ("orders.shipped",) * 2 + ("users.signup",)
@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from spark.local import local_session
 
     session = local_session(master, app_name="stream_source")
+    interrupted = catch_ctrl_c()
     events = (session.readStream.format("amqp").option("uri", args.uri)
               .option("queue", args.queue).option("startingOffset", args.start)
               .option("max_messages_per_batch", args.max_per_batch).load())
@@ -130,10 +131,13 @@ def main(argv: list[str] | None = None) -> int:
          f"{'until Ctrl-C' if not args.seconds else f'for {args.seconds:.0f} s'}")
     deadline = time.monotonic() + args.seconds if args.seconds else None
     try:
-        while query.isActive and (deadline is None or time.monotonic() < deadline):
+        while (query.isActive and not interrupted.is_set()
+               and (deadline is None or time.monotonic() < deadline)):
             query.awaitTermination(0.5)
+        if interrupted.is_set():
+            step("Ctrl-C: stopping")
     except KeyboardInterrupt:
-        step("Ctrl-C: stopping")
+        step("Ctrl-C again: stopping now")
     finally:
         stop.set()
         query.stop()

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from spark.examples import add_spark_arguments, spark_master
+from spark.examples import add_spark_arguments, catch_ctrl_c, spark_master
 
 QUEUE = "rate.windows"
 
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from spark.local import local_session
 
     session = local_session(master, app_name="streaming_rate")
+    interrupted = catch_ctrl_c()
     windows = (session.readStream.format("rate")
                .option("rowsPerSecond", args.rows_per_second).option("numPartitions", 2).load()
                .withWatermark("timestamp", "2 seconds")
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.seconds if args.seconds else None
     last_batch = None
     try:
-        while query.isActive and (deadline is None or time.monotonic() < deadline):
+        while (query.isActive and not interrupted.is_set()
+               and (deadline is None or time.monotonic() < deadline)):
             query.awaitTermination(0.5)
             progress = query.lastProgress
             if progress and progress["batchId"] != last_batch:
@@ -84,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"({progress.get('processedRowsPerSecond', 0):.0f} rows/s), "
                      f"{sink_rows} window message(s) out, watermark "
                      f"{progress.get('eventTime', {}).get('watermark', '-')}")
+        if interrupted.is_set():
+            step("Ctrl-C: stopping")
     except KeyboardInterrupt:
-        step("Ctrl-C: stopping")
+        step("Ctrl-C again: stopping now")
     finally:
         query.stop()
         session.stop()
