@@ -6,8 +6,8 @@ whose text carries the whole Java stack trace (8 kB and more). Py4J hands that t
 where Spark decides whether the query died of the stop or of an error by matching it with the
 regular expression ``StreamExecution.PROXY_ERROR``, ``...calling((.|\\r\\n|\\r|\\n)*)...``, which
 recurses once per character: on a few kB the stream thread dies of ``java.lang.StackOverflowError``
-(1,024 ``java.util.regex.Pattern`` frames on stderr) instead of stopping cleanly (seen with Spark
-4.0-4.3; ``spark.examples.stream_source`` stopping after its time or on Ctrl-C).
+(1,024 ``java.util.regex.Pattern`` frames on stderr) and the query never reaches "Stopped" (seen
+with Spark 4.3: ``spark.examples.stream_source`` stopping after its time or on Ctrl-C).
 
 ``stoppable`` re-raises such an error as ``BatchFailed`` whose text is py4j's first line and the
 Java exception's ``toString()`` without the stack trace, and suppresses the chained traceback, so
