@@ -16,8 +16,9 @@ Modules: ``publish`` (options, rows -> messages, confirmed publishing; no pyspar
 ``datasource`` (``AmqpDataSource`` and its writers), ``consume`` (source options, offsets
 probed over AMQP, reading an offset range; no pyspark import), ``source`` (the batch and stream
 readers), ``common`` (what ``publish`` and ``consume`` share), ``local`` (a loopback-only
-local session for tests and examples), ``examples``
-(runnable jobs), ``bench`` (throughput benchmark).
+local session for tests and examples, with task retries), ``foreach_batch`` (``stoppable``: a
+``foreachBatch`` function that a stop during its job does not turn into a Java
+``StackOverflowError``), ``examples`` (runnable jobs), ``bench`` (throughput benchmark).
 Only this package imports pyspark, and only when ``AmqpDataSource`` or ``spark.datasource``
 is used: ``import spark`` itself works without it.
 """
