@@ -2,9 +2,11 @@
 
 Real brokers, each in its own network namespace; real clients (pika and aio-pika), each pinned to
 one broker, publishing unique ids with confirms and consuming with acks; nemeses that kill,
-pause, partition and flap links; then heal, restart the dead, wait for one view, drain every
-broker, and count: lost (confirmed, never delivered), unexpected (delivered, never published),
-duplicates, and the seconds publishers saw no confirms. The design follows Kyle Kingsbury's
+pause, partition and flap links, cut power, damage files (issue 24); then heal, restart the dead,
+wait for one view, drain every broker, and count: lost (confirmed, never delivered; split into
+prefix, middle and suffix of each publisher's ids), unexpected (delivered, never published),
+duplicates, the seconds publishers saw no confirms, Python tracebacks in the brokers' logs, and
+whether the quorum queue's replicas, read from their files, agree. The design follows Kyle Kingsbury's
 Jepsen analysis of RabbitMQ (2014) and RabbitMQ's own Jepsen suite (rabbitmq/jepsen).
 
     python -m interop_tests.faults --nemesis kill --seconds 60 --runs 1 --brokers 3
@@ -12,6 +14,8 @@ Jepsen analysis of RabbitMQ (2014) and RabbitMQ's own Jepsen suite (rabbitmq/jep
 Modules, one job each: ``netns`` (namespaces, addresses, cuts), ``brokers`` (processes, views),
 ``clients_common`` / ``pika_clients`` / ``aio_clients`` (the workload's clients), ``workload``
 (who runs where, queue declare, final drain), ``nemesis`` (faults and their schedule),
-``history`` (the operation log), ``checker`` (history in, counts out; pure), ``runner`` (one run),
+``corrupt`` (damaged files), ``kills`` (kill targets: the queue's leader, a majority, all),
+``history`` (the operation log), ``checker`` (history in, counts out; pure), ``replicas`` (the
+quorum replicas compared), ``logscan`` (tracebacks in the logs), ``runner`` (one run),
 ``report`` (summary line, RESULTS.md), ``cli`` (the command). Needs root (``ip netns``).
 """

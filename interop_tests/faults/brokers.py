@@ -35,6 +35,8 @@ from .netns import Network
 __all__ = ["Broker", "Brokers", "ViewMonitor"]
 
 PORT = 5672
+#: The management API's port (RabbitMQ's 15672; the kill-queue-leader nemesis asks it who leads).
+MANAGEMENT_PORT = 15672
 USER = "jepsen"        # a user of our own: guest may log in from loopback only, as in RabbitMQ
 PASSWORD = "jepsen"
 
@@ -130,6 +132,7 @@ class Brokers:
                "--node-name", b.name, "--cluster-secret", str(self.secret),
                "--config", str(self.config),
                "--ping-interval", str(self.ping_interval), "--log-level", "info",
+               "--management-port", str(MANAGEMENT_PORT),   # also under pytest (its env: 0)
                *self.extra_args]
         for s in seeds:
             cmd += ["--seed", self.brokers[s].address]

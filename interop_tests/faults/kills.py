@@ -25,13 +25,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
-from .brokers import PASSWORD, PORT, USER
+from .brokers import MANAGEMENT_PORT, PASSWORD, USER
 from .nemesis import NEMESES, REJOIN_TIMEOUT, Context, _await_rejoin
 
-__all__ = ["MANAGEMENT_PORT", "kill_targets", "management_get", "queue_leader"]
+__all__ = ["kill_targets", "management_get", "queue_leader"]
 
-#: The management API port of a broker on ``PORT`` (the broker derives it: AMQP port + 10000).
-MANAGEMENT_PORT = PORT + 10000
 #: Seconds brokers get to agree again after a majority or all of them restarted.
 MANY_REJOIN_TIMEOUT = 60.0
 

@@ -46,6 +46,18 @@ POWER_NEMESES = ["power-loss-majority", "power-loss-all"]
 NO_LAZYFS = pytest.mark.skipif(lazyfs_unavailable() is not None,
                                reason=f"lazyfs unavailable: {lazyfs_unavailable()}")
 
+
+def did_what_it_says(nemesis: str, events: list[dict]) -> bool:
+    """Whether the nemesis events of a kept run show the fault named: a file damaged, the
+    queue's leader killed, two of three brokers killed together, all three."""
+    kills = [e for e in events if e["action"] == "kill"]
+    if nemesis == "corrupt":
+        return any(e["action"] == "corrupt" and e["damage"] != "none" for e in events)
+    if nemesis == "kill-queue-leader":
+        return any(e["kind"] == "queue-leader" for e in kills)
+    want = {"kill-majority": 2, "kill-all": 3}.get(nemesis)
+    return want is None or any(len(e.get("targets", [])) == want for e in kills)
+
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
                                 reason=f"network namespaces unavailable: {unavailable_reason()}")
 
@@ -61,7 +73,7 @@ def test_short_run(nemesis: str, queue_type: str, tmp_path: Path) -> None:
         [sys.executable, "-m", "interop_tests.faults", "--nemesis", nemesis,
          "--seconds", str(SECONDS), "--runs", "1", "--brokers", "3", "--queue-type", queue_type,
          "--seed", "11", "--no-results", "--work-dir", str(tmp_path / "runs"),
-         "--json", str(out)],
+         "--json", str(out), "--keep"],
         cwd=REPO, capture_output=True, text=True, timeout=220)
     lines = proc.stdout.strip().splitlines()
     report = f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}"
@@ -77,3 +89,6 @@ def test_short_run(nemesis: str, queue_type: str, tmp_path: Path) -> None:
     assert outcome["tracebacks"] == 0, report
     assert not [p for r in outcome["replicas"] for p in r["problems"]], report
     assert proc.returncode == 0, report
+    events = [json.loads(line) for line in
+              (Path(outcome["run_dir"]) / "views.jsonl").read_text().splitlines()]
+    assert did_what_it_says(nemesis, [e for e in events if e["op"] == "nemesis"]), report
