@@ -12,8 +12,9 @@ What must hold after the heal and the drain, with every broker up and quiet for 
 
 - **no divergence**: at every log index that two replicas hold, they hold the same entry (term,
   kind, bytes) -- Raft's log matching, and with it "same messages in the same order";
-- **one state**: at the newest index every replica can reach (each from its own snapshot), the
-  machines' states are equal byte for byte (messages, their order, delivery counts, consumers);
+- **one state**: at the newest index every replica can reach (each from its own snapshot), and at
+  every replica's snapshot index, the machines' states are equal byte for byte (messages, their
+  order, delivery counts, consumers): a snapshot is the state the others reach through their log;
 - **caught up**: every replica ends at the same (index, term); one behind after seconds of quiet
   is reported as ``lagging`` (a follower the leader does not bring back is a bug too).
 
@@ -57,17 +58,28 @@ def read_replica(directory: Path, scratch: Path) -> tuple[PersistentState, str |
         log.close()
 
 
-def _machine(state: PersistentState, upto: int) -> QuorumMachine:
-    """The machine of ``state`` after applying its entries up to ``upto``."""
+def _states_at(state: PersistentState, checkpoints: list[int]
+               ) -> tuple[dict[int, bytes], QuorumMachine]:
+    """The machine's state (``snapshot()`` bytes) of replica ``state`` at each of the sorted
+    ``checkpoints`` it can reach (from its snapshot on, up to its last entry), and the machine
+    at the last one reached."""
     machine = QuorumMachine(FifoConfig())
     if state.snapshot.index:
         machine.restore(state.snapshot.data)
-    for e in state.entries:
-        if e.index > upto:
-            break
-        if e.kind is EntryKind.COMMAND:
-            machine.apply(e.index, e.data)
-    return machine
+    at = state.snapshot.index
+    out: dict[int, bytes] = {}
+    todo = [c for c in checkpoints if c >= at]
+    entries = iter(state.entries)
+    for cp in todo:
+        while at < cp:
+            e = next(entries, None)
+            if e is None:
+                return out, machine
+            if e.kind is EntryKind.COMMAND:
+                machine.apply(e.index, e.data)
+            at = e.index
+        out[cp] = machine.snapshot()
+    return out, machine
 
 
 def _message_ids(machine: QuorumMachine) -> list[int]:
@@ -85,8 +97,9 @@ def _message_ids(machine: QuorumMachine) -> list[int]:
 class GroupReport:
     """The comparison of one group's replicas (see the module docstring): ``last`` per replica
     (index, term); ``diverged_at``: the first index two replicas hold differently (None: none);
-    ``lagging``: replicas behind the newest (index, term); ``state_index``: where the machines
-    were compared; ``state_mismatch``: replicas whose state there differs from the first's;
+    ``lagging``: replicas behind the newest (index, term); ``state_index``: the newest index all
+    can reach (or the index of a mismatch); ``state_mismatch``: ``name@index`` of replicas whose
+    state differs from the others' there (at that index and at each replica's snapshot index);
     ``messages``: per replica, the message ids the queue holds there; ``recovering``: replicas
     whose files lost acknowledged entries (``DiskLog.lost``); ``errors``: replicas that could not
     be read."""
@@ -151,17 +164,26 @@ def compare(group: str, states: dict[str, PersistentState]) -> GroupReport:
     upto = min(last[0] for last in report.last.values())
     upto = max(upto, max(st.snapshot.index for st in states.values()))
     report.state_index = upto
-    first: bytes | None = None
+    # the states are compared at the newest common index and at each replica's snapshot: a
+    # snapshot must be the state the others reach by applying their logs
+    checkpoints = sorted({upto, *(st.snapshot.index for st in states.values()
+                                  if st.snapshot.index)})
+    seen: dict[int, dict[str, bytes]] = {}
     for name, st in states.items():
-        if report.last[name][0] < upto or st.snapshot.index > upto:
-            continue   # cannot reach that index: it lags (reported above)
-        machine = _machine(st, upto)
-        snap = machine.snapshot()
-        report.messages[name] = len(_message_ids(machine))
-        if first is None:
-            first = snap
-        elif snap != first:
-            report.state_mismatch.append(name)
+        at, machine = _states_at(st, checkpoints)
+        for cp, snap in at.items():
+            seen.setdefault(cp, {})[name] = snap
+        if upto in at:
+            report.messages[name] = len(_message_ids(machine))
+    for cp in checkpoints:
+        snaps = seen.get(cp, {})
+        counts: dict[bytes, int] = {}
+        for snap in snaps.values():
+            counts[snap] = counts.get(snap, 0) + 1
+        if len(counts) > 1:
+            usual = max(counts, key=lambda b: counts[b])
+            report.state_mismatch += [f"{n}@{cp}" for n, b in snaps.items() if b != usual]
+            report.state_index = cp
     return report
 
 

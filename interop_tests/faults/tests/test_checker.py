@@ -228,7 +228,7 @@ def test_a_replica_with_another_entry_at_an_index_is_a_divergence() -> None:
     log = fifo_log([b"1", b"2", b"3"])
     other = fifo_log([b"1", b"9", b"3"])
     report = compare("g", {"n1": replica(log), "n2": replica(log), "n3": replica(other)})
-    assert report.diverged_at == 3 and report.state_mismatch == ["n3"]
+    assert report.diverged_at == 3 and report.state_mismatch == ["n3@4"]
     assert any("diverge at index 3" in p for p in report.problems)
 
 
@@ -252,7 +252,7 @@ def test_a_snapshot_is_compared_through_the_state_it_restores() -> None:
     assert report.problems == [] and report.messages == {"n1": 4, "n2": 4}
     report = compare("g", {"n1": replica(log), "n2": replica(log, bad)})
     # n2's machine misses message 2, so the later publishes of that sender are gaps to it
-    assert report.state_mismatch == ["n2"] and report.messages == {"n1": 4, "n2": 1}
+    assert report.state_mismatch == ["n2@3", "n2@5"] and report.messages == {"n1": 4, "n2": 1}
 
 
 def test_replicas_are_read_from_copies_of_their_directories(tmp_path: Path) -> None:
