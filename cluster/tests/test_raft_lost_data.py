@@ -13,12 +13,24 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from dataclasses import replace
+from pathlib import Path
 
 from cluster.raft import actions as a
-from cluster.raft.messages import Message, PersistentState, RequestVoteReply
+from cluster.raft.disklog import DiskLog
+from cluster.raft.messages import (
+    Entry,
+    EntryKind,
+    Message,
+    PersistentState,
+    RequestVote,
+    RequestVoteReply,
+    encode_members,
+)
 from cluster.raft.node import RaftNode
 from cluster.raft.storage import MemoryStorage
 from cluster.tests.raft_sim import SIM_TIMING
+from queues.store import format as fmt
 
 T = SIM_TIMING
 E = T.election_ms
@@ -180,3 +192,26 @@ def test_the_leader_catches_up_a_follower_that_lost_what_it_acknowledged() -> No
     assert leader.progress["n2"].match_index == leader.log.last_index
     trio.propose("n0", 1)
     assert leader.commit_index == leader.log.last_index
+
+
+def test_a_replica_opened_from_a_truncated_disk_log_refuses_its_vote(tmp_path: Path) -> None:
+    """Both layers: entries 1-20 synced (acknowledged) by n2's DiskLog, the segment truncated
+    while it was down; the node it opens with refuses a candidate whose log is as short as its
+    own now, which it would have granted had its files not told it what it lost."""
+    disk = DiskLog(tmp_path, fsync=False)
+    config = Entry(1, 1, EntryKind.CONFIG, encode_members(IDS))
+    disk.append(1, (config, *(Entry(i, 1, EntryKind.COMMAND, b"c%d" % i) for i in range(2, 21))))
+    disk.sync()
+    disk.close()
+    seg = tmp_path / fmt.segment_name(1)
+    with open(seg, "r+b") as f:
+        f.truncate(seg.stat().st_size // 3)
+    state = DiskLog(tmp_path, fsync=False).load()
+    assert state.floor == 20
+    node = RaftNode("n2", state, 0, T, random.Random(1))
+    ask = RequestVote(2, "n1", state.entries[-1].index, 1)
+    replies = [s.message for s in node.receive("n1", ask, 0) if isinstance(s, a.Send)]
+    assert replies == [RequestVoteReply(2, False)]
+    forgetful = RaftNode("n2", replace(state, floor=0), 0, T, random.Random(1))
+    replies = [s.message for s in forgetful.receive("n1", ask, 0) if isinstance(s, a.Send)]
+    assert replies == [RequestVoteReply(2, True)]
