@@ -14,10 +14,14 @@ Modules (each owns one job; read ``node`` first):
   ``raftlog``   the in-memory log view of the core (entries after the last snapshot).
   ``storage``   the ``RaftStorage`` protocol and ``MemoryStorage`` (simulator, tests).
   ``disklog``   ``DiskLog``: the on-disk log (format in its docstring), group commit, recovery.
+  ``marks``     how far a replica's log was durable, and a copy of its term and vote: at open, a
+                replica tells a loss of acknowledged entries (a damaged, truncated or older file)
+                from a torn unsynced tail, and then votes again only once caught up
+                (``PersistentState.floor``).
   ``codec``     ``encode(message) -> bytes`` / ``decode(bytes)`` for peer links.
   ``fifo``      ``FifoQueue``: the quorum queue's state machine (commands in, effects out: deliver,
                 confirm, reject, dead-letter; delivery-limit, overflow, TTL, SAC, dedup window).
-No module but ``disklog`` does I/O; the core never reads a clock (``now_ms`` comes in).
+No module but ``disklog`` and ``marks`` does I/O; the core never reads a clock (``now_ms`` comes in).
 
 Driving one replica (the lead's queue-type seam; one ``RaftNode`` per queue per member)::
 
