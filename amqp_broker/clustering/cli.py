@@ -1,6 +1,6 @@
 """``amqp-broker cluster-status``: ask brokers for their cluster view, print it as JSON.
 
-    amqp-broker cluster-status [--uri amqp://HOST:PORT/ ...] [--timeout S]
+    amqp-broker cluster-status [--uri amqp://HOST:PORT/ ...] [--timeout S] [--wait S]
 
 Each broker is asked the way any client could: open a TCP connection, send the AMQP 0-9-1
 protocol header, read the Connection.Start method (pamqp decodes it) and close. Its server
@@ -22,8 +22,11 @@ Output (stdout, one JSON object)::
                  {"address": "127.0.0.9:5672", "reachable": false, "error": "..."}],
      "agree": true}
 
-``agree``: every reachable broker reports the same view number and members. Exit codes: 0 every
-broker answered, 1 at least one did not (connection refused, timeout, not AMQP 0-9-1), 2 usage.
+``agree``: every reachable broker reports the same view number and members. ``--wait S`` asks
+again every 0.5 s, for up to S seconds, until every broker answers, they agree and their view has at least as
+many members as were asked (a cluster just started: its members are still joining); it
+prints the last answer either way. Exit codes: 0 every broker answered, 1 at least one did not
+(connection refused, timeout, not AMQP 0-9-1), 2 usage.
 Must not know: the broker's internals (this is a client; it runs without a broker in-process).
 """
 
@@ -163,7 +166,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"a broker to ask (repeatable; default {DEFAULT_URI})")
     p.add_argument("--timeout", type=float, default=3.0,
                    help="seconds to wait for each broker (default 3)")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="ask again for up to SECONDS until every broker answers and all agree "
+                   "on a view listing every one of them (default 0: ask once)")
     return p
+
+
+def _formed(statuses: list[dict[str, Any]]) -> bool:
+    """Every broker answered, they agree, and their view has at least as many members as were
+    asked (addresses are not compared: a broker may be asked by another name than it announces)."""
+    if not statuses or not all(s["reachable"] for s in statuses) or not _agree(statuses):
+        return False
+    return len(statuses[0].get("cluster_members") or []) >= len(statuses)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             parse_uri(uri)
     except ValueError as exc:
         parser.error(str(exc))
+    deadline = time.monotonic() + max(args.wait, 0.0)
     statuses = [broker_status(uri, args.timeout) for uri in uris]
+    while args.wait > 0 and not _formed(statuses) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        statuses = [broker_status(uri, args.timeout) for uri in uris]
     json.dump({"brokers": statuses, "agree": _agree(statuses)}, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0 if all(s["reachable"] for s in statuses) else 1

@@ -59,7 +59,7 @@ def test_by_hand_commands_run_as_written(tmp_path: Path) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=90)
         logs = "\n".join(f"{p.name}: {p.read_text()}" for p in sorted(tmp_path.glob("n*.log")))
         assert proc.returncode == 0, f"{out}\n{logs}"
         assert '"reachable": true' in out
