@@ -72,6 +72,13 @@ if ! command -v fusermount3 >/dev/null 2>&1; then
     apt_install fuse3
 fi
 
+# Fault harness lossy-link nemesis (interop_tests/faults/lossy.py): nft's `numgen random` drop
+# rules inside the brokers' namespaces (tc netem is not in every kernel; tc tbf is iproute2's).
+if ! command -v nft >/dev/null 2>&1; then
+    log "installing nftables"
+    apt_install nftables
+fi
+
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     log "installing nodejs and npm"
     apt_install nodejs npm
