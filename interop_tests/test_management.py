@@ -88,8 +88,9 @@ def test_prometheus_metrics_pass_promtool_and_count(broker_factory):
                  if line and not line.startswith("#")}
     assert lines['rabbitmq_global_messages_received_total{protocol="amqp091"}'] == "5.0"
     assert lines['rabbitmq_global_messages_confirmed_total{protocol="amqp091"}'] == "5.0"
-    assert lines['rabbitmq_global_messages_delivered_total{protocol="amqp091"}'] == "2.0"
-    assert lines['rabbitmq_global_messages_acknowledged_total{protocol="amqp091"}'] == "2.0"
+    classic = 'protocol="amqp091",queue_type="rabbit_classic_queue"'
+    assert lines[f'rabbitmq_global_messages_delivered_total{{{classic}}}'] == "2.0"
+    assert lines[f'rabbitmq_global_messages_acknowledged_total{{{classic}}}'] == "2.0"
     assert lines['rabbitmq_queue_messages_ready{queue="prom.q",vhost="/"}'] == "3.0"
     assert any(k.startswith("rabbitmq_identity_info{") for k in lines)
     for name in ("rabbitmq_connections", "rabbitmq_channels", "rabbitmq_process_open_fds",

@@ -26,7 +26,7 @@ from .policies import Policies
 from .relay import RelayOutbox
 from .relay_inbox import RelayInbox
 from .settings import BrokerSettings
-from .stats import MessageTotals
+from .stats import Churn, MessageTotals
 from .timers import TIMER_SLACK, TimerHeap
 from .vhost import VirtualHost
 
@@ -168,6 +168,8 @@ class Broker:
         self.vhost_meta: dict[str, tuple[str, tuple[str, ...]]] = {}
         #: Message counts of released channels (``core.stats``; live channels keep their own).
         self.message_totals = MessageTotals()
+        #: Client connection, channel and queue churn (``core.stats.Churn``).
+        self.churn = Churn()
         self.connections: dict[int, Connection] = {}
         self.needs_dispatch: set[QueueType] = set()
         #: Resource alarms raised now ("memory", "disk"): while any is, publishers are blocked.

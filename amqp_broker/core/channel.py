@@ -26,7 +26,7 @@ from .handlers import HANDLERS
 from .handlers.basic import publish_message, settle_unacked
 from .relay_batch import RelayedBatch, receive_batch
 from .relay_inbox import PeerSettles, RelayedTransfer, receive_relayed
-from .stats import fold_channel
+from .stats import N_TYPED, fold_channel
 
 if TYPE_CHECKING:
     from pamqp.base import Frame
@@ -78,6 +78,11 @@ class Channel:
         #: Message counters for the management API and Prometheus (``core.stats``).
         self.n_publish = 0
         self.n_ack = 0
+        self.n_routed = 0  # queues reached, summed over publishes (RabbitMQ's messages_routed)
+        self.n_returned = 0  # mandatory and unroutable: Basic.Return
+        self.n_dropped = 0  # unroutable, not mandatory
+        #: Deliveries, gets, acks by kind and queue type (``core.stats.TYPED_KINDS``).
+        self.typed: list[int] = [0] * N_TYPED
         self.counts_folded = False
         #: ``core.access.permit``'s cache: the permissions generation at which this channel's
         #: user was found to be allowed everything in its vhost (-1: not known).

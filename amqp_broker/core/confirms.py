@@ -102,6 +102,11 @@ class ConfirmTracker:
         return self.advance(STORE, durable_id)
 
     @property
+    def received(self) -> int:
+        """How many publishes were given a sequence number (RabbitMQ's received_confirm)."""
+        return self._next - 1
+
+    @property
     def confirmed(self) -> int:
         """How many publishes were confirmed (acked or nacked) so far."""
         return self._emitted

@@ -137,6 +137,9 @@ class Connection:
         self.tls: TlsPeer | None = None
         self.auth_mechanism = ""  # the SASL mechanism the client logged in with
         self.has_published = False
+        #: A client connection counted in ``broker.churn`` (set at Open-Ok; cleared when its
+        #: close is counted). Peer links and in-process API connections never are.
+        self.counted = False
         self._out: list[bytes] = []
         self.output_size = 0
         self._header = b""
@@ -441,6 +444,9 @@ class Connection:
                 f"'{self.user.name if self.user else ''}'", 10, 40)
         self.vhost = vhost
         self.state = State.OPEN
+        if not self.is_peer:
+            self.counted = True
+            self.broker.churn.connections_opened += 1
         self.schedule_timer()  # heartbeats from now on
         self.send_method(0, cmd.Connection.OpenOk())
         if self.broker.alarms:
@@ -464,6 +470,8 @@ class Connection:
                 c.NOT_ALLOWED, f"NOT_ALLOWED - number of channels opened ({len(self.channels)}) "
                 f"has reached the negotiated channel_max ({self.channel_max})", 0, 0)
         self.channels[channel_id] = Channel(self, channel_id)
+        if self.counted:
+            self.broker.churn.channels_opened += 1
         self.send_method(channel_id, cmd.Channel.OpenOk())
 
     def channel_closed(self, channel_id: int) -> None:
@@ -519,6 +527,9 @@ class Connection:
         for ch in list(self.channels.values()):
             ch.release()
         self.channels.clear()
+        if self.counted:
+            self.counted = False
+            self.broker.churn.connections_closed += 1
         if self.vhost is not None:
             self.vhost.connection_gone(self)
 

@@ -15,6 +15,7 @@ from ..protocol.delivery import (
     encode_deliver_parts,
     encode_routing,
 )
+from .stats import CONSUME_AUTO, CONSUME_MANUAL, REDELIVERED, typed_slot
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
@@ -36,7 +37,7 @@ class ChannelConsumer:
     """
 
     __slots__ = ("tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "channel", "queue",
-                 "_prefix", "arguments")
+                 "_prefix", "arguments", "_slot", "_redelivered_slot")
 
     def __init__(self, channel: Channel, queue: QueueType, tag: str, *, no_ack: bool, exclusive: bool,
                  prefetch: int, priority: int = 0, arguments: dict | None = None) -> None:
@@ -50,6 +51,9 @@ class ChannelConsumer:
         self.unacked = 0
         self.arguments = arguments or {}
         self._prefix = deliver_prefix(tag)
+        # the channel's counters this consumer's deliveries go to (``core.stats``)
+        self._slot = typed_slot(CONSUME_AUTO if no_ack else CONSUME_MANUAL, queue)
+        self._redelivered_slot = typed_slot(REDELIVERED, queue)
 
     def can_deliver(self) -> bool:
         """True when a delivery now respects prefetch, channel flow and connection output credit."""
@@ -73,6 +77,10 @@ class ChannelConsumer:
         if not self.no_ack:
             ch.unacked[tag] = (queue, entry, self)
             self.unacked += 1
+        typed = ch.typed
+        typed[self._slot] += 1
+        if entry.redelivered:
+            typed[self._redelivered_slot] += 1
         routing_raw = msg.routing_raw
         if routing_raw is None:
             routing_raw = msg.routing_raw = encode_routing(msg.exchange, msg.routing_key)

@@ -1,43 +1,109 @@
-"""Message counters for the management API's rates and the Prometheus totals.
+"""Message and churn counters for the management API's rates and the Prometheus totals.
 
-Cheap by construction: the hot path adds one integer per publish (``Channel.n_publish``) and one
-per Basic.Ack call (``Channel.n_ack``, by the number of deliveries it settles); deliveries and
-confirms are read from counters the channel keeps anyway (``next_delivery_tag``, the confirm
-tracker's last confirmed sequence number). Totals are summed over the live channels when someone
-asks (a management sample every few seconds, a Prometheus scrape), and a channel's counts are
-folded into ``Broker.message_totals`` once when it is released, so totals only grow.
-Names follow RabbitMQ's ``message_stats`` (Management HTTP API): publish, deliver_get, ack,
-confirm. Must not know: timers, sockets (rates are computed by the caller from samples).
+Cheap by construction: the hot path adds one integer per publish (``Channel.n_publish``), one per
+routing outcome, one list slot per delivery (``Channel.typed``, indexed by a slot the consumer
+computed once) and one per Basic.Ack call (``Channel.n_ack``, by the number of deliveries it
+settles); the delivery total and confirms are read from counters the channel keeps anyway
+(``next_delivery_tag``, the confirm tracker's sequence numbers). Totals are summed over the live
+channels when someone asks (a management sample every few seconds, a Prometheus scrape), and a
+channel's counts are folded into ``Broker.message_totals`` once when it is released, so totals
+only grow (Prometheus counters).
+
+Names follow RabbitMQ's ``message_stats`` (Management HTTP API: publish, deliver_get, ack,
+confirm) and ``rabbit_global_counters`` (3.10: routed, unroutable returned / dropped,
+received_confirm; per queue type: delivered by consume / get and auto / manual ack, redelivered,
+get_empty, acknowledged; source: rabbitmq-server ``deps/rabbit/src/rabbit_channel.erl`` v3.10.8,
+whose ``messages_routed`` counts one per queue a message reached). ``Churn`` holds
+``rabbit_core_metrics``' connection / channel / queue churn (``connection_churn_metrics``).
+Must not know: timers, sockets (rates are computed by the caller from samples).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from queues.queue_type import QueueType
+
     from .broker import Broker
     from .channel import Channel
 
-__all__ = ["MessageTotals", "fold_channel", "message_totals"]
+__all__ = ["ACKED", "CONSUME_AUTO", "CONSUME_MANUAL", "Churn", "GET_AUTO", "GET_EMPTY",
+           "GET_MANUAL", "MessageTotals", "N_TYPED", "QUEUE_TYPES", "REDELIVERED", "TYPED_KINDS",
+           "fold_channel", "message_totals", "typed_slot"]
+
+#: RabbitMQ's ``queue_type`` label values, in slot order.
+QUEUE_TYPES = ("rabbit_classic_queue", "rabbit_quorum_queue", "rabbit_stream_queue")
+_TYPE_INDEX = {"classic": 0, "quorum": 1, "stream": 2}
+#: Kinds of per-queue-type counts (``rabbitmq_global_messages_<kind>_total``), in slot order;
+#: ``Channel.typed[kind * len(QUEUE_TYPES) + type]``.
+TYPED_KINDS = ("delivered_consume_auto_ack", "delivered_consume_manual_ack",
+               "delivered_get_auto_ack", "delivered_get_manual_ack", "redelivered", "get_empty",
+               "acknowledged")
+CONSUME_AUTO, CONSUME_MANUAL, GET_AUTO, GET_MANUAL, REDELIVERED, GET_EMPTY, ACKED = range(7)
+N_TYPED = len(TYPED_KINDS) * len(QUEUE_TYPES)
+
+
+def typed_slot(kind: int, queue: QueueType) -> int:
+    """The ``Channel.typed`` slot of ``kind`` (``CONSUME_AUTO`` ...) for ``queue``'s type (a type
+    we do not name counts as classic)."""
+    return kind * len(QUEUE_TYPES) + _TYPE_INDEX.get(queue.capabilities.type_name, 0)
 
 
 @dataclass(slots=True)
 class MessageTotals:
-    """Counts since the broker started (integers, monotonically growing)."""
+    """Counts since the broker started (integers, monotonically growing). ``typed`` has
+    ``N_TYPED`` slots (see ``TYPED_KINDS``)."""
 
     publish: int = 0
     deliver_get: int = 0
     ack: int = 0
     confirm: int = 0
+    routed: int = 0
+    unroutable_returned: int = 0
+    unroutable_dropped: int = 0
+    received_confirm: int = 0
+    typed: list[int] = field(default_factory=lambda: [0] * N_TYPED)
 
     def add_channel(self, ch: Channel) -> None:
         """Add one channel's counts."""
         self.publish += ch.n_publish
         self.ack += ch.n_ack
         self.deliver_get += ch.next_delivery_tag - 1
+        self.routed += ch.n_routed
+        self.unroutable_returned += ch.n_returned
+        self.unroutable_dropped += ch.n_dropped
         if ch.confirms is not None:
             self.confirm += ch.confirms.confirmed
+            self.received_confirm += ch.confirms.received
+        typed = self.typed
+        for i, n in enumerate(ch.typed):
+            typed[i] += n
+
+    def copy(self) -> MessageTotals:
+        """An independent copy."""
+        return MessageTotals(self.publish, self.deliver_get, self.ack, self.confirm, self.routed,
+                             self.unroutable_returned, self.unroutable_dropped,
+                             self.received_confirm, list(self.typed))
+
+
+@dataclass(slots=True)
+class Churn:
+    """Client connections, channels and queues since the broker started (RabbitMQ's
+    ``connection_churn_metrics``): a connection counts as opened at Connection.Open-Ok and closed
+    when it goes (cluster peer links and the management API's in-process connections never
+    count, nor their channels); ``queues_declared`` counts every non-passive Queue.Declare from a
+    client (before its checks, as RabbitMQ), ``queues_created`` / ``queues_deleted`` every queue
+    this broker made / removed (a cluster member holds its own copy of each queue)."""
+
+    connections_opened: int = 0
+    connections_closed: int = 0
+    channels_opened: int = 0
+    channels_closed: int = 0
+    queues_declared: int = 0
+    queues_created: int = 0
+    queues_deleted: int = 0
 
 
 def fold_channel(ch: Channel) -> None:
@@ -45,13 +111,15 @@ def fold_channel(ch: Channel) -> None:
     if ch.counts_folded:
         return
     ch.counts_folded = True
-    ch.connection.broker.message_totals.add_channel(ch)
+    broker = ch.connection.broker
+    broker.message_totals.add_channel(ch)
+    if ch.connection.counted:
+        broker.churn.channels_closed += 1
 
 
 def message_totals(broker: Broker) -> MessageTotals:
     """The broker's totals now: folded channels plus every live one."""
-    base = broker.message_totals
-    out = MessageTotals(base.publish, base.deliver_get, base.ack, base.confirm)
+    out = broker.message_totals.copy()
     for conn in list(broker.connections.values()):
         for ch in list(conn.channels.values()):
             if not ch.counts_folded:

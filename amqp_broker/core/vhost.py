@@ -184,6 +184,9 @@ class VirtualHost:
             q = self.get_queue(name, conn)
             self.touch(name)
             return q
+        churn = self.broker.churn
+        if conn.peer_node is None:  # a client's (a member's replay was counted where it began)
+            churn.queues_declared += 1
         if existing is not None:
             q = self.get_queue(name, conn)
             # what the clients declared (a member's copy carries what a policy added, marked)
@@ -212,6 +215,7 @@ class VirtualHost:
                                        factory.check_arguments, arguments)
         q = self.create_queue(name, settings, durable=durable, auto_delete=auto_delete,
                               exclusive_owner=conn if exclusive else None, arguments=arguments)
+        churn.queues_created += 1
         if exclusive:
             conn.exclusive_queues.add(q)
         self.broker.durability.queue_declared(self.name, q)
@@ -302,6 +306,7 @@ class VirtualHost:
         count = q.message_count
         del self.queues[q.name]
         self.queue_last_used.pop(q.name, None)
+        self.broker.churn.queues_deleted += 1
         gone = self.routing.remove_queue(q.name)
         if gone:
             self.broker.durability.exchanges_deleted(self.name, gone)

@@ -1,33 +1,39 @@
-"""``/metrics`` in rabbitmq_prometheus's names (so the Grafana "RabbitMQ-Overview" dashboard,
-id 10991, fills in), exposed with ``prometheus_client``; a custom collector reads the broker's
-state at scrape time (nothing is kept between scrapes).
+"""``/metrics`` in rabbitmq_prometheus's names, labels and types, so that every panel of RabbitMQ's
+Grafana dashboards "RabbitMQ-Overview" (id 10991) and "RabbitMQ-Quorum-Queues-Raft" (id 11340)
+that fills in on RabbitMQ 3.10 fills in on ours (interop_tests/test_dashboards.py evaluates their
+queries with Prometheus against both); exposed with ``prometheus_client``; a custom collector
+reads the broker's state at scrape time (nothing is kept between scrapes).
 
 ``/metrics`` is aggregated as RabbitMQ's default endpoint (``rabbitmq_queue_messages_ready`` is the
-sum over all queues); ``/metrics/per-object`` adds the per-queue series with ``vhost`` and
-``queue`` labels as RabbitMQ's. Names: rabbitmq_identity_info{rabbitmq_node, rabbitmq_cluster,
-rabbitmq_cluster_permanent_id}, rabbitmq_build_info, rabbitmq_queues, rabbitmq_queue_messages,
-rabbitmq_queue_messages_ready, rabbitmq_queue_messages_unacked, rabbitmq_queue_messages_ready_bytes,
-rabbitmq_queue_consumers, rabbitmq_connections, rabbitmq_channels, rabbitmq_consumers,
-rabbitmq_global_messages_{received,delivered,confirmed,acknowledged}_total{protocol="amqp091"},
-rabbitmq_alarms_{memory_used_watermark,free_disk_space_watermark,file_descriptor_limit},
-rabbitmq_process_{resident_memory_bytes,open_fds,max_fds}, rabbitmq_resident_memory_limit_bytes,
-rabbitmq_disk_space_available_bytes, rabbitmq_disk_space_available_limit_bytes; ours:
-rabbitmq_cluster_view (the view number), rabbitmq_cluster_members (how many),
-rabbitmq_cluster_member_info{member, leader}. Per replicated queue this broker holds a replica
-of (``/metrics/per-object`` only, labels vhost and queue, as RabbitMQ's Raft metrics):
-rabbitmq_raft_term_total, rabbitmq_raft_log_commit_index, rabbitmq_raft_log_last_applied_index,
-rabbitmq_raft_log_last_written_index; ours: rabbitmq_raft_leader_info{vhost, queue, leader} (the
-replica leading as this broker knows it) and, on the leader, rabbitmq_raft_follower_lag_entries
-{vhost, queue, member} (log entries the member's replica lacks: last written index minus its Raft
-match index). Source: rabbitmq-prometheus "metrics.md".
+sum over all queues, ``rabbitmq_raft_log_commit_index`` over all Raft replicas here);
+``/metrics/per-object`` has the per-queue series with ``vhost`` and ``queue`` labels as RabbitMQ's.
+Names: rabbitmq_identity_info{rabbitmq_node, rabbitmq_cluster, rabbitmq_cluster_permanent_id,
+rabbitmq_endpoint} (the endpoint label as RabbitMQ 3.13+: "aggregated" or "per-object"; the
+dashboards join every panel on it), rabbitmq_build_info{rabbitmq_version (the RabbitMQ API we
+follow), prometheus_plugin_version, prometheus_client_version, erlang_version ("n/a"),
+product_name, product_version (ours: RabbitMQ sets these two for a product built on it)},
+rabbitmq_erlang_uptime_seconds (the broker process's uptime), rabbitmq_queues,
+rabbitmq_queue_messages, rabbitmq_queue_messages_ready, rabbitmq_queue_messages_unacked,
+rabbitmq_queue_messages_ready_bytes, rabbitmq_queue_consumers, rabbitmq_connections,
+rabbitmq_channels, rabbitmq_consumers, the churn and global message counters and client gauges
+of ``metrics_global``, rabbitmq_alarms_{memory_used_watermark,free_disk_space_watermark,
+file_descriptor_limit}, rabbitmq_process_{resident_memory_bytes,open_fds,max_fds,
+open_tcp_sockets,max_tcp_sockets} (a socket takes one descriptor: the socket limit is the
+descriptor limit), rabbitmq_resident_memory_limit_bytes, rabbitmq_disk_space_available_bytes,
+rabbitmq_disk_space_available_limit_bytes, the rabbitmq_raft_* families of ``metrics_raft``;
+ours: rabbitmq_cluster_view (the view number), rabbitmq_cluster_members (how many),
+rabbitmq_cluster_member_info{member, leader}. Source: rabbitmq-prometheus "metrics.md" and its
+collectors (rabbitmq-server v3.10.8, ``deps/rabbitmq_prometheus/src/collectors/``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
+import prometheus_client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -36,10 +42,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from .. import __version__
-from ..core.broker import Broker
-from ..core.stats import message_totals
 from ..server.listener import rss_bytes
 from .context import Management
+from .direct import is_direct
+from .metrics_global import churn_families, global_families
+from .metrics_raft import raft_families
 from .node import RABBITMQ_API_VERSION, cluster_view, disk_free, fd_limit, fds
 from .shapes import visible_connections
 
@@ -65,14 +72,20 @@ class BrokerCollector(Collector):
         cluster = cluster_view(mgmt)
         info = GaugeMetricFamily("rabbitmq_identity_info", "RabbitMQ node & cluster identity "
                                  "info", labels=["rabbitmq_node", "rabbitmq_cluster",
-                                                 "rabbitmq_cluster_permanent_id"])
-        info.add_metric([s.node_name, cluster["cluster_name"], cluster["cluster_name"]], 1)
+                                                 "rabbitmq_cluster_permanent_id",
+                                                 "rabbitmq_endpoint"])
+        info.add_metric([s.node_name, cluster["cluster_name"], cluster["cluster_name"],
+                         "per-object" if self.per_object else "aggregated"], 1)
         yield info
         build = GaugeMetricFamily("rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info",
-                                  labels=["rabbitmq_version", "product_version",
-                                          "prometheus_plugin_version", "erlang_version"])
-        build.add_metric([RABBITMQ_API_VERSION, __version__, __version__, "n/a"], 1)
+                                  labels=["rabbitmq_version", "prometheus_plugin_version",
+                                          "prometheus_client_version", "erlang_version",
+                                          "product_name", "product_version"])
+        build.add_metric([RABBITMQ_API_VERSION, __version__, _client_version(), "n/a",
+                          "amqp-broker", __version__], 1)
         yield build
+        yield _gauge("rabbitmq_erlang_uptime_seconds", "Node uptime",
+                     max(0.0, time.time() - mgmt.started_at))
         names = ("messages", "messages_ready", "messages_unacked", "messages_ready_bytes",
                  "consumers")
         docs = {"messages": "Sum of ready and unacknowledged messages - total queue depth",
@@ -101,8 +114,7 @@ class BrokerCollector(Collector):
             for n in names:
                 fams[n].add_metric([], totals[n])
         yield from fams.values()
-        if self.per_object:
-            yield from _raft_families(broker)
+        yield from raft_families(broker, self.per_object)
         yield _gauge("rabbitmq_queues", "Queues available", queues)
         conns = visible_connections(broker)
         yield _gauge("rabbitmq_connections", "Connections currently open", len(conns))
@@ -110,17 +122,8 @@ class BrokerCollector(Collector):
                      sum(len(c.channels) for c in conns))
         yield _gauge("rabbitmq_consumers", "Consumers currently connected",
                      sum(len(ch.consumers) for c in conns for ch in c.channels.values()))
-        t = message_totals(broker)
-        for name, doc, value in (
-                ("received", "Total number of messages received from publishers", t.publish),
-                ("delivered", "Total number of messages delivered to consumers",
-                 t.deliver_get),
-                ("confirmed", "Total number of messages confirmed to publishers", t.confirm),
-                ("acknowledged", "Total number of messages acknowledged by consumers", t.ack)):
-            fam = CounterMetricFamily(f"rabbitmq_global_messages_{name}", doc,
-                                      labels=["protocol"])
-            fam.add_metric(["amqp091"], value)
-            yield fam
+        yield from churn_families(broker)
+        yield from global_families(broker, self.per_object)
         alarms = broker.alarms
         yield _gauge("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark "
                      "threshold is reached", int("memory" in alarms))
@@ -134,6 +137,9 @@ class BrokerCollector(Collector):
                      s.memory_high_watermark_bytes)
         yield _gauge("rabbitmq_process_open_fds", "Open file descriptors", fds())
         yield _gauge("rabbitmq_process_max_fds", "Open file descriptors limit", fd_limit())
+        yield _gauge("rabbitmq_process_open_tcp_sockets", "Open TCP sockets",
+                     sum(1 for c in broker.connections.values() if not is_direct(c)))
+        yield _gauge("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", fd_limit())
         yield _gauge("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",
                      disk_free(mgmt.data_dir))
         yield _gauge("rabbitmq_disk_space_available_limit_bytes", "Free disk space low "
@@ -150,37 +156,17 @@ class BrokerCollector(Collector):
         yield member
 
 
-def _raft_families(broker: Broker) -> Iterator[Metric]:
-    """The Raft series of every replicated queue with a replica here (module docstring)."""
-    labels = ["vhost", "queue"]
-    fams = {name: GaugeMetricFamily(name, doc, labels=labels) for name, doc in (
-        ("rabbitmq_raft_log_commit_index", "Raft log commit index"),
-        ("rabbitmq_raft_log_last_applied_index", "Raft log last applied index"),
-        ("rabbitmq_raft_log_last_written_index", "Raft log last written index"))}
-    term = CounterMetricFamily("rabbitmq_raft_term", "Current Raft term number", labels=labels)
-    leader = GaugeMetricFamily("rabbitmq_raft_leader_info", "The replica leading a replicated "
-                               "queue, as this node knows it", labels=[*labels, "leader"])
-    lag = GaugeMetricFamily("rabbitmq_raft_follower_lag_entries", "Log entries a member's "
-                            "replica lacks (on the leader)", labels=[*labels, "member"])
-    for vname, vhost in list(broker.vhosts.items()):
-        for q in list(vhost.queues.values()):
-            node = getattr(getattr(q, "group", None), "node", None)  # a replica here
-            if node is None or not getattr(q.capabilities, "replicated", False):
-                continue
-            key = [vname, q.name]
-            last = node.log.last_index
-            for name, value in (("rabbitmq_raft_log_commit_index", node.commit_index),
-                                ("rabbitmq_raft_log_last_applied_index", node.applied_index),
-                                ("rabbitmq_raft_log_last_written_index", last)):
-                fams[name].add_metric(key, value)
-            term.add_metric(key, node.term)
-            if node.leader is not None:
-                leader.add_metric([*key, node.leader], 1)
-            if node.is_leader:
-                for member, pr in sorted(node.progress.items()):
-                    lag.add_metric([*key, member], max(0, last - pr.match_index))
-    yield from fams.values()
-    yield from (term, leader, lag)
+def _client_version() -> str:
+    """The version of the ``prometheus_client`` package exposing these metrics."""
+    return getattr(prometheus_client, "__version__", "") or _dist_version("prometheus-client")
+
+
+def _dist_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def render(mgmt: Management, per_object: bool = False) -> bytes:

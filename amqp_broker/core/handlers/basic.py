@@ -31,6 +31,7 @@ from ..access import permit
 from ..confirms import STORE
 from ..consumer import ChannelConsumer
 from ..relay_inbox import RelayOrigin
+from ..stats import ACKED, GET_AUTO, GET_EMPTY, GET_MANUAL, REDELIVERED, typed_slot
 from .queue import queue_name
 
 if TYPE_CHECKING:
@@ -196,14 +197,18 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
     sid = None
     waits = None
     if names:
+        ch.n_routed += len(names)
         if msg.has_headers:
             msg = _strip_bcc(msg)
         ok, sid, waits = vhost.enqueue(msg, names)
     elif mandatory:
+        ch.n_returned += 1
         routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
         conn = ch.connection
         conn.write(encode_return(ch.id, c.NO_ROUTE, "NO_ROUTE", routing_raw, msg.header_payload,
                                  msg.body, conn.frame_max))
+    else:
+        ch.n_dropped += 1
     confirms = ch.confirms
     if confirms is not None:
         if waits is not None:  # streams, replicated queues: safe once their logs say so
@@ -242,6 +247,7 @@ def get(ch: Channel, m: cmd.Basic.Get) -> None:
         raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}",
                                60, 70) from None
     if entry is None:
+        ch.typed[typed_slot(GET_EMPTY, q)] += 1
         ch.connection.send_method(ch.id, cmd.Basic.GetEmpty())
         return
     _send_get_ok(ch, q, entry, m.no_ack, q.message_count)
@@ -257,6 +263,7 @@ def _get_replicated(ch: Channel, m: cmd.Basic.Get, q: QueueType) -> None:
                 q.requeue_many([entry])
             return
         if entry is None:
+            ch.typed[typed_slot(GET_EMPTY, q)] += 1
             ch.connection.send_method(ch.id, cmd.Basic.GetEmpty())
         else:
             _send_get_ok(ch, q, entry, m.no_ack, remaining)
@@ -272,6 +279,9 @@ def _send_get_ok(ch: Channel, q: QueueType, entry: QueueEntry, no_ack: bool,
     msg = entry.message
     if not no_ack:
         ch.unacked[tag] = (q, entry, None)
+    ch.typed[typed_slot(GET_AUTO if no_ack else GET_MANUAL, q)] += 1
+    if entry.redelivered:
+        ch.typed[typed_slot(REDELIVERED, q)] += 1
     routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
     conn.write(encode_get_ok(ch.id, tag, entry.redelivered, routing_raw, message_count,
                              msg.header_payload, msg.body, conn.frame_max))
@@ -322,6 +332,8 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
             else:
                 q.reject(entry)
             continue
+        if ack:
+            ch.typed[typed_slot(ACKED, q)] += 1
         if single:
             q.ack(entry)
         else:
