@@ -27,6 +27,7 @@ Sources: Raft paper §5-§8; RabbitMQ "Quorum Queues"; DESIGN.md §4, §4a.
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import shutil
@@ -82,6 +83,13 @@ from .quorum_timers import TICK_MS, QuorumTimers
 __all__ = ["QuorumRuntime", "TIMING", "TICK_MS", "install"]
 
 log = logging.getLogger(__name__)
+
+#: Errors of a full file system, waited out (see ``_persist_async``).
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: Seconds between tries of a Raft state or snapshot write while the disk is full, and how many
+#: tries (a day's worth) before the broker gives up and stops.
+PERSIST_RETRY_SECONDS = 0.5
+PERSIST_RETRIES = 172_800
 
 #: Raft timings of quorum queues: a follower that hears no leader for 600-1200 ms starts an
 #: election (so a dead leader's queue is served again in about 1-1.5 s).
@@ -149,6 +157,8 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
         self.addresses: Callable[[], dict[str, str]] = dict
         self._tg: Any = None
         self._dirty: set[_Replica] = set()
+        #: Replicas whose last log write failed (ENOSPC), retried by the group commit.
+        self._unwritten: set[_Replica] = set()
         self._sync_wake: anyio.Event | None = None
         self._held: dict[str, deque[bytes]] = {}
         self._held_bytes: dict[str, int] = {}
@@ -366,11 +376,23 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
             rep.log.save_snapshot(act.snapshot, act.discard_log)
 
     async def _persist_async(self, rep: _Replica, act: Any) -> None:
-        try:
-            await anyio.to_thread.run_sync(self._persist, rep, act)
-        except OSError as exc:
-            log.critical("quorum queue %r: cannot persist its Raft state: %s", rep.name, exc)
-            raise
+        """Persist a Raft state or snapshot in a worker thread (the replica held meanwhile). A
+        full disk (ENOSPC, EDQUOT) is waited out: tried again every ``PERSIST_RETRY_SECONDS``
+        (each try writes its file whole again, then renames it: ``DiskLog._replace``), the
+        replica's later actions held until it succeeds. Other errors stop the broker."""
+        for attempt in range(PERSIST_RETRIES):
+            try:
+                await anyio.to_thread.run_sync(self._persist, rep, act)
+                break
+            except OSError as exc:
+                if exc.errno not in _NO_SPACE or rep.closed or attempt == PERSIST_RETRIES - 1:
+                    log.critical("quorum queue %r: cannot persist its Raft state: %s",
+                                 rep.name, exc)
+                    raise
+                if not attempt:
+                    log.error("quorum queue %r: cannot persist its Raft state (%s); trying "
+                              "again every %g s", rep.name, exc, PERSIST_RETRY_SECONDS)
+                await anyio.sleep(PERSIST_RETRY_SECONDS)
         self._release(rep)
 
     def _hold(self, rep: _Replica) -> None:

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 #: The timer round's period (ms): replicas due are ticked, leaders do their duties.
 TICK_MS = 50
+#: Seconds between group-commit rounds while a replica's log cannot be written (ENOSPC).
+WRITE_RETRY_SECONDS = 0.5
 
 
 class QuorumTimers:
@@ -44,6 +46,7 @@ class QuorumTimers:
         group_commit: bool
         _tg: Any
         _dirty: set[Any]
+        _unwritten: set[Any]
         _held: dict[str, Any]
         _held_bytes: dict[str, int]
         _sync_wake: anyio.Event | None
@@ -123,6 +126,9 @@ class QuorumTimers:
                 log.critical("quorum queues: fsync failed: %s; stopping", exc)
                 raise
             self.end_sync(flushed)
+            if self._unwritten:          # a full disk: try again soon, new appends or not
+                await anyio.sleep(WRITE_RETRY_SECONDS)
+                self._sync_wake.set()
 
     def begin_sync(self) -> list[tuple[Any, PendingSync, tuple[int, int] | None]]:
         """Start a group-commit round: write out the logs appended to since the last round;
@@ -130,7 +136,27 @@ class QuorumTimers:
         term) it makes durable. Then run the fsyncs and call ``end_sync`` on the loop."""
         reps = [r for r in self._dirty if not r.blocked and not r.closed]
         self._dirty.difference_update(reps)
-        return [(r, *r.log.flush()) for r in reps if r.log is not None]
+        flushed = []
+        for r in reps:
+            if r.log is None:
+                continue
+            try:
+                flushed.append((r, *r.log.flush()))
+            except OSError as exc:
+                # a write failed (ENOSPC): the log is whole and keeps its buffer (DiskLog.flush);
+                # nothing of it is reported persisted, so this replica acknowledges nothing new
+                # and, as a leader, counts only its followers; the next round tries again
+                self._dirty.add(r)
+                if r not in self._unwritten:
+                    log.error("quorum queue %r: cannot write its log (%s); trying again every "
+                              "%g s", r.name, exc, WRITE_RETRY_SECONDS)
+                    self._unwritten.add(r)
+                continue
+            if r in self._unwritten:
+                self._unwritten.discard(r)
+                log.warning("quorum queue %r: writing its log again", r.name)
+        self._unwritten = {r for r in self._unwritten if not r.closed}
+        return flushed
 
     def end_sync(self, flushed: list[tuple[Any, PendingSync, tuple[int, int] | None]]
                  ) -> None:

@@ -35,6 +35,8 @@ __all__ = ["run_broker", "rss_bytes"]
 log = logging.getLogger(__name__)
 
 DISK_CHECK_SECONDS = 1.0
+#: Seconds between tries to write the message store's buffer while its writes fail (ENOSPC).
+STORE_RETRY_SECONDS = 0.5
 #: Seconds the ticker wakes after a deadline it was woken for (the loop's clock counts in ms).
 WAKE_MARGIN = 0.002
 
@@ -110,7 +112,11 @@ async def _ticker(broker: Broker) -> None:
 async def _store_syncer(broker: Broker) -> None:
     """Group commit: whenever the message store has writes, flush them to the OS (this thread),
     fsync in a worker thread while the loop keeps accepting publishes, then release the confirms
-    the sync covers. One fsync serves every message appended since the previous one."""
+    the sync covers. One fsync serves every message appended since the previous one. A write
+    that fails (ENOSPC: a full disk, before the disk alarm stopped the publishers) leaves the
+    store's files whole and its buffer kept (``queues.store.store``): no confirm goes out for
+    it, and the write is tried again every ``STORE_RETRY_SECONDS`` until it succeeds. A failed
+    fsync stops the broker (fail-stop, see below)."""
     durability = broker.durability
     store = durability.store
     assert store is not None
@@ -122,6 +128,7 @@ async def _store_syncer(broker: Broker) -> None:
     durability.on_dirty = on_dirty
     if durability.dirty:
         wake.set()
+    failing = False
     try:
         while True:
             await wake.wait()
@@ -129,6 +136,18 @@ async def _store_syncer(broker: Broker) -> None:
             durability.begin_sync()
             try:
                 pending = store.flush()
+            except OSError as exc:
+                if not failing:
+                    log.error("message store: cannot write (%s); confirms wait, trying again "
+                              "every %g s", exc, STORE_RETRY_SECONDS)
+                failing = True
+                await anyio.sleep(STORE_RETRY_SECONDS)
+                wake.set()
+                continue
+            if failing:
+                log.warning("message store: writing again")
+                failing = False
+            try:
                 await anyio.to_thread.run_sync(pending.run)
             except OSError as exc:
                 # Fail-stop: a failed fsync may have lost written data (the page cache is not to

@@ -62,7 +62,7 @@ from pathlib import Path
 
 from queues.store import format as fmt
 from queues.store.dirs import make_durable_dirs
-from queues.store.fds import take_sync_fds
+from queues.store.fds import append_all, take_sync_fds
 from queues.store.values import PendingSync
 
 from .marks import TAIL, Mark, MarksFile, judge, tail_crc
@@ -347,10 +347,15 @@ class DiskLog:
             self._new_segment(1)
 
     def _new_segment(self, seq: int) -> None:
-        fd = os.open(self.directory / fmt.segment_name(seq),
-                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        path = self.directory / fmt.segment_name(seq)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         header = fmt.file_header(seq, MAGIC, FORMAT_VERSION)
-        os.write(fd, header)
+        try:
+            append_all(fd, header, 0)
+        except OSError:
+            os.close(fd)          # no half-made file left behind for the next try's O_EXCL
+            os.unlink(path)
+            raise
         self._tail = header
         self._wfd = fd
         self._segments.append((seq, 0))
@@ -360,10 +365,8 @@ class DiskLog:
     def _write_out(self) -> None:
         if not self._buf:
             return
-        with memoryview(self._buf) as view:
-            done = 0
-            while done < len(view):
-                done += os.write(self._wfd, view[done:])
+        # all or nothing: a full disk leaves the segment whole and the buffer for a later try
+        append_all(self._wfd, self._buf, self._active_size - len(self._buf))
         self._tail = (self._tail + bytes(self._buf[-TAIL:]))[-TAIL:]
         self._buf.clear()
         self._dirty = True
@@ -379,9 +382,13 @@ class DiskLog:
 
     def _put(self, record: bytes, index: int = 0) -> None:
         if self._active_size > self.segment_bytes:
-            self._write_out()
-            self._rolled_fds.append(self._wfd)
-            self._new_segment(self._segments[-1][0] + 1)
+            try:
+                self._write_out()
+                old_fd = self._wfd
+                self._new_segment(self._segments[-1][0] + 1)
+                self._rolled_fds.append(old_fd)
+            except OSError as exc:   # a full disk: stay in this segment; flush() raises
+                log.warning("Raft log %s: cannot start a new segment: %s", self.directory, exc)
         self._buf += record
         self._active_size += len(record)
         if index:
@@ -403,7 +410,9 @@ class DiskLog:
 
     def flush(self) -> tuple[PendingSync, tuple[int, int] | None]:
         """Write the buffer to the OS; returns the fsync still to do (``PendingSync.run()``, any
-        thread) and the newest entry's (index, term) it makes durable (None: nothing new)."""
+        thread) and the newest entry's (index, term) it makes durable (None: nothing new).
+        Raises ``OSError`` when the write fails (ENOSPC: a full disk): the segment is left as it
+        was, the buffer and what it would make durable are kept for the next call."""
         self._write_out()
         fds, dir_fd = take_sync_fds(self)
         newest = self._last if self._unreported and self._last[1] >= 0 else None

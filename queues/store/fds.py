@@ -3,7 +3,9 @@
 Owns the one rule both append-only logs (the message store and the stream logs) follow when they
 flush: the writers of files rolled since the last sync, a duplicate of the active writer when bytes
 were written since, and the directory when files were created or removed since. The caller owns
-the returned descriptors (fdatasync / fsync, then close; any thread). Must not know: record formats.
+the returned descriptors (fdatasync / fsync, then close; any thread); and how their buffers go to
+the OS (:func:`append_all`): whole, or not at all when a write fails (a full disk: ENOSPC), so the
+writer may try again later with the same buffer. Must not know: record formats.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-__all__ = ["SyncSource", "take_sync_fds"]
+__all__ = ["SyncSource", "append_all", "take_sync_fds"]
 
 
 class SyncSource(Protocol):
@@ -40,3 +42,22 @@ def take_sync_fds(writer: SyncSource) -> tuple[list[int], int]:
         dir_fd = os.open(writer.directory, os.O_RDONLY)
         writer._dir_dirty = False
     return fds, dir_fd
+
+
+def append_all(fd: int, data: bytes | bytearray, size: int) -> None:
+    """Write all of ``data`` to ``fd`` (opened ``O_APPEND``; it holds ``size`` bytes now), or
+    none of it: when a ``write`` fails (ENOSPC on a full disk, EDQUOT, EIO) after part of ``data``
+    went out, the file is cut back to ``size`` bytes and the ``OSError`` is raised, so the file
+    holds no partial record and the caller, whose buffer is untouched, may try again once space is
+    back (``write(2)``: a write that runs out of space writes less, then fails with ENOSPC).
+    A write error is not an fsync error: nothing written earlier is in doubt, and no data was
+    dropped from the page cache (unlike a failed fsync, after which a writer must stop)."""
+    with memoryview(data) as view:
+        done = 0
+        try:
+            while done < len(view):
+                done += os.write(fd, view[done:])
+        except OSError:
+            if done:
+                os.ftruncate(fd, size)
+            raise

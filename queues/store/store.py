@@ -25,9 +25,14 @@ covered by a completed ``sync()``; an ack not yet synced may be lost, so that me
 (at-least-once, as in RabbitMQ's "Reliability Guide"). After a crash every recovered message is
 marked redelivered; after ``close()`` only those that had been delivered.
 
-I/O errors: an ``OSError`` from a write or an fsync leaves the store in an unknown state (after a
-failed fsync the kernel may have dropped the dirty pages: retrying can falsely succeed). Treat it as
+I/O errors: an ``OSError`` from an fsync leaves the store in an unknown state (after a failed
+fsync the kernel may have dropped the dirty pages: retrying can falsely succeed). Treat it as
 fatal: stop confirming, ``abandon()`` the store and reopen it (recovery cuts any partial record).
+A failed ``write`` (ENOSPC: the disk is full) is not: the file is cut back to its last whole record
+(``fds.append_all``), the buffer is kept, and ``flush()`` raises the ``OSError``; call it again
+later (nothing it would have made durable is confirmed meanwhile). Appends and acks only buffer
+then (a roll-over that cannot create its file waits: the active file grows past
+``segment_bytes``).
 
 Sync policies (RabbitMQ "Persistence Configuration" discusses the same trade-off):
   ``"batch"`` (default, safe): fdatasync in ``sync()``; confirms wait for it.
@@ -53,7 +58,7 @@ from pathlib import Path
 from ..message import Message
 from . import format as fmt
 from .dirs import make_durable_dirs
-from .fds import take_sync_fds
+from .fds import append_all, take_sync_fds
 from .index import DEAD, DELIVERED, MULTI, QMASK, Segment, StoreIndex
 from .recovery import replay
 from .values import PendingSync, RecoveredMessage, StoreError, StoreStats
@@ -100,6 +105,7 @@ class MessageStore:
         self._lsn = 0  # bytes appended this session
         self._durable_lsn = 0
         self._closed = False
+        self._roll_failed = False   # a roll-over failed (a full disk); logged once
         self._prefix_cache: dict[tuple[str, str, str], bytes] = {}
         state = replay(self.directory, self._index)
         #: True when the previous session ended with ``close()`` (no crash).
@@ -142,9 +148,14 @@ class MessageStore:
 
     def _new_segment(self, base: int) -> Segment:
         seg = Segment(base)
-        fd = os.open(self.directory / fmt.segment_name(base),
-                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        os.write(fd, fmt.file_header(base))
+        path = self.directory / fmt.segment_name(base)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        try:
+            append_all(fd, fmt.file_header(base), 0)
+        except OSError:
+            os.close(fd)         # no half-made file left behind for the next try's O_EXCL
+            os.unlink(path)
+            raise
         self._wfd = fd
         seg.size = seg.written = fmt.FILE_HEADER_SIZE
         self._index.add_segment(seg)
@@ -153,22 +164,21 @@ class MessageStore:
         return seg
 
     def _roll(self) -> None:
-        """Close the active file for writing and start the next one."""
+        """Close the active file for writing and start the next one. Raises ``OSError`` (the
+        active file stays the active one: a full disk)."""
         self._write_out()
-        self._rolled_fds.append(self._wfd)
+        old_fd = self._wfd
         if self._next_id <= self._active.base:  # no native record: keep bases strictly increasing
             self._next_id = self._active.base + 1
         self._active = self._new_segment(self._next_id)
+        self._rolled_fds.append(old_fd)
 
     def _write_out(self) -> None:
         """Hand the write buffer to the OS (one write() call unless the kernel writes less)."""
         buf = self._buf
         if not buf:
             return
-        with memoryview(buf) as view:
-            done = 0
-            while done < len(view):
-                done += os.write(self._wfd, view[done:])
+        append_all(self._wfd, buf, self._active.written)   # all or nothing (see the docstring)
         self._active.written += len(buf)
         buf.clear()
         self._dirty = True
@@ -176,7 +186,13 @@ class MessageStore:
     def _room(self, n: int) -> None:
         active = self._active
         if active.size + n > self.segment_bytes and active.size > fmt.FILE_HEADER_SIZE:
-            self._roll()
+            try:
+                self._roll()
+                self._roll_failed = False
+            except OSError as exc:    # a full disk: keep writing to this file, flush() tells
+                if not self._roll_failed:
+                    log.warning("message store: cannot start a new segment: %s", exc)
+                self._roll_failed = True
 
     def _put(self, record: bytes) -> int:
         """Append an encoded non-publish record to the active file; returns its offset."""
@@ -191,7 +207,10 @@ class MessageStore:
         if self.policy == "always":
             self._sync_now(collect=False)
         elif len(self._buf) >= self.write_buffer_bytes:
-            self._write_out()
+            try:
+                self._write_out()
+            except OSError:
+                pass          # kept in the buffer; flush() writes it or raises (a full disk)
 
     # -- writing ---------------------------------------------------------------------------------
     def append(self, queues: str | Sequence[str], message: Message) -> int:
@@ -287,7 +306,8 @@ class MessageStore:
 
     # -- group commit ----------------------------------------------------------------------------
     def flush(self) -> PendingSync:
-        """Write the buffer to the OS and return the fsync still to do (see ``PendingSync``)."""
+        """Write the buffer to the OS and return the fsync still to do (see ``PendingSync``).
+        Raises ``OSError`` when the write fails (a full disk), the buffer kept for a later try."""
         self._check_open()
         self._write_out()
         fds, dir_fd = take_sync_fds(self)
