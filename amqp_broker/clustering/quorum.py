@@ -214,8 +214,10 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
                        qconfig.fifo_config(settings, arguments))
         if has_log(directory):            # a replica: member, catching up, or stale
             self._open_replica(rep, bootstrap=())
-        elif known is None and self.me in members:   # a new group: every member bootstraps
-            self._open_replica(rep, bootstrap=members)
+        elif known is None and self.me in members and self.broker.accepting_clients:
+            self._open_replica(rep, bootstrap=members)   # a new group: every member bootstraps
+        # else, while joining (the queue is older than this broker's join: a wiped member
+        # would vote with an empty log), a replica only when the leader names us (``_join``)
         raft = rep.raft
         if raft is not None and self.me in raft.members:
             rep.group = raft

@@ -17,7 +17,11 @@ newest committed configuration this broker was told (written atomically and fsyn
 thread). At start a broker holds a replica of a queue when the directory holds log files, and
 bootstraps a new group only when it is in the declared members and has no ``members.json`` --
 so a broker removed from a group never comes back as a member of the declared one, and a broker
-outside the group forwards to the members it was last told, not those declared.
+outside the group forwards to the members it was last told, not those declared -- and only when
+it is not joining the cluster: a declaration in the join replay is older than this broker's join,
+and a broker with no files for it is a member whose disk was wiped (issue 24's ``wipe-rejoin``),
+which must not vote with an empty log; it serves from outside until the leader's notice names it
+(``_join``: an empty replica at the leader's term, voting once it reaches the leader's commit).
 Errors (``MemberError.reason``) as RabbitMQ's ``rabbit_quorum_queue``: ``not_found``,
 ``node_not_running``, ``last_node``; ours: ``timeout`` (the change did not show within the
 timeout: no leader, another change under way, or the new replica did not catch up).

@@ -3,8 +3,11 @@ not handle), and the replicas that found at start that their files had lost ackn
 entries (information: ``cluster.raft.disklog`` logs it, and the replica catches up).
 
 A traceback is a line starting ``Traceback (most recent call last):`` in ``<run>/nK.log`` (the
-broker's stdout and stderr, appended across restarts); its excerpt is that line and up to
-``EXCERPT`` lines after it, up to the next log record (a line starting with a date).
+broker's stdout and stderr, appended across restarts), or the head of an exception group as
+Python prints it (``  + Exception Group Traceback (most recent call last):``: an anyio task group
+that stopped the broker; the tracebacks nested in it, indented after ``|``, are not counted
+again); its excerpt is that line and up to ``EXCERPT`` lines after it, up to the next log record
+(a line starting with a date).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ TRACEBACK = "Traceback (most recent call last):"
 LOSS_MARK = "lost entries it had acknowledged"
 EXCERPT = 30
 _RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+_GROUP = re.compile(r"^ *\+ Exception Group Traceback \(most recent call last\):")
 
 
 @dataclass
@@ -47,7 +51,7 @@ def scan_log(text: str) -> tuple[int, int, str]:
     tracebacks = losses = 0
     excerpt = ""
     for i, line in enumerate(lines):
-        if line.startswith(TRACEBACK):
+        if line.startswith(TRACEBACK) or _GROUP.match(line):
             tracebacks += 1
             if not excerpt:
                 block = [line]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import corrupt, kills  # noqa: F401  (they add their nemeses to NEMESES)
+from . import corrupt, kills, membership  # noqa: F401  (they add their nemeses to NEMESES)
 from .brokers import Brokers, ViewMonitor
 from .checker import Result, check
 from .clients_common import ClientSettings

@@ -194,6 +194,26 @@ def test_tracebacks_in_a_broker_log_are_counted_with_an_excerpt(tmp_path: Path) 
     assert found.excerpts["n1"].splitlines()[-1] == "ValueError: bad"
 
 
+def test_an_exception_group_that_stopped_a_broker_counts_as_one_traceback(tmp_path: Path
+                                                                          ) -> None:
+    # as anyio's task group prints it when a broker dies of an error at start (found by the
+    # membership nemesis: a broker that could not start went uncounted)
+    log = tmp_path / "n3.log"
+    log.write_text(
+        "2026-01-01 10:00:00,000 INFO amqp_broker: starting\n"
+        "  + Exception Group Traceback (most recent call last):\n"
+        '  |   File "app.py", line 9, in main\n'
+        "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)\n"
+        "  +-+---------------- 1 ----------------\n"
+        "    | Traceback (most recent call last):\n"
+        '    |   File "runtime.py", line 3, in start\n'
+        "    | AttributeError: 'Config' object has no attribute 'x'\n"
+        "    +------------------------------------\n")
+    found = scan_logs({"n3": log})
+    assert found.tracebacks == {"n3": 1}
+    assert "AttributeError" in found.excerpts["n3"]
+
+
 def test_a_traceback_fails_the_run_and_shows_in_the_summary(tmp_path: Path) -> None:
     outcome = RunOutcome("kill", tmp_path, depths={"n1": 0}, faults=1)
     outcome.result = check([*published(1, "ok"), deliver(2, 1)])
