@@ -169,6 +169,11 @@ class QuorumGroup:
         self._status_rounds = 0
         self._notice: MembersNotice | None = None   # the last one this leader sent
         self._noticed: set[str] = set()             # ... and to whom
+        #: The last measured commit latency (ms; 0 before one): on the leader, from proposing
+        #: an entry to applying it, one entry at a time (Ra's ``commit_latency``; Prometheus'
+        #: rabbitmq_raft_entry_commit_latency_seconds). ``_probe``: (index, proposed at ms).
+        self.commit_latency_ms = 0
+        self._probe = (0, 0)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -242,6 +247,7 @@ class QuorumGroup:
         node = self.node
         if node.is_leader:
             results, actions = node.propose_batch(envs)
+            self._probe_proposed()
             return list(actions)   # refused during a transfer: re-sent on the leader change
         leader = node.leader
         if leader is not None and leader != self.me:
@@ -265,11 +271,17 @@ class QuorumGroup:
         envs = list(envs)
         if node.is_leader:
             _results, actions = node.propose_batch(envs)
+            self._probe_proposed()
             return list(actions)
         leader = node.leader
         if leader is not None and leader not in (self.me, frm):
             return [Forward(leader, tuple(envs))]
         return []
+
+    def _probe_proposed(self) -> None:
+        """Time the entry just proposed, unless one is being timed (``commit_latency_ms``)."""
+        if not self._probe[0]:
+            self._probe = (self.node.log.last_index, self.node.now)
 
     def holding(self, frm: str, payload: bytes) -> list[Action]:
         """A ``shipping.Holding`` report of a broker outside the group (from it, or passed on
@@ -470,6 +482,10 @@ class QuorumGroup:
                             ship[1].append(eff.consumer)
                         continue
                 effects.append(eff)
+        probe, at = self._probe
+        if probe and self.machine_index >= probe:
+            self.commit_latency_ms = max(0, now_ms - at)
+            self._probe = (0, 0)
         if gap_from:
             more += self.resend(now_ms)   # everything not applied, from the gap on
         # ships go before the Notify: a broker sees a delivery before the notice of its settle

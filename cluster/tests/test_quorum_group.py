@@ -457,3 +457,30 @@ def test_in_sync_members_shrink_when_one_falls_behind_and_grow_back_after_catchi
     assert back.group.in_sync is None   # not told yet in this term
     net.run_until(lambda: all(m.group.in_sync == everyone for m in net.members.values()), 5000)
     assert back.queue.message_count == 21
+
+
+def test_the_leader_times_an_entry_from_proposal_to_application():
+    """``commit_latency_ms`` (Prometheus' rabbitmq_raft_entry_commit_latency_seconds, as Ra's
+    commit_latency): an entry proposed while the followers are cut off for 200 ms is applied
+    200 ms or more after it was proposed."""
+    net = started()
+    leader = net.leader()
+    assert leader is not None and leader.group.commit_latency_ms == 0
+    others = [n for n in net.names if n != leader.name]
+    net.cut = {frozenset((leader.name, n)) for n in others}
+    waiter = Waiter()
+    token = leader.publish("slow")
+    leader.queue.watch(waiter)
+    leader.queue.dispatch()
+    net.advance(10, 20)
+    assert waiter.safe < token
+    net.cut = set()
+    net.run_until(lambda: waiter.safe >= token, 2000)
+    assert 200 <= leader.group.commit_latency_ms <= 2000
+    leader = net.leader()   # the cut may have moved the leadership
+    assert leader is not None
+    waiter = Waiter()
+    token = leader.publish("fast")   # a new probe: the next entry is timed again
+    leader.queue.watch(waiter)
+    net.run_until(lambda: waiter.safe >= token, 2000)
+    assert leader.group.commit_latency_ms < 200
