@@ -72,6 +72,9 @@ def close_broker(broker: Broker, data_dir: Path) -> None:
     quorum = getattr(broker, "quorum", None)
     if quorum is not None:
         quorum.close()
+    metadata = getattr(broker, "metadata", None)   # the cluster metadata log (clustering)
+    if metadata is not None:
+        metadata.close()
     durability = broker.durability
     if durability.store is not None:
         durability.store.close()

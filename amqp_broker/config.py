@@ -114,6 +114,7 @@ class Config:
     cluster_secret: str = ""
     sync_replies: str = "all"
     ping_interval: float = 0.5
+    metadata_timeout: float = 30.0
     relay_policy: str = "pass-on"
     management_port: int = 15672
     prometheus_port: int = 15692
@@ -268,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "answered (default all)")
     p.add_argument("--ping-interval", type=float, metavar="SECONDS",
                    help="ring ping interval, s (default 0.5)")
+    p.add_argument("--metadata-timeout", type=float, metavar="SECONDS",
+                   help="a definition change not committed in the cluster metadata log within "
+                   "this time is refused with 541 (default 30, RabbitMQ 4's "
+                   "khepri_default_timeout)")
     p.add_argument("--relay-policy", metavar="pass-on|hold:SECONDS|drop",
                    help="a message relayed here whose queue has no local consumer any more: give "
                    "it back to its sender (pass-on, default), hold it SECONDS for a new consumer "

@@ -170,6 +170,9 @@ class ClusterDriver:
         #: ``on_in_vhost(channel, vhost, payload)``: run the method frame ``payload`` a member
         #: sent for ``vhost`` (Cluster.InVhost) on ``channel`` as if it were opened there.
         self.on_in_vhost: Callable[[Any, str, bytes], None] | None = None
+        #: Whether clients may be admitted once the view synched (the metadata log's member
+        #: admits them only once the broker follows the log: ``clustering.metadata``).
+        self.admit: Callable[[], bool] = lambda: True
 
     # ------------------------------------------------------------------ broker seams
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
@@ -438,7 +441,7 @@ class ClusterDriver:
                 if channel.connection.channels.get(channel.id) is channel:
                     channel.on_method(payload)
         self._buffers.clear()
-        self.broker.accepting_clients = True
+        self.broker.accepting_clients = self.admit()
 
     def _do_Excluded(self, act: a.Excluded) -> None:
         log.warning("excluded from cluster view %#x: re-joining", act.view)

@@ -275,6 +275,22 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
             self.execute(rep, [ra.PersistState(term, None)])
         return rep.raft
 
+    def host_group(self, uid: str, directory: Path, group: Any, disk: DiskLog,
+                   sink: Any) -> _Replica:
+        """Run a Raft group that is no queue's on this runtime's transport (Cluster.Quorum with
+        group ``uid``), timers and group commit: the cluster metadata log
+        (``clustering.metadata``, a runtime of its own). ``group`` answers as a
+        ``QuorumGroup`` does (``receive``, ``forwarded``, ``tick``, ``leader_duties``,
+        ``apply``, ``status`` ...) over its Raft node on ``disk`` (in ``directory``);
+        ``sink.on_effects(effects)`` gets what its ``apply`` returns (``sink.deleted``:
+        False)."""
+        rep = _Replica(uid, "", uid, tuple(group.members), directory, None)  # type: ignore[arg-type]
+        rep.log, rep.raft, rep.group, rep.queue = disk, group, group, sink
+        self.replicas[uid] = rep
+        self.ticker_wanted()
+        self.execute(rep, group.node.tick(self.now_ms()))   # the bootstrap entry, when new
+        return rep
+
     def _wake(self, queue: QuorumQueue) -> None:
         self.broker.needs_dispatch.add(queue)
 

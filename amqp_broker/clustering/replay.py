@@ -31,13 +31,16 @@ if TYPE_CHECKING:
 __all__ = ["replay_methods", "load_figures"]
 
 
-def replay_methods(broker: Broker, shared: bool, me: str) -> list[Any]:
+def replay_methods(broker: Broker, shared: bool, me: str, definitions: bool = True
+                   ) -> list[Any]:
     """The methods replaying our part of the state to a joiner (see module docstring); every
-    member ends with its consumer counts on shared queues (Cluster.Consumers)."""
+    member ends with its consumer counts on shared queues (Cluster.Consumers). Without
+    ``definitions`` (the cluster metadata log carries them: ``clustering.metadata``) only
+    those counts."""
     counts: list[Any] = []
     for vhost in broker.vhosts.values():
-        counts += _private_part(vhost, me)
-    if not shared:
+        counts += _private_part(vhost, me) if definitions else _counts(vhost, me)
+    if not shared or not definitions:
         return counts
     # vhosts, users, permissions first (declarations need their vhost); then policies (every
     # vhost: they are cluster-wide), so the joiner applies them to the classic queues declared
@@ -49,12 +52,17 @@ def replay_methods(broker: Broker, shared: bool, me: str) -> list[Any]:
     return out + counts
 
 
+def _counts(vhost: VirtualHost, me: str) -> list[Any]:
+    """Our consumer counts on the shared queues of ``vhost`` (Cluster.Consumers)."""
+    return [Consumers(vhost.name, q.name, me, n) for q in vhost.queues.values()
+            if q.exclusive_owner is None and (n := local_consumer_count(q))]
+
+
 def _private_part(vhost: VirtualHost, me: str) -> list[Any]:
     """Our consumer counts on shared queues and our private queues (they become proxies on the
     joiner) with their bindings, in ``vhost``."""
     name = vhost.name
-    out: list[Any] = [Consumers(name, q.name, me, n) for q in vhost.queues.values()
-                      if q.exclusive_owner is None and (n := local_consumer_count(q))]
+    out: list[Any] = _counts(vhost, me)
     for q in vhost.queues.values():
         if q.exclusive_owner is None:
             continue

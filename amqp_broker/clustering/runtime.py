@@ -24,7 +24,7 @@ from cluster import secret as peer_secret
 from cluster.actions import Timing
 from cluster.driver import ClusterDriver
 from cluster.links import PeerLinks, Settle
-from cluster.membership import Node
+from cluster.membership import Node, Status
 
 from .. import __version__
 from ..config import Config
@@ -32,6 +32,7 @@ from ..core import access_store, policy_store, proxies, relay
 from ..core.broker import Broker
 from ..core.relay_inbox import ACK_DELAY_S
 from . import discovery
+from .metadata import MetadataRuntime
 from .replay import load_figures, replay_methods
 
 __all__ = ["SecretAuth", "start_cluster", "parse_seeds", "load_vote", "save_vote"]
@@ -159,7 +160,8 @@ async def start_cluster(broker: Broker, config: Config, port: int,
         link_down(peer)
 
     driver = ClusterDriver(node, broker, links,
-                           lambda shared: replay_methods(broker, shared, config.node_name),
+                           lambda shared: replay_methods(broker, shared, config.node_name,
+                                                         definitions=False),
                            time.monotonic, config.sync_replies, lambda: load_figures(broker),
                            on_consumers, on_node_removed,
                            lambda vote: save_vote(config.data_dir, vote,
@@ -174,11 +176,18 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     inbox.on_acks_pending = acks_pending
     broker.peer_auth = SecretAuth(secret)
     broker.peer_handler = driver.on_peer_method
+    metadata = _metadata(broker, config, driver, links)
     quorum = getattr(broker, "quorum", None)
     if quorum is not None:  # quorum queues' Raft traffic rides on the same peer links
         quorum.attach(links, lambda: dict(node.members))
-        driver.on_view = quorum.view_changed
-        driver.peer_first = quorum.on_peer_method
+
+    def on_view(view: int, members: Any) -> None:
+        if quorum is not None:
+            quorum.view_changed(view, members)
+        metadata.view_changed(view, members)
+
+    driver.on_view = on_view
+    driver.peer_first = (quorum or metadata.host).on_peer_method
     broker.cluster_hooks = driver
     driver.on_policy = lambda vhost, name, body: policy_store.apply_remote(broker, vhost, name,
                                                                            body)
@@ -192,6 +201,8 @@ async def start_cluster(broker: Broker, config: Config, port: int,
         while True:
             await anyio.sleep(TICK_SECONDS)
             driver.tick()
+            if not broker.accepting_clients and driver.admit():   # a founder needs no Synch
+                broker.accepting_clients = True
             # Links drain between ticks: a link that refused a relay and takes more now gives
             # the queues with that member's relay consumers another chance (O(those queues)).
             for node in list(driver.refused):
@@ -206,15 +217,54 @@ async def start_cluster(broker: Broker, config: Config, port: int,
             broker.run_dispatch()
 
     tg.start_soon(ticker)
-    driver.start([s for s in seeds if s[1] != me])
+    others = [s for s in seeds if s[1] != me]
+    metadata.open(found=not others and not node.stored.peers(node.name))
+    tg.start_soon(metadata.run)
+    driver.start(others)
     log.info("cluster node %s at %s: %s", config.node_name, me,
              f"joining via {', '.join(a for _, a in seeds)}" if seeds
              else "founding a cluster of one")
     return driver
 
 
+def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
+              links: PeerLinks) -> MetadataRuntime:
+    """The metadata log of this member (``clustering.metadata``) on the peer links: Raft
+    traffic of its group goes to it before the quorum queues' handler; clients are admitted once
+    the membership synched and the broker follows the log. Raises ``ValueError`` for a bad
+    ``--sync-replies``."""
+    metadata = MetadataRuntime(broker, config.data_dir, config.node_name,
+                               fsync=config.sync_policy != "none",
+                               reply_policy=config.sync_replies,
+                               timeout=config.metadata_timeout)
+    metadata.attach(links, lambda: dict(driver.node.members))
+    quorum_content = broker.peer_content
+
+    def peer_content(channel: Any, method: Any, body: bytes) -> None:
+        if not metadata.on_peer_content(channel, method, body) and quorum_content is not None:
+            quorum_content(channel, method, body)
+
+    broker.peer_content = peer_content
+    broker.metadata = metadata
+    broker.accepting_clients = False
+
+    def admit() -> bool:
+        return metadata.ready and driver.node.status is Status.MEMBER
+
+    def on_ready() -> None:
+        broker.accepting_clients = admit()
+
+    driver.admit = admit
+    metadata.on_ready = on_ready
+    return metadata
+
+
 async def leave_cluster(driver: ClusterDriver, grace: float = 1.0) -> None:
-    """Orderly shutdown: Cluster.Leave, then a moment for the leader to announce the new view."""
+    """Orderly shutdown: the metadata log's leadership handed over, Cluster.Leave, then a moment
+    for the leader to announce the new view."""
+    metadata = getattr(driver.broker, "metadata", None)
+    if metadata is not None:
+        await metadata.hand_over()
     driver.leave()
     with anyio.move_on_after(grace):
         while driver.node.status.value not in ("left",):

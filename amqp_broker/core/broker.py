@@ -192,6 +192,9 @@ class Broker:
         #: ``propagate(vhost, method, done)``: send a client's change to every member; ``done(None
         #: | reason)`` once the reply policy is met. See ``ClusterHooks``.
         self.cluster_hooks: ClusterHooks | None = None
+        #: The cluster metadata log definition changes go through in a cluster
+        #: (``handlers.propagation.MetadataHooks``, ``clustering.metadata``); None alone.
+        self.metadata: Any = None
         #: Policies of every vhost (``core.policies``), applied when a queue is declared.
         self.policies = Policies()
         #: Extra Connection.Start server properties (cluster_view, cluster_members, ...).

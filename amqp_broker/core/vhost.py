@@ -340,11 +340,24 @@ class VirtualHost:
             self.broker.relay_inbox.forget_queue(q)
         return count
 
+    def propose_delete(self, q: QueueType) -> bool:
+        """In a cluster with a metadata log (``broker.metadata``): propose the deletion of ``q``
+        (auto-delete, x-expires, its connection closed) instead of deleting it here -- every
+        member deletes it when the log is applied. False on a single broker (delete it)."""
+        metadata = getattr(self.broker, "metadata", None)
+        if metadata is None:
+            return False
+        metadata.change(self.name, q.exclusive_owner, cmd.Queue.Delete(queue=q.name),
+                        _no_answer)
+        return True
+
     def connection_gone(self, conn: Connection) -> None:
         """Delete the exclusive queues of a closed connection (RabbitMQ "Exclusive Queues"); in
         a cluster their proxies on the other members go too."""
         hooks = self.broker.cluster_hooks
         for q in list(conn.exclusive_queues):
+            if self.propose_delete(q):
+                continue
             self.delete_queue(q, notify=False)
             if hooks is not None:
                 hooks.propagate(self.name, cmd.Queue.Delete(queue=q.name), lambda _error: None)
@@ -369,7 +382,8 @@ class VirtualHost:
         if self.broker.relay_inbox.waiting:  # relayed messages may wait for this queue
             self.broker.needs_dispatch.add(q)
         if q.auto_delete and q.consumer_count == 0 and self.queues.get(q.name) is q:
-            self.delete_queue(q)
+            if not self.propose_delete(q):
+                self.delete_queue(q)
 
     def _consumers_changed(self, q: QueueType) -> None:
         """Tell the cluster our consumer count of a shared queue changed (Cluster.Consumers)."""
@@ -461,9 +475,14 @@ class VirtualHost:
         last = self.queue_last_used.get(q.name, now)
         if (now - last) * 1000 >= expires:
             log.info("queue %r expired after %s ms unused", q.name, expires)
-            self.delete_queue(q)
+            if not self.propose_delete(q):
+                self.delete_queue(q)
         else:
             self.expiry_timers.schedule(q, last + expires / 1000 - TIMER_SLACK)
+
+
+def _no_answer(_result: Any) -> None:
+    """A proposal nobody waits for (the broker's own deletions)."""
 
 
 def send_cancel(ch: Any, tag: str) -> None:

@@ -58,7 +58,6 @@ def _declare(name: str, max_length: int):
                                        arguments={"x-max-length": max_length})
 
 
-@ISSUE_23
 def test_same_queue_declared_with_two_max_lengths_one_wins_everywhere(trio):
     n2, n3, _ = trio.members
     answers = [at_once(amqp_step(n2, _declare(f"c23.q.{r}", 10)),
@@ -103,7 +102,6 @@ def _routes(trio: Trio, targets: list[tuple[str, str]]) -> dict[int, list[str]]:
     return out
 
 
-@ISSUE_23
 def test_exchange_declared_and_bound_on_one_member_while_deleted_on_another(trio):
     n2, n3, _ = trio.members
     conn = n2.connect()

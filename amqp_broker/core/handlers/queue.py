@@ -1,8 +1,11 @@
 """Queue class: Declare, Bind, Unbind, Purge, Delete.
 
 An empty queue name means "the last queue declared on this channel" (spec, queue-name domain); a
-server-named queue is ``amq.gen-`` + 22 URL-safe base64 characters, as RabbitMQ. Source: AMQP 0-9-1
-class queue; RabbitMQ "Queues".
+server-named queue is ``amq.gen-`` + 22 URL-safe base64 characters, as RabbitMQ. In a cluster,
+Declare (not passive), Bind, Unbind and Delete are metadata log commands after the permission
+checks (``propagation.propose``: the queue object is made or dropped when the log is applied;
+Delete's ``if_unused`` / ``if_empty`` are asked of this member's queue first, as RabbitMQ asks
+the queue process). Source: AMQP 0-9-1 class queue; RabbitMQ "Queues".
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from ...protocol.errors import ChannelException, ConnectionException
 from ..access import permit, permit_bind
 from ..proxies import HOME_ARGUMENT, add_proxy, remove_proxy
 from ..vhost import send_cancel
-from .propagation import reply
+from .propagation import metadata_of, propose, reply
 
 if TYPE_CHECKING:
     from pamqp.common import FieldTable
@@ -59,6 +62,9 @@ def declare(ch: Channel, m: cmd.Queue.Declare) -> None:
             name = generated_name()
     if not m.passive:
         permit(ch, "configure", "queue", name)
+        if metadata_of(ch) is not None:
+            _propose_declare(ch, m, name)
+            return
     q = ch.vhost.declare_queue(name, ch.connection, passive=m.passive, durable=m.durable,
                                exclusive=m.exclusive, auto_delete=m.auto_delete,
                                arguments=m.arguments)
@@ -74,6 +80,24 @@ def declare(ch: Channel, m: cmd.Queue.Declare) -> None:
         reply(ch, proxy, ok, local_only=m.passive)
     else:
         reply(ch, m, ok, local_only=m.passive)
+
+
+def _propose_declare(ch: Channel, m: cmd.Queue.Declare, name: str) -> None:
+    """Queue.Declare through the metadata log; Declare-Ok's counts come from this member's
+    queue object once applied (0 for another member's private queue: it is not here)."""
+    ch.last_queue = m.queue = name
+    vhost = ch.vhost
+
+    def ok() -> cmd.Queue.DeclareOk | None:
+        q = vhost.queues.get(name)
+        if q is not None:
+            vhost.touch(name)
+        if m.nowait:
+            return None
+        return cmd.Queue.DeclareOk(name, q.message_count if q is not None else 0,
+                                   q.consumer_count if q is not None else 0)
+
+    propose(ch, m, ok)
 
 
 def _peer_proxy_bind(ch: Channel, m: cmd.Queue.Bind | cmd.Queue.Unbind, unbind: bool) -> bool:
@@ -93,6 +117,10 @@ def bind(ch: Channel, m: cmd.Queue.Bind) -> None:
     if _peer_proxy_bind(ch, m, unbind=False):
         return
     permit_bind(ch, m.exchange, "queue", queue_name(ch, m.queue))
+    if metadata_of(ch) is not None:
+        m.queue = queue_name(ch, m.queue)
+        propose(ch, m, lambda: None if m.nowait else cmd.Queue.BindOk())
+        return
     q = ch.vhost.get_queue(queue_name(ch, m.queue), ch.connection)
     ch.vhost.bind(m.exchange, Destination("queue", q.name), m.routing_key, m.arguments)
     m.queue = q.name
@@ -106,6 +134,10 @@ def unbind(ch: Channel, m: cmd.Queue.Unbind) -> None:
         return
     permit_bind(ch, m.exchange, "queue", queue_name(ch, m.queue))
     name = queue_name(ch, m.queue)
+    if metadata_of(ch) is not None:
+        m.queue = name
+        propose(ch, m, cmd.Queue.UnbindOk)
+        return
     if name in ch.vhost.queues or name in ch.vhost.proxies:
         name = ch.vhost.get_queue(name, ch.connection).name
     ch.vhost.bind(m.exchange, Destination("queue", name), m.routing_key, m.arguments,
@@ -161,16 +193,12 @@ def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
     q = vhost.queues.get(name)
     count = 0
     cancels: list[tuple[Channel, str]] = []
+    if metadata_of(ch) is not None:
+        _propose_delete(ch, m, name, q)
+        return
     if q is not None:
         q = vhost.get_queue(name, ch.connection)
-        if m.if_unused and q.consumer_count:
-            raise ChannelException(c.PRECONDITION_FAILED,
-                                   f"PRECONDITION_FAILED - queue '{name}' in vhost '{vhost.name}' "
-                                   f"in use")
-        if m.if_empty and q.message_count:
-            raise ChannelException(c.PRECONDITION_FAILED,
-                                   f"PRECONDITION_FAILED - queue '{name}' in vhost '{vhost.name}' "
-                                   f"not empty")  # RabbitMQ 3.10's text
+        _check_delete(ch, m, q)
         count = vhost.delete_queue(q, cancels=cancels)
     m.queue = name
 
@@ -179,6 +207,28 @@ def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
             send_cancel(consumer_channel, tag)
 
     reply(ch, m, None if m.nowait else cmd.Queue.DeleteOk(count), then=notify_consumers)
+
+
+def _check_delete(ch: Channel, m: cmd.Queue.Delete, q: QueueType) -> None:
+    """406 when ``if_unused`` and ``q`` has consumers, or ``if_empty`` and ready messages."""
+    where = f"queue '{q.name}' in vhost '{ch.vhost.name}'"
+    if m.if_unused and q.consumer_count:
+        raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {where} in use")
+    if m.if_empty and q.message_count:   # RabbitMQ 3.10's text
+        raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {where} not empty")
+
+
+def _propose_delete(ch: Channel, m: cmd.Queue.Delete, name: str, q: QueueType | None) -> None:
+    """Queue.Delete through the metadata log: ``if_unused`` / ``if_empty`` asked of this
+    member's queue first (not of another connection's private queue: the log refuses that
+    with 405); Delete-Ok's count is its ready messages now. Its consumers hear Basic.Cancel
+    after the Delete-Ok (``clustering.metadata``)."""
+    m.queue = name
+    count = 0
+    if q is not None and (q.exclusive_owner is None or q.exclusive_owner is ch.connection):
+        _check_delete(ch, m, q)
+        count = q.message_count
+    propose(ch, m, lambda: None if m.nowait else cmd.Queue.DeleteOk(count))
 
 
 HANDLERS = {cmd.Queue.Declare: declare, cmd.Queue.Bind: bind, cmd.Queue.Unbind: unbind,

@@ -1,0 +1,320 @@
+"""The I/O half of the cluster metadata log (issue 23): the metadata Raft group of this member, and
+the seam the core's handlers, ``core.access_store`` and ``core.policy_store`` propose through
+(``broker.metadata``). The logic is ``cluster.metadata`` (``MetadataGroup``, ``MetadataMachine``).
+
+Owns ``MetadataRuntime``: the group's replica on disk (a ``DiskLog`` in ``<data>/raft/metadata``),
+run by a ``clustering.quorum.QuorumRuntime`` of its own (``host_group``: the same transport of
+Raft messages as Cluster.Quorum methods on the peer links, group commit in a worker thread,
+timers and orderly leadership hand-over as a quorum queue's), and:
+
+- ``change(vhost, connection, method, done)``: a client's Exchange / Queue Declare, Delete, Bind
+  and Unbind (after the handler's permission checks), and ``propose(command, done)`` for any
+  command: submitted to the group (forwarded to the leader when this member does not lead).
+  ``done(None)`` (Ok) or ``done((code, text, connection_level))`` comes from this member's own
+  machine's outcome at the command's log index, once ``--sync-replies`` other members of the
+  view (``all``, ``majority``, ``none``, N: ``cluster.driver.reply_quorum``) reported that index
+  applied; ``outcomes.timeout_refusal`` (541) when it did not within ``--metadata-timeout``
+  seconds (default 30, RabbitMQ 4's ``khepri_default_timeout``): a minority member, or no
+  leader. A command that timed out may still commit later (as with Khepri: a timeout is no
+  refusal).
+- following the log: every applied command makes the broker's objects follow the records it
+  changed (``metadata_follow``: the vhost it touched; users, vhosts, permissions and policies),
+  in log order, on every member; the whole state once the replica caught up with the log after
+  a start or a join, and after each snapshot install (so a member forgets what was deleted while
+  it was away). Until then this member admits no clients (``ready``).
+- bootstrapping: the member that founds the cluster with an empty metadata log starts the group
+  (a configuration of itself) and proposes its stored definitions (``definitions.db``: the
+  upgrade from the broadcast design, one cluster restart); members that join start empty and
+  are added by the leader (learner, then voter), whose configuration follows the cluster view.
+- private queues: the record names the connection; on its home member the queue is made for
+  that connection, the others make a proxy; one whose connection is gone is proposed for
+  deletion (``DeleteQueue``), as are exclusive queues of a closing connection, auto-delete
+  queues and expired ones (``VirtualHost``), and at start the private queues this member's
+  previous incarnation left.
+
+Times: seconds (timeout) and the runtime's monotonic ms. Sources: RabbitMQ "Metadata store"
+(Khepri), "Clustering"; Raft paper §5-§8; DESIGN.md §4.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from cluster.codec import QUORUM_STATUS, Quorum
+from cluster.driver import reply_quorum
+from cluster.metadata import commands as m
+from cluster.metadata.group import Committed, MetadataGroup
+from cluster.metadata.outcomes import Refused, timeout_refusal
+from cluster.raft import actions as ra
+from cluster.raft.disklog import DiskLog
+from cluster.raft.node import RaftNode
+
+from ..core.vhost import send_cancel
+from .metadata_commands import command_of, connection_id, definitions_commands
+from .metadata_follow import reconcile, reconcile_access, reconcile_vhost
+from .quorum import QuorumRuntime
+
+__all__ = ["MetadataRuntime", "METADATA_GROUP", "TIMING", "Done"]
+
+log = logging.getLogger(__name__)
+
+#: The group id of the metadata log on the peer links (Cluster.Quorum ``group``).
+METADATA_GROUP = "metadata"
+#: Raft timings of the metadata group (as quorum queues': a dead leader is replaced in ~1-1.5 s).
+TIMING = ra.Timing(election_ms=600, heartbeat_ms=100, max_batch_entries=512,
+                   max_batch_bytes=1 << 20, max_inflight=8, snapshot_keep=256)
+#: ``done(None)``: Ok; ``done((reply code, text, connection level))``: refused.
+Done = Callable[[tuple[int, str, bool] | None], None]
+_TICK_S = 0.1
+
+
+@dataclass(slots=True)
+class _Proposal:
+    command: m.Command
+    done: Done
+    deadline: float
+    index: int = 0
+    outcome: Any = None
+    then: list[tuple[Any, str]] = field(default_factory=list)   # Basic.Cancels after the Ok
+
+
+class MetadataRuntime:
+    """This member's metadata log (see the module docstring). ``me``: the node name;
+    ``data_dir``: the broker's; ``reply_policy``: ``--sync-replies``; ``timeout``: seconds."""
+
+    #: Read by ``QuorumRuntime``'s driver loop and timers of the sink of the group's effects
+    #: (a quorum queue's are its deleted flag and dead-letter worker).
+    deleted = False
+    dlx = None
+
+    def __init__(self, broker: Any, data_dir: Path | str, me: str, *, fsync: bool = True,
+                 reply_policy: str = "all", timeout: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        reply_quorum(reply_policy, 1)   # validated early (ValueError)
+        self.broker = broker
+        self.me = me
+        self.directory = Path(data_dir) / "raft" / METADATA_GROUP
+        self.reply_policy = reply_policy
+        self.timeout = timeout
+        self.clock = clock
+        self.host = QuorumRuntime(broker, data_dir, me, fsync=fsync, timing=TIMING)
+        self.origin = self.host.origin
+        self.group: MetadataGroup | None = None
+        self.rep: Any = None
+        self.pending: dict[int, _Proposal] = {}
+        #: True once the broker follows the log (caught up and reconciled): clients admitted.
+        self.ready = False
+        self._ready_seq = 0            # a founder's upgrade proposals must be applied first
+        self.on_ready: Callable[[], None] | None = None
+
+    # ------------------------------------------------------------------ start
+    def open(self, found: bool) -> None:
+        """Open (or create) the replica. ``found``: this member founds the cluster; with an
+        empty log it bootstraps the group alone and proposes the broker's definitions. Raises
+        ``OSError`` / ``FormatError`` for an unusable directory."""
+        disk = DiskLog(self.directory, fsync=self.host.fsync)
+        state = disk.load()
+        empty = not state.entries and not state.snapshot.index
+        node = RaftNode(self.me, state, self.host.now_ms(), TIMING, random.Random(),
+                        bootstrap=(self.me,) if found and empty else ())
+        group = self.group = MetadataGroup(self.me, self.origin, node)
+        group.on_restore = self._restored
+        self.rep = self.host.host_group(METADATA_GROUP, self.directory, group, disk, self)
+        if found and empty:
+            commands = definitions_commands(self.broker)
+            for command in commands:
+                self._ready_seq = group.submit(command)
+            log.info("metadata log: founded here with %d definitions of this broker",
+                     len(commands))
+            self._flush()
+        else:
+            log.info("metadata log: opened at index %d (%s)", node.log.last_index,
+                     "waiting for the leader to add this member" if empty else
+                     ", ".join(node.members))
+
+    def attach(self, links: Any, addresses: Callable[[], dict[str, str]]) -> None:
+        """Use the cluster's peer ``links`` (``QuorumRuntime.attach``)."""
+        self.host.attach(links, addresses)
+
+    def view_changed(self, view: int, members: Any) -> None:
+        """The cluster view changed: the leader's configuration follows it; proposals stop
+        waiting for members that left."""
+        self.host.view_changed(view, members)
+        self._check_all()
+
+    async def run(self) -> None:
+        """The group's timers and group commit, and the proposals' timeouts; until cancelled."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.host.run)
+            while True:
+                await anyio.sleep(_TICK_S)
+                self._expire()
+                self._check_ready()
+
+    async def hand_over(self) -> None:
+        """Orderly stop: hand the leadership over (``QuorumRuntime.hand_over``)."""
+        await self.host.hand_over()
+
+    def close(self) -> None:
+        """Sync and close the log."""
+        self.host.close()
+
+    # ------------------------------------------------------------------ the peer links
+    def on_peer_content(self, channel: Any, method: Any, body: bytes) -> bool:
+        """Cluster.Quorum content of the metadata group; False for another group's."""
+        if not isinstance(method, Quorum) or method.group != METADATA_GROUP:
+            return False
+        self.host.on_peer_content(channel, method, body)
+        if method.kind == QUORUM_STATUS:
+            self._check_all()
+        return True
+
+    # ------------------------------------------------------------------ proposing
+    def change(self, vhost: str, connection: Any, method: Any, done: Done) -> None:
+        """``broker.metadata.change``: a client's method in ``vhost`` on ``connection``."""
+        command = command_of(vhost, method, connection_id(self.origin, connection), self.me)
+        if command is None:
+            done(None)
+            return
+        self.propose(command, done)
+
+    def propose(self, command: m.Command, done: Done | None = None) -> None:
+        """Submit ``command``; ``done`` as the module docstring says (None: nobody waits)."""
+        group = self.group
+        assert group is not None, "open() first"
+        try:
+            seq = group.submit(command)
+        except (ValueError, TypeError) as exc:   # a value the codec cannot carry
+            if done is not None:
+                done((406, f"PRECONDITION_FAILED - {exc}", False))
+            return
+        self.pending[seq] = _Proposal(command, done or _ignore, self.clock() + self.timeout)
+        self._flush()
+
+    def _flush(self) -> None:
+        assert self.group is not None
+        self.host.execute(self.rep, self.group.flush(self.host.now_ms()))
+
+    # ------------------------------------------------------------------ applying
+    def on_effects(self, committed: list[Committed]) -> None:
+        """The group applied ``committed`` (in log order): the broker follows, then this
+        member's proposals among them get their outcome."""
+        broker = self.broker
+        orphans = []
+        for c in committed:
+            p = self.pending.get(c.seq) if c.origin == self.origin else None
+            if self.ready:
+                cancels = p.then if p is not None else None
+                orphans += self._follow(c.command, cancels)
+            if p is not None:
+                p.index, p.outcome = c.index, c.outcome
+                self._check(c.seq, p)
+        for vhost, name, owner in orphans:
+            self.propose(m.DeleteQueue(vhost, name, owner))
+        self._check_ready()
+        broker.run_dispatch()
+
+    def _follow(self, command: m.Command, cancels: list | None) -> list:
+        group = self.group
+        assert group is not None
+        state = group.machine.state
+        vhost = getattr(command, "vhost", None)
+        if isinstance(command, m.MemberGone | m.DeleteVhost | m.AddVhost | m.PutUser
+                      | m.DeleteUser | m.SetPermission | m.ClearPermission):
+            return reconcile(self.broker, state, self.me, self.origin)
+        if isinstance(command, m.SetPolicy | m.ClearPolicy):
+            reconcile_access(self.broker, state)
+        st = state.vhosts.get(vhost) if vhost is not None else None
+        if st is None:
+            return []
+        return reconcile_vhost(self.broker, st, self.me, self.origin, cancels)
+
+    def _restored(self) -> None:
+        """A snapshot was installed: follow the whole state once caught up again."""
+        self.ready = False
+        self.broker.accepting_clients = False
+
+    def _check_ready(self) -> None:
+        group = self.group
+        if self.ready or group is None or not group.caught_up:
+            return
+        if group.outbox.applied < self._ready_seq:
+            return
+        orphans = reconcile(self.broker, group.machine.state, self.me, self.origin)
+        self.ready = True
+        log.info("metadata log: caught up at index %d; definitions follow it",
+                 group.machine_index)
+        for vhost, name, owner in orphans:
+            self.propose(m.DeleteQueue(vhost, name, owner))
+        if self.on_ready is not None:
+            self.on_ready()
+
+    def _others(self) -> list[str]:
+        group = self.group
+        assert group is not None
+        view = self.host.view
+        return [n for n in group.members if n != self.me and n in view]
+
+    def _check(self, seq: int, p: _Proposal) -> None:
+        group = self.group
+        if p.index == 0 or group is None:
+            return
+        others = self._others()
+        need = reply_quorum(self.reply_policy, len(others))
+        if group.applied_count(p.index, others) < need:
+            return
+        del self.pending[seq]
+        outcome = p.outcome
+        if isinstance(outcome, Refused):
+            p.done((outcome.code, outcome.text, outcome.connection_level))
+        else:
+            p.done(None)
+        _send_cancels(p.then)
+
+    def _check_all(self) -> None:
+        for seq, p in list(self.pending.items()):
+            if p.index:
+                self._check(seq, p)
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for seq, p in list(self.pending.items()):
+            if now >= p.deadline:
+                del self.pending[seq]
+                if p.index:   # committed and applied here: the others did not report in time
+                    outcome = p.outcome
+                    p.done((outcome.code, outcome.text, outcome.connection_level)
+                           if isinstance(outcome, Refused) else None)
+                    _send_cancels(p.then)
+                else:
+                    r = timeout_refusal(p.command, self.me)
+                    p.done((r.code, r.text, r.connection_level))
+        if self.pending:
+            self.broker.run_dispatch()
+
+    def status(self) -> dict[str, Any]:
+        """The replica's figures (cluster-status, logs)."""
+        group = self.group
+        if group is None:
+            return {}
+        node = group.node
+        return {"leader": node.leader, "term": node.term, "members": list(node.members),
+                "commit_index": node.commit_index, "applied_index": group.machine_index,
+                "ready": self.ready}
+
+
+def _ignore(_result: tuple[int, str, bool] | None) -> None:
+    return None
+
+
+def _send_cancels(cancels: list[tuple[Any, str]]) -> None:
+    for ch, tag in cancels:
+        send_cancel(ch, tag)

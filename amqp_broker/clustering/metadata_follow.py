@@ -1,0 +1,243 @@
+"""The broker follows the metadata log: its objects are made to match the records of the applied
+state (``cluster.metadata.state``), the only path that changes definitions in a cluster.
+
+Owns ``reconcile_vhost`` (exchanges, queues -- classic shared, stream and quorum queue objects,
+this member's private queues, proxies of the other members' -- and bindings of one vhost made
+equal to the records: missing ones created, differing ones changed or re-created, extra ones
+deleted with their stored messages), ``reconcile_access`` (vhosts, users, permissions, policies)
+and ``reconcile`` (all of it: after a member caught up with the log, or installed a snapshot,
+so it forgets what was deleted while it was away). The broker's own operations
+(``VirtualHost``, ``core.access_store``, ``core.policy_store``, with ``propagate=False``) do the
+changes, so the definitions store (definitions.db) stays their cache, and Basic.Cancel reaches
+the consumers of a deleted queue. Must not know: Raft, links.
+
+A private queue's record names its connection (``"<member>#<incarnation>/<id>"``): on its home
+member it is the queue of that connection; when that connection is gone (closed before the
+declaration committed, or an older incarnation of this member) the queue is not made and
+``orphans`` lists it, for the caller to propose its deletion.
+Sources: RabbitMQ "Metadata store" (every node's definitions follow the Khepri store),
+"Exclusive Queues"; DESIGN.md §4.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from amqp_broker.core import access_store, policy_store, proxies
+from amqp_broker.core import declare_rules as rules
+from amqp_broker.core.access import Account
+from amqp_broker.core.policies import Policy
+from amqp_broker.protocol.errors import AMQPException
+from queues.arguments import parse_arguments
+from queues.errors import InvalidArgument
+from queues.queue import Queue
+from routing.destination import Destination
+from routing.errors import RoutingError
+
+if TYPE_CHECKING:
+    from amqp_broker.core.broker import Broker
+    from amqp_broker.core.vhost import VirtualHost
+    from cluster.metadata.state import MetadataState, QueueRecord, VhostState
+
+__all__ = ["reconcile", "reconcile_vhost", "reconcile_access", "Orphan"]
+
+log = logging.getLogger(__name__)
+
+#: (vhost, queue name, owner connection id) of a private queue whose connection is gone.
+Orphan = tuple[str, str, str]
+
+
+def _binding_key(b: Any) -> tuple[str, str, str, str, str]:
+    return (b.source, b.destination.kind, b.destination.name, b.binding_key,
+            json.dumps(dict(b.arguments), sort_keys=True, default=repr))
+
+
+def _owner(broker: Broker, origin: str, owner: str) -> Any:
+    """The connection of this member that ``owner`` names, or None (gone)."""
+    prefix, _, conn_id = owner.rpartition("/")
+    if prefix != origin or not conn_id.isdigit():
+        return None
+    conn = broker.connections.get(int(conn_id))
+    return conn if conn is not None and not conn.closed else None
+
+
+def reconcile_vhost(broker: Broker, st: VhostState, me: str, origin: str,
+                    cancels: list[tuple[Any, str]] | None = None) -> list[Orphan]:
+    """Make vhost ``st.name`` of ``broker`` (created when missing) match ``st``; ``me`` is this
+    member's name, ``origin`` its current origin. Deleted queues' consumers are appended to
+    ``cancels`` (channel, tag) when given, else told at once. Returns the orphaned private
+    queues (see the module docstring)."""
+    vh = broker.vhosts.get(st.name)
+    if vh is None:
+        access_store.add_vhost(broker, st.name, st.description, st.tags, propagate=False)
+        vh = broker.vhosts[st.name]
+    routing, want = vh.routing, st.routing
+    # exchanges: create or re-create those that differ
+    for ex in want.exchanges():
+        if not ex.name or want.is_reserved(ex.name):
+            continue
+        have = routing.get_exchange(ex.name)
+        if have is not None and (have.type, have.durable, have.auto_delete, have.internal,
+                                 dict(have.arguments)) == (ex.type, ex.durable, ex.auto_delete,
+                                                           ex.internal, dict(ex.arguments)):
+            continue
+        if have is not None:
+            vh.delete_exchange(ex.name)
+        try:
+            ex_new = routing.declare_exchange(ex.name, ex.type, durable=ex.durable,
+                                              auto_delete=ex.auto_delete, internal=ex.internal,
+                                              arguments=dict(ex.arguments))
+            broker.durability.exchange_declared(vh.name, ex_new)
+        except RoutingError as exc:
+            log.error("exchange %r of vhost %r: %s", ex.name, vh.name, exc)
+    orphans = _queues(broker, vh, st, me, origin, cancels)
+    # bindings: add the missing, remove the extra
+    wanted = {_binding_key(b): b for b in want.bindings()}
+    have_keys = {_binding_key(b): b for b in routing.bindings()}
+    for key, b in have_keys.items():
+        if key not in wanted:
+            _bind(vh, b, unbind=True)
+    for key, b in wanted.items():
+        if key not in have_keys:
+            _bind(vh, b, unbind=False)
+    for ex in list(routing.exchanges()):
+        if ex.name and not routing.is_reserved(ex.name) and want.get_exchange(ex.name) is None:
+            vh.delete_exchange(ex.name)
+    return orphans
+
+
+def _bind(vh: VirtualHost, b: Any, unbind: bool) -> None:
+    dest = Destination(b.destination.kind, b.destination.name)
+    if dest.kind == "queue" and dest.name not in vh.queues and dest.name not in vh.proxies:
+        return
+    try:
+        vh.bind(b.source, dest, b.binding_key, dict(b.arguments), unbind=unbind)
+    except (AMQPException, RoutingError) as exc:
+        log.error("binding %s -> %s of vhost %r: %s", b.source, dest.name, vh.name, exc)
+
+
+def _same_queue(q: Any, rec: QueueRecord) -> bool:
+    return (q.durable == rec.durable and q.auto_delete == rec.auto_delete
+            and q.capabilities.type_name == rec.queue_type
+            and dict(q.arguments or {}) == rec.arguments)
+
+
+def _queues(broker: Broker, vh: VirtualHost, st: VhostState, me: str, origin: str,
+            cancels: list[tuple[Any, str]] | None) -> list[Orphan]:
+    orphans: list[Orphan] = []
+    for name, q in list(vh.queues.items()):
+        rec = st.queues.get(name)
+        if rec is None or (rec.owner and rec.home != me):
+            vh.delete_queue(q, cancels=cancels)
+        elif rec.owner and (q.exclusive_owner is None or
+                            q.exclusive_owner is not _owner(broker, origin, rec.owner)):
+            vh.delete_queue(q, cancels=cancels)
+        elif not rec.owner and not _same_queue(q, rec):
+            if isinstance(q, Queue) and q.durable == rec.durable and \
+                    q.auto_delete == rec.auto_delete and rec.queue_type == "classic" and \
+                    q.exclusive_owner is None:
+                _reconfigure(broker, vh, q, rec)
+            else:
+                vh.delete_queue(q, cancels=cancels)
+    for name in [n for n in vh.proxies if (r := st.queues.get(n)) is None or not r.owner
+                 or r.home == me]:
+        proxies.remove_proxy(vh, name)
+    for name in sorted(st.queues):
+        rec = st.queues[name]
+        if rec.owner and rec.home != me:
+            if vh.proxies.get(name) != rec.home:
+                proxies.remove_proxy(vh, name)
+                proxies.add_proxy(vh, name, rec.home)
+            continue
+        if name in vh.queues:
+            continue
+        owner = _owner(broker, origin, rec.owner) if rec.owner else None
+        if rec.owner and owner is None:
+            orphans.append((vh.name, name, rec.owner))
+            continue
+        _create(broker, vh, rec, owner)
+    return orphans
+
+
+def _reconfigure(broker: Broker, vh: VirtualHost, q: Queue, rec: QueueRecord) -> None:
+    """A classic queue whose arguments changed (a policy): takes them as ``policy_store``
+    re-applies a policy."""
+    try:
+        settings = parse_arguments(rec.arguments)
+    except InvalidArgument as exc:
+        log.warning("queue %r of vhost %r keeps its arguments: %s", q.name, vh.name, exc)
+        return
+    q.arguments = dict(rec.arguments)
+    q.reconfigure(settings)
+    broker.durability.queue_declared(vh.name, q)
+
+
+def _create(broker: Broker, vh: VirtualHost, rec: QueueRecord, owner: Any) -> None:
+    try:
+        settings = rules.parse_queue_arguments(vh.name, rec.name, rec.arguments)
+        q = vh.create_queue(rec.name, settings, durable=rec.durable,
+                            auto_delete=rec.auto_delete, exclusive_owner=owner,
+                            arguments=dict(rec.arguments))
+    except (AMQPException, InvalidArgument, OSError, ValueError) as exc:
+        log.error("cannot make queue %r of vhost %r: %s", rec.name, vh.name, exc)
+        return
+    if owner is not None:
+        owner.exclusive_queues.add(q)
+    broker.durability.queue_declared(vh.name, q)
+    vh.touch(rec.name)
+
+
+def reconcile_access(broker: Broker, state: MetadataState) -> None:
+    """Vhosts (their entities come with ``reconcile_vhost``), users, permissions and policies of
+    ``broker`` made equal to ``state`` (a deleted vhost goes with its connections, queues and
+    stored messages, ``access_store.delete_vhost``)."""
+    for name in [n for n in broker.vhosts if n not in state.vhosts]:
+        access_store.delete_vhost(broker, name, propagate=False)
+    for name, st in state.vhosts.items():
+        if broker.vhosts.get(name) is None or broker.vhost_meta.get(name) != (st.description,
+                                                                              st.tags):
+            access_store.add_vhost(broker, name, st.description, st.tags, propagate=False)
+    users = broker.access.users
+    for name in [n for n in users if n not in state.users]:
+        access_store.delete_user(broker, name, propagate=False)
+    for name, acc in state.users.items():
+        old = users.get(name)
+        if old is None or (old.password_hash, old.hashing_algorithm, tuple(old.tags)) != \
+                (acc.password_hash, acc.hashing_algorithm, tuple(acc.tags)):
+            access_store.save_user(broker, Account(name, acc.password_hash,
+                                                   acc.hashing_algorithm, tuple(acc.tags),
+                                                   old.loopback_only if old else False),
+                                   propagate=False)
+    perms = broker.access.permissions
+    for user, vhost in [k for k in perms if k not in state.permissions]:
+        access_store.delete_permission(broker, user, vhost, propagate=False)
+    for (user, vhost), grant in state.permissions.items():
+        if perms.get((user, vhost)) != grant:
+            try:
+                access_store.save_permission(broker, user, vhost, grant, propagate=False)
+            except KeyError:
+                pass
+    want = {(p.vhost, p.name): p for p in state.policies.list()}
+    for p in broker.policies.list():
+        if (p.vhost, p.name) not in want:
+            policy_store.clear_policy(broker, p.vhost, p.name, propagate=False)
+    for key, p in want.items():
+        have = broker.policies.get(*key)
+        if have is None or have.to_json() != p.to_json():
+            try:
+                policy_store.set_policy(broker, Policy(p.vhost, p.name, p.pattern,
+                                                       dict(p.definition), p.priority,
+                                                       p.apply_to), propagate=False)
+            except KeyError:
+                pass
+
+
+def reconcile(broker: Broker, state: MetadataState, me: str, origin: str) -> list[Orphan]:
+    """Everything of ``broker`` made equal to ``state``; returns the orphaned private queues."""
+    reconcile_access(broker, state)
+    orphans: list[Orphan] = []
+    for name in sorted(state.vhosts):
+        orphans += reconcile_vhost(broker, state.vhosts[name], me, origin)
+    return orphans

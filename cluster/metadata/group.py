@@ -1,0 +1,335 @@
+"""One member's part in the cluster metadata log: the metadata Raft group's replica (``RaftNode`` +
+``MetadataMachine``) and the ``Outbox`` of the commands this member proposes. Pure: inputs in,
+actions out, as ``cluster.quorum.group`` is for a quorum queue (the same driver runs both:
+``amqp_broker.clustering.metadata``).
+
+Owns: routing this member's commands to the leader (proposed here when leading, else forwarded to
+the leader this replica knows; re-sent to a new leader, after a gap, and after ``RESEND_MS``
+without progress; exactly once thanks to ``sessions``); applying committed entries to the
+machine in log order (CONFIG entries become ``MetadataMachine.configure``) and handing the
+driver each applied command with its outcome (``Committed``); telling the other members how far
+this replica applied (``Status`` with ``encode_applied``: a proposer's ``--sync-replies`` count,
+Raft's match index only says stored); the leader's duties (its configuration follows the
+cluster view one server at a time -- a new member first as a learner, Raft thesis §4.1, §4.2.1 --
+and ``MemberGone`` for a member out of the view whose private queues are still recorded); and
+snapshots (every ``SNAPSHOT_ENTRIES`` applied entries: sessions plus the machine's image, paper
+§7). Must not know: sockets, files, clocks, the broker's objects.
+
+The driver runs what every method returns, in order: the Raft actions of ``cluster.raft`` plus
+``cluster.quorum.group.Forward`` and ``Status``; ``apply`` is called when it reaches an
+``Apply`` action and returns the committed commands and more actions.
+Sources: Raft paper §5.3, §7, §8; Ongaro's thesis §4.1-§4.2; RabbitMQ "Metadata store"
+(Khepri on Ra); DESIGN.md §4.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from cluster.quorum.group import Forward, Status
+from cluster.quorum.machine import decode_envelope, envelope, origin_member
+from cluster.quorum.outbox import Outbox
+from cluster.raft import actions as ra
+from cluster.raft.messages import Entry, EntryKind, Message
+from cluster.raft.node import RaftNode
+
+from . import commands as m
+from .codec import decode, encode
+from .machine import MetadataMachine
+from .outcomes import Outcome
+from .sessions import APPLY, GAP, Sessions
+from .wire import MalformedMetadata
+
+__all__ = ["MetadataGroup", "Committed", "Action", "encode_applied", "decode_applied",
+           "RESEND_MS", "SNAPSHOT_ENTRIES", "GONE_RETRY_MS"]
+
+#: A command not applied this long after it was (re)sent is sent again (ms).
+RESEND_MS = 2000
+#: A snapshot is taken every this many applied entries.
+SNAPSHOT_ENTRIES = 4096
+#: The leader proposes ``MemberGone`` for a member out of the view at most this often (ms).
+GONE_RETRY_MS = 1000
+
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+
+Action = ra.Action | Forward | Status
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """``command`` was applied at log ``index`` with ``outcome``; ``origin`` and ``seq`` name its
+    proposer ("" and 0: the leader's own)."""
+
+    index: int
+    origin: str
+    seq: int
+    command: m.Command
+    outcome: Outcome
+
+
+def encode_applied(index: int) -> bytes:
+    """A ``Status`` payload: this replica applied the log up to ``index`` (u64)."""
+    return _U64.pack(index)
+
+
+def decode_applied(payload: bytes) -> int:
+    """The index of an ``encode_applied`` payload. Raises ``ValueError``."""
+    try:
+        return int(_U64.unpack(payload)[0])
+    except struct.error as exc:
+        raise ValueError(f"not an applied report: {exc}") from exc
+
+
+class MetadataGroup:
+    """Member ``me`` (origin ``origin``: ``"<me>#<incarnation>"``) of the metadata group whose
+    replica is ``node``; ``machine`` default a new ``MetadataMachine``. A node opened from a
+    snapshot starts from it (``restore``)."""
+
+    #: This member holds a replica (the quorum driver's timers ask).
+    holds_replica = True
+
+    def __init__(self, me: str, origin: str, node: RaftNode,
+                 machine: MetadataMachine | None = None) -> None:
+        self.me = me
+        self.origin = origin
+        self.node = node
+        self.machine = machine or MetadataMachine()
+        self.sessions = Sessions()
+        self.outbox = Outbox(origin)
+        self.machine_index = 0
+        self.last_snapshot = node.snapshot.index
+        #: How far each other member reported it applied the log (``status``).
+        self.applied_by: dict[str, int] = {}
+        #: Bumped by every ``restore``: the driver reconciles the broker to the whole state.
+        self.restores = 0
+        #: Called after each ``restore`` of a snapshot the leader sent (not at open).
+        self.on_restore: Callable[[], None] | None = None
+        self._reported = 0
+        self._gone_ms = -GONE_RETRY_MS
+        if node.snapshot.index:
+            self.restore(node.snapshot.index, node.snapshot.data)
+        self.machine.configure(node.members)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def leader(self) -> str | None:
+        """The leader this replica knows (None: unknown)."""
+        return self.node.leader
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica leads."""
+        return self.node.is_leader
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The configuration in force."""
+        return self.node.members
+
+    @property
+    def caught_up(self) -> bool:
+        """True once this replica applied everything up to a commit index that holds an entry of
+        the current term (the leader's first entry of its term): it knows every change committed
+        before this term began."""
+        node = self.node
+        if node.leader is None or self.machine_index < node.commit_index:
+            return False
+        return node.log.term_at(node.commit_index) == node.term
+
+    # ------------------------------------------------------------------ commands of this member
+    def submit(self, command: m.Command) -> int:
+        """Queue ``command`` (encoded now: ``ValueError`` / ``TypeError`` for a value the codec
+        cannot carry); returns its seq. Sent by the next ``flush``."""
+        return self.outbox.add(encode(command))
+
+    def flush(self, now_ms: int) -> list[Action]:
+        """Send what ``submit`` queued: proposed here when leading, else forwarded."""
+        envs = self.outbox.take_unsent(now_ms)
+        return self._route(envs) if envs else []
+
+    def _route(self, envs: list[bytes]) -> list[Action]:
+        node = self.node
+        if node.is_leader:
+            _results, actions = node.propose_batch(envs)
+            return list(actions)   # refused during a transfer: re-sent on the leader change
+        leader = node.leader
+        if leader is not None and leader != self.me:
+            return [Forward(leader, tuple(envs))]
+        return []   # no leader known: re-sent once one is
+
+    def resend(self, now_ms: int) -> list[Action]:
+        """Send every unapplied command again."""
+        envs = self.outbox.all_pending(now_ms)
+        return self._route(envs) if envs else []
+
+    # ------------------------------------------------------------------ inputs
+    def receive(self, frm: str, msg: Message, now_ms: int) -> list[Action]:
+        """A Raft message from member ``frm``."""
+        return list(self.node.receive(frm, msg, now_ms))
+
+    def forwarded(self, frm: str, envs: Iterable[bytes]) -> list[Action]:
+        """Entries another member forwarded: proposed when leading, passed once to the leader we
+        know when it is neither us nor the sender, else dropped (the sender re-sends)."""
+        node = self.node
+        envs = list(envs)
+        if node.is_leader:
+            _results, actions = node.propose_batch(envs)
+            return list(actions)
+        leader = node.leader
+        if leader is not None and leader not in (self.me, frm):
+            return [Forward(leader, tuple(envs))]
+        return []
+
+    def status(self, frm: str, payload: bytes) -> None:
+        """Member ``frm`` reports how far it applied the log."""
+        try:
+            index = decode_applied(payload)
+        except ValueError:
+            return
+        if index > self.applied_by.get(frm, 0):
+            self.applied_by[frm] = index
+
+    def persisted(self, index: int, term: int) -> list[Action]:
+        """Storage made the log durable up to (``index``, ``term``)."""
+        return list(self.node.persisted(index, term))
+
+    def tick(self, now_ms: int) -> list[Action]:
+        """Raft timers, and a re-send of commands that made no progress for ``RESEND_MS``."""
+        out: list[Action] = list(self.node.tick(now_ms))
+        if self.outbox.stale(now_ms, RESEND_MS):
+            out += self.resend(now_ms)
+        return out
+
+    def state_changed(self, change: ra.StateChanged, now_ms: int) -> list[Action]:
+        """The node's role or leader changed: a newly known leader gets every unapplied
+        command again (duplicates of committed ones are dropped by ``sessions``)."""
+        if change.leader is not None and self.outbox.pending:
+            return self.resend(now_ms)
+        return []
+
+    def leader_duties(self, now_ms: int, wall_ms: int, view: set[str] | None) -> list[Action]:
+        """On the leader, once its term's first entry is committed: the configuration follows
+        ``view`` (the cluster view's member names; None: not known yet, nothing changes), one
+        single-server change at a time -- members of the view that are not in the
+        configuration are added (learners first), members out of the view removed; and, at
+        most every ``GONE_RETRY_MS``, ``MemberGone`` for members out of the view that are
+        still the home of private queues. ``wall_ms`` is unused (the quorum driver's
+        signature)."""
+        node = self.node
+        if not node.is_leader or node.commit_index < node.term_start_index or view is None:
+            return []
+        out: list[Action] = []
+        members = set(node.members)
+        learners = set(node.learners)
+        missing = sorted(view - members - learners)
+        extra = sorted(members - view - {self.me})
+        if missing and not learners:
+            _ok, actions = node.add_member(missing[0])
+            out += actions
+        elif extra and not learners:
+            _ok, actions = node.remove_member(extra[0])
+            out += actions
+        if now_ms - self._gone_ms >= GONE_RETRY_MS:
+            self._gone_ms = now_ms
+            homes = {q.home for vh in self.machine.state.vhosts.values()
+                     for q in vh.queues.values() if q.owner}
+            gone = sorted(h for h in homes if h not in view)
+            if gone:
+                _results, actions = node.propose_batch(
+                    [envelope("", 0, encode(m.MemberGone(h))) for h in gone])
+                out += actions
+        return out
+
+    # ------------------------------------------------------------------ applying
+    def apply(self, entries: tuple[Entry, ...], now_ms: int
+              ) -> tuple[list[Committed], list[Action]]:
+        """Apply committed ``entries`` in order: (the commands applied with their outcomes,
+        actions to run: re-sends after a gap of ours, ``Status`` reports of the applied index
+        to the other members, a snapshot when due)."""
+        machine, node, sessions = self.machine, self.node, self.sessions
+        done: list[Committed] = []
+        more: list[Action] = []
+        gap = False
+        for e in entries:
+            self.machine_index = e.index
+            if e.kind is EntryKind.CONFIG:
+                machine.configure(node.log.members_at(e.index))
+                continue
+            if e.kind is not EntryKind.COMMAND:
+                continue
+            try:
+                origin, seq, _kind, body = decode_envelope(e.data)
+            except ValueError:
+                continue   # not ours to apply: every member skips it alike
+            verdict = sessions.admit(origin, seq)
+            if verdict != APPLY:
+                gap = gap or (verdict == GAP and origin == self.origin)
+                continue
+            try:
+                command = decode(body)
+            except MalformedMetadata:
+                if origin == self.origin:
+                    self.outbox.applied_up_to(seq)
+                continue
+            outcome = machine.apply(e.index, command)
+            if origin == self.origin:
+                self.outbox.applied_up_to(seq)
+            done.append(Committed(e.index, origin, seq, command, outcome))
+        if gap:
+            more += self.resend(now_ms)
+        more += self._report()
+        if self.machine_index - self.last_snapshot >= SNAPSHOT_ENTRIES and \
+                self.machine_index <= node.applied_index:
+            self.last_snapshot = self.machine_index
+            more += node.snapshot_taken(self.machine_index, self.snapshot())
+        return done, more
+
+    def _report(self) -> list[Action]:
+        if self.machine_index <= self._reported:
+            return []
+        self._reported = self.machine_index
+        payload = encode_applied(self.machine_index)
+        targets = set(self.node.members) | set(self.node.learners) | set(self.applied_by)
+        return [Status(to, payload) for to in sorted(targets - {self.me})]
+
+    def applied_count(self, index: int, among: Iterable[str]) -> int:
+        """How many of the members ``among`` (not this one) reported applying ``index``."""
+        applied_by = self.applied_by
+        return sum(1 for name in among if name != self.me and applied_by.get(name, 0) >= index)
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self) -> bytes:
+        """The group's state: the sessions (u32 length, bytes) then the machine's image."""
+        sessions = self.sessions.encode()
+        return _U32.pack(len(sessions)) + sessions + self.machine.snapshot()
+
+    def restore(self, snapshot_index: int, data: bytes) -> None:
+        """Run a ``Restore`` action (or open from a snapshot): the state becomes ``data``
+        (b"": empty). Raises ``ValueError`` for bytes that are no ``snapshot()``."""
+        if data:
+            try:
+                (n,) = _U32.unpack_from(data)
+            except struct.error as exc:
+                raise ValueError(f"not a metadata snapshot: {exc}") from exc
+            self.sessions = Sessions.decode(bytes(data[4:4 + n]))
+            self.machine.restore(bytes(data[4 + n:]))
+        else:
+            self.sessions = Sessions()
+            self.machine.restore(b"")
+        self.machine.configure(self.node.log.members_at(snapshot_index) or self.node.members)
+        self.machine_index = self.last_snapshot = snapshot_index
+        self.restores += 1
+        if self.on_restore is not None:
+            self.on_restore()
+        if self.outbox.pending:   # our commands the snapshot covers are applied
+            done = self.sessions.expected(self.origin) - 1
+            if done > 0:
+                self.outbox.applied_up_to(done)
+
+    @staticmethod
+    def member_of(origin: str) -> str:
+        """The member name of an origin ``"<member>#<incarnation>"``."""
+        return origin_member(origin)[0]
