@@ -52,7 +52,7 @@ from cluster.codec import QUORUM_STATUS, Quorum
 from cluster.driver import reply_quorum
 from cluster.metadata import commands as m
 from cluster.metadata.group import Committed, MetadataGroup
-from cluster.metadata.outcomes import Refused, timeout_refusal
+from cluster.metadata.outcomes import Outcome, Refused, timeout_refusal
 from cluster.raft import actions as ra
 from cluster.raft.disklog import DiskLog
 from cluster.raft.node import RaftNode
@@ -79,7 +79,7 @@ _TICK_S = 0.1
 @dataclass(slots=True)
 class _Proposal:
     command: m.Command
-    done: Done
+    done: Callable[[Outcome], None]
     deadline: float
     index: int = 0
     outcome: Any = None
@@ -184,20 +184,41 @@ class MetadataRuntime:
         if command is None:
             done(None)
             return
-        self.propose(command, done)
 
-    def propose(self, command: m.Command, done: Done | None = None) -> None:
-        """Submit ``command``; ``done`` as the module docstring says (None: nobody waits)."""
+        def answer(outcome: Outcome) -> None:
+            done((outcome.code, outcome.text, outcome.connection_level)
+                 if isinstance(outcome, Refused) else None)
+
+        self.propose(command, answer)
+
+    def propose(self, command: m.Command,
+                done: Callable[[Outcome], None] | None = None) -> None:
+        """Submit ``command``; ``done(outcome)``: this member's machine's outcome at its
+        index once the sync-replies count is met, ``timeout_refusal`` after the timeout (None:
+        nobody waits)."""
         group = self.group
         assert group is not None, "open() first"
         try:
             seq = group.submit(command)
         except (ValueError, TypeError) as exc:   # a value the codec cannot carry
             if done is not None:
-                done((406, f"PRECONDITION_FAILED - {exc}", False))
+                done(Refused(406, f"PRECONDITION_FAILED - {exc}"))
             return
         self.pending[seq] = _Proposal(command, done or _ignore, self.clock() + self.timeout)
         self._flush()
+
+    async def decide(self, command: m.Command) -> Outcome:
+        """``propose`` and wait for the outcome (the management API's changes)."""
+        got: list[Outcome] = []
+        event = anyio.Event()
+
+        def done(outcome: Outcome) -> None:
+            got.append(outcome)
+            event.set()
+
+        self.propose(command, done)
+        await event.wait()
+        return got[0]
 
     def _flush(self) -> None:
         assert self.group is not None
@@ -272,11 +293,7 @@ class MetadataRuntime:
         if group.applied_count(p.index, others) < need:
             return
         del self.pending[seq]
-        outcome = p.outcome
-        if isinstance(outcome, Refused):
-            p.done((outcome.code, outcome.text, outcome.connection_level))
-        else:
-            p.done(None)
+        p.done(p.outcome)
         _send_cancels(p.then)
 
     def _check_all(self) -> None:
@@ -290,13 +307,10 @@ class MetadataRuntime:
             if now >= p.deadline:
                 del self.pending[seq]
                 if p.index:   # committed and applied here: the others did not report in time
-                    outcome = p.outcome
-                    p.done((outcome.code, outcome.text, outcome.connection_level)
-                           if isinstance(outcome, Refused) else None)
+                    p.done(p.outcome)
                     _send_cancels(p.then)
                 else:
-                    r = timeout_refusal(p.command, self.me)
-                    p.done((r.code, r.text, r.connection_level))
+                    p.done(timeout_refusal(p.command, self.me))
         if self.pending:
             self.broker.run_dispatch()
 
@@ -311,7 +325,7 @@ class MetadataRuntime:
                 "ready": self.ready}
 
 
-def _ignore(_result: tuple[int, str, bool] | None) -> None:
+def _ignore(_outcome: Outcome) -> None:
     return None
 
 

@@ -11,7 +11,8 @@ Export and import include ``policies`` (``core.policies``; a queue's exported ar
 its client declared, without what a policy added).
 Import order: users, vhosts, permissions, policies, exchanges, queues, bindings; entities are declared
 through the broker's own handlers (``direct``) as an internal user (as RabbitMQ's import, not
-subject to the importer's permissions), so they are stored and propagated like any declaration.
+subject to the importer's permissions), so they are stored and propagated like any declaration;
+users, vhosts, permissions and policies through ``changes`` (in a cluster, the metadata log).
 A user given ``password`` (not a hash) gets it hashed. Answers: export 200 (``?download=``
 adds Content-Disposition), import 204; 400 with the broker's reason on the first refusal.
 """
@@ -25,10 +26,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..core import policy_store
 from ..core.access import SHA256, Account, Grant, hash_password
 from ..core.policies import PolicyError, declared_arguments, make_policy
-from . import persist
+from . import changes
 from .api import endpoint
 from .context import Management
 from .direct import direct_channel
@@ -113,24 +113,24 @@ async def import_definitions(mgmt: Management, defs: dict[str, Any],
             else:
                 pw, algo = hash_password(str(u.get("password", ""))), SHA256
             old = broker.access.users.get(name)
-            persist.save_user(broker, Account(name, pw, algo, parse_tags(u.get("tags")),
-                                              old.loopback_only if old else False))
+            await changes.put_user(broker, Account(name, pw, algo, parse_tags(u.get("tags")),
+                                                   old.loopback_only if old else False))
         for v in _list(defs, "vhosts"):
             meta = v.get("metadata") or {}
             desc = str(meta.get("description", v.get("description", "")))
             tags = parse_tags(meta.get("tags", v.get("tags")))
-            persist.add_vhost(broker, str(v["name"]), desc, tags)
+            await changes.put_vhost(broker, str(v["name"]), desc, tags)
         for p in _list(defs, "permissions"):
             try:
-                persist.save_permission(broker, str(p["user"]), str(p["vhost"]),
-                                        Grant(str(p["configure"]), str(p["write"]),
-                                              str(p["read"])))
+                await changes.set_permission(broker, str(p["user"]), str(p["vhost"]),
+                                             Grant(str(p["configure"]), str(p["write"]),
+                                                   str(p["read"])))
             except KeyError as exc:
                 raise HTTPError(400, "bad_request", f"unknown user or vhost {exc}") from None
     for p in _list(defs, "policies"):   # before the queues, which they apply to
         vhost = only_vhost or str(p.get("vhost", "/"))
         try:
-            policy_store.set_policy(broker, make_policy(vhost, str(p.get("name", "")), p))
+            await changes.set_policy(broker, make_policy(vhost, str(p.get("name", "")), p))
         except PolicyError as exc:
             raise HTTPError(400, "bad_request", f"policy {p.get('name')!r}: {exc}") from None
         except KeyError:

@@ -1,7 +1,8 @@
 """``/api/users``, ``/api/vhosts``, ``/api/permissions``, ``/api/whoami`` and the operator
 policy / parameter lists (empty: this broker has none, so they answer ``[]`` as a fresh
 RabbitMQ does; policies are ``routes_policies``). Every change needs the ``administrator`` tag and is kept in definitions.db
-(``persist``). Bodies as RabbitMQ's: user ``{"password" | "password_hash" [+
+(``changes``: in a cluster through the metadata log, decided alike on every member; 503
+``timeout`` on a minority member). Bodies as RabbitMQ's: user ``{"password" | "password_hash" [+
 "hashing_algorithm"], "tags": "a,b" | ["a", "b"]}`` (tags required; without a password an
 existing user's is cleared and a new user gets a random one, as RabbitMQ 3.10), vhost ``{"description", "tags"}``,
 permission ``{"configure", "write", "read"}``. Answers: 201 created, 204 updated or deleted,
@@ -18,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..core.access import SHA256, Account, Grant, hash_password
-from . import auth, persist
+from . import auth, changes
 from .api import endpoint
 from .context import Management
 from .http import (
@@ -82,14 +83,14 @@ async def put_user(request: Request, mgmt: Management, user: Account) -> Respons
     else:  # a new user without a password: none anyone knows
         pw_hash, algorithm = hash_password(secrets.token_urlsafe(24)), SHA256
     tags = parse_tags(body["tags"])
-    persist.save_user(mgmt.broker, Account(name, pw_hash, algorithm, tags,
-                                           old.loopback_only if old else False))
-    return no_content() if old is not None else created()
+    new = await changes.put_user(mgmt.broker, Account(name, pw_hash, algorithm, tags,
+                                                      old.loopback_only if old else False))
+    return created() if new else no_content()
 
 
 @endpoint("administrator")
 async def delete_user(request: Request, mgmt: Management, user: Account) -> Response:
-    persist.delete_user(mgmt.broker, _user(request, mgmt).name)
+    await changes.delete_user(mgmt.broker, _user(request, mgmt).name)
     return no_content()
 
 
@@ -144,14 +145,14 @@ async def put_vhost(request: Request, mgmt: Management, user: Account) -> Respon
     body = await read_json(request)
     desc = str(body.get("description", ""))
     tags = parse_tags(body.get("tags"))
-    new = persist.add_vhost(mgmt.broker, name, desc, tags, creator=user.name)
+    new = await changes.put_vhost(mgmt.broker, name, desc, tags, creator=user.name)
     return created() if new else no_content()
 
 
 @endpoint("administrator")
 async def delete_vhost(request: Request, mgmt: Management, user: Account) -> Response:
     name = path_vhost(request)
-    if not persist.delete_vhost(mgmt.broker, name):
+    if not await changes.delete_vhost(mgmt.broker, name):
         raise not_found()
     return no_content()
 
@@ -196,16 +197,18 @@ async def put_permission(request: Request, mgmt: Management, user: Account) -> R
     vhost, name = path_vhost(request), path_vhost(request, "user")
     if vhost not in mgmt.broker.vhosts or name not in mgmt.broker.access.users:
         raise HTTPError(400, "bad_request", "vhost_or_user_not_found")
-    existed = (name, vhost) in mgmt.broker.access.permissions
-    persist.save_permission(mgmt.broker, name, vhost, Grant(str(body["configure"]),
-                                                            str(body["write"]), str(body["read"])))
-    return no_content() if existed else created()
+    grant = Grant(str(body["configure"]), str(body["write"]), str(body["read"]))
+    try:
+        new = await changes.set_permission(mgmt.broker, name, vhost, grant)
+    except KeyError:   # deleted meanwhile (the cluster's metadata log decided so)
+        raise HTTPError(400, "bad_request", "vhost_or_user_not_found") from None
+    return created() if new else no_content()
 
 
 @endpoint("administrator")
 async def delete_permission(request: Request, mgmt: Management, user: Account) -> Response:
     name, vhost = _perm_key(request, mgmt)
-    if not persist.delete_permission(mgmt.broker, name, vhost):
+    if not await changes.clear_permission(mgmt.broker, name, vhost):
         raise not_found()
     return no_content()
 

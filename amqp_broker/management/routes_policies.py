@@ -6,7 +6,8 @@ GET answers a list of ``{"vhost", "name", "pattern", "apply-to", "definition", "
 "bad_request", "reason": ...}`` for a bad policy (unknown key, ha-mode not all/exactly/nodes,
 ha-params missing or of the wrong type, a pattern that is not a regular expression), 404 for an
 unknown vhost; DELETE answers 204, 404 when unknown. Changes need the ``policymaker`` tag (or
-higher), are stored in definitions.db and reach every cluster member (``core.policy_store``).
+higher), are stored in definitions.db and, in a cluster, go through the metadata log to every
+member (``changes``; 503 ``timeout`` on a minority member).
 Source: RabbitMQ "Management HTTP API", "Policies".
 """
 
@@ -16,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..core import policy_store
 from ..core.access import Account
 from ..core.policies import PolicyError, make_policy
+from . import changes
 from .api import endpoint
 from .context import Management
 from .http import (
@@ -64,15 +65,20 @@ async def put_policy(request: Request, mgmt: Management, user: Account) -> Respo
         policy = make_policy(vhost, name, body)
     except PolicyError as exc:
         raise HTTPError(400, "bad_request", str(exc)) from None
-    existed = policy_store.set_policy(mgmt.broker, policy)
+    try:
+        existed = await changes.set_policy(mgmt.broker, policy)
+    except KeyError:   # the vhost went meanwhile
+        raise not_found() from None
+    except PolicyError as exc:
+        raise HTTPError(400, "bad_request", str(exc)) from None
     return no_content() if existed else created()
 
 
 @endpoint("policymaker")
 async def delete_policy(request: Request, mgmt: Management, user: Account) -> Response:
     """Clear a policy: 204, 404 when unknown."""
-    if not policy_store.clear_policy(mgmt.broker, path_vhost(request),
-                                     path_vhost(request, "name")):
+    if not await changes.clear_policy(mgmt.broker, path_vhost(request),
+                                      path_vhost(request, "name")):
         raise not_found()
     return no_content()
 

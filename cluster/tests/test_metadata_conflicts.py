@@ -8,10 +8,10 @@ single broker (and RabbitMQ with Khepri, 3.13+) gives: one outcome on every memb
 that lost the race gets the error it would get on one broker (406 PRECONDITION_FAILED for an
 inequivalent redeclare, 404 NOT_FOUND for a vanished exchange, queue or vhost).
 
-Today a member applies a change locally and then broadcasts it, and a refusal elsewhere does not
-undo it, so the members diverge: the tests marked ``ISSUE_23`` are ``xfail(strict=True)`` until
-the metadata log (``cluster.metadata``) carries the changes (in 10 rounds against the code of
-2026-11-27, 7 to 10 names differed in each). Three conflicts converge today because the
+Before the metadata log a member applied a change locally and then broadcast it, and a refusal
+elsewhere did not undo it, so the members diverged (in 10 rounds against the code of 2026-11-27,
+7 to 10 names differed in each of the first five tests, then ``xfail(strict=True)``); they pass
+since the changes go through the metadata log (``amqp_broker.clustering.metadata``). Three conflicts converge today because the
 delete wins in either order (a vhost deleted while a queue is declared into it, a permission set
 while its user is deleted, a queue deleted while it is bound): they are plain tests, kept so
 that the log keeps them converging. One cluster serves the whole module (10-25 s to start). Sources: RabbitMQ "Queues" (property
@@ -32,8 +32,6 @@ from interop_tests.faults.defs_check import divergent
 
 pytestmark = pytest.mark.timeout(120)
 ROUNDS = 10
-ISSUE_23 = pytest.mark.xfail(strict=True, reason="issue 23: apply-then-broadcast diverges; "
-                                                 "the metadata log fixes it")
 FULL = {"configure": ".*", "write": ".*", "read": ".*"}
 PRECONDITION_FAILED, NOT_FOUND = 406, 404
 
@@ -128,7 +126,6 @@ def test_exchange_declared_and_bound_on_one_member_while_deleted_on_another(trio
                                     f"publishes routed differently per member: {split}")
 
 
-@ISSUE_23
 def test_same_user_put_with_two_passwords_one_password_everywhere(trio):
     n2, n3, _ = trio.members
     u2, u3 = trio.urls[0], trio.urls[1]
@@ -153,7 +150,6 @@ def test_same_user_put_with_two_passwords_one_password_everywhere(trio):
                                      f"passwords that log in, per member: {logins}")
 
 
-@ISSUE_23
 def test_same_policy_set_on_two_members_one_definition_everywhere(trio):
     u2, u3 = trio.urls[0], trio.urls[1]
 
@@ -169,7 +165,6 @@ def test_same_policy_set_on_two_members_one_definition_everywhere(trio):
     assert not diff, f"{len(diff)} of {ROUNDS} policies differ between members: {diff}"
 
 
-@ISSUE_23
 def test_user_updated_on_one_member_while_deleted_on_another(trio):
     u2, u3 = trio.urls[0], trio.urls[1]
     for r in range(ROUNDS):
