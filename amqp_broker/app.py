@@ -17,6 +17,7 @@ from queues.stream.manager import StreamManager
 
 from . import clustering, dedup_state
 from .clustering import quorum as quorum_runtime
+from .clustering import stream as stream_runtime
 from .config import Config
 from .core import policy_store
 from .core.broker import Broker
@@ -46,7 +47,9 @@ def open_broker(config: Config) -> Broker:
     #: Stream queues' logs (data/streams/<vhost>/<queue>/), opened as recovery declares them.
     broker.streams = StreamManager(data / "streams", sync=config.sync_policy)
     # quorum queues (issue 12): registered before recovery so recovered ones open their replicas
-    quorum_runtime.install(broker, data, config.node_name, fsync=config.sync_policy != "none")
+    quorum = quorum_runtime.install(broker, data, config.node_name,
+                                    fsync=config.sync_policy != "none")
+    stream_runtime.install(broker, quorum)   # streams declared in a cluster: replicated
     definitions = durability.definitions
     assert definitions is not None
     with definitions.transaction():

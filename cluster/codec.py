@@ -89,7 +89,8 @@ __all__ = [
     "CLUSTER_CLASS_ID", "METHODS", "ClusterMethod", "Join", "Membership", "Leave", "Suspect",
     "Synch", "Ping", "Vote", "Consumers", "Relay", "RelayBatch", "Quorum", "QUORUM_RAFT", "QUORUM_FORWARD",
     "QUORUM_NOTIFY", "QUORUM_SHIP", "QUORUM_HOLDING", "QUORUM_STATUS", "QUORUM_CHANGE",
-    "QUORUM_MEMBERS", "Policy", "Definition", "DEFINITION_KINDS", "InVhost",
+    "QUORUM_MEMBERS", "STREAM_FETCH", "STREAM_RECORDS", "Policy", "Definition",
+    "DEFINITION_KINDS", "InVhost",
     "register",
 ]
 
@@ -395,6 +396,11 @@ QUORUM_HOLDING = 5
 QUORUM_STATUS = 6
 QUORUM_CHANGE = 7
 QUORUM_MEMBERS = 8
+#: Replicated streams (``cluster.stream``) share the Quorum method: a member asks another for the
+#: records it lacks from an offset (u64), and the answer carries them
+#: (``amqp_broker.clustering.stream_queue.encode_records``).
+STREAM_FETCH = 20
+STREAM_RECORDS = 21
 
 
 class RelayBatch(ClusterMethod):
@@ -437,7 +443,9 @@ class Quorum(ClusterMethod):
     ``cluster.quorum.shipping``) or ``QUORUM_STATUS`` (the leader tells the other members which
     are in sync: ``cluster.quorum.group.Status``), ``QUORUM_CHANGE`` (add or delete a replica,
     passed to the leader) or ``QUORUM_MEMBERS`` (the leader tells every broker the committed
-    members and the learners: ``cluster.quorum.members``)."""
+    members and the learners: ``cluster.quorum.members``); a replicated stream's group uses
+    ``QUORUM_RAFT`` and ``QUORUM_FORWARD`` too, and ``STREAM_FETCH`` / ``STREAM_RECORDS`` for a
+    replica's catch-up from another's segment files."""
 
     __slots__: typing.ClassVar[list[str]] = ["vhost", "queue", "group", "kind"]
     frame_id: typing.ClassVar[int] = 100

@@ -226,9 +226,10 @@ class VirtualHost:
                      exclusive_owner: Connection | None, arguments: dict | None) -> QueueType:
         """Make and register a queue (no checks: declare_queue and recovery do those). A type
         of ``broker.queue_types`` (quorum queues, set by clustering) is made by its factory."""
-        if settings.queue_type == "stream":
-            return self._create_stream(name, settings, arguments)
         factory = self.broker.queue_types.get(settings.queue_type)
+        if settings.queue_type == "stream" and (  # replicated when clustered (its factory)
+                factory is None or not factory.replicates(arguments)):  # type: ignore[attr-defined]
+            return self._create_stream(name, settings, arguments)
         if factory is not None:
             made = factory.create(self, name, settings, arguments=dict(arguments or {}))
             self.queues[name] = made

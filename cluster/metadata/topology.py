@@ -113,6 +113,9 @@ def declare_queue(state: MetadataState, vh: VhostState, cmd: m.DeclareQueue,
     if queue_type == "stream":
         rules.check_stream_declare(vh.name, cmd.name, cmd.durable, cmd.exclusive,
                                    cmd.auto_delete, arguments)
+        # a replicated stream's members, as a quorum queue's (issue 25; a lone broker's stream
+        # stays local: amqp_broker.clustering.stream)
+        arguments = _with_group(state, vh, cmd, arguments, index, stream=True)
     elif queue_type == "quorum":
         rules.check_permanent_shared(vh.name, cmd.name, cmd.durable, cmd.exclusive,
                                      cmd.auto_delete)
@@ -126,18 +129,22 @@ def declare_queue(state: MetadataState, vh: VhostState, cmd: m.DeclareQueue,
 
 
 def _with_group(state: MetadataState, vh: VhostState, cmd: m.DeclareQueue,
-                arguments: dict, index: int) -> dict:
+                arguments: dict, index: int, stream: bool = False) -> dict:
     """``arguments`` plus a quorum queue's members and group id (``cluster.quorum.config``'s
-    hidden arguments, which every member's replica factory reads)."""
+    hidden arguments, which every member's replica factory reads); for a ``stream``,
+    ``x-initial-cluster-size`` of them (default all, as RabbitMQ's streams)."""
     args = dict(arguments)
     named = args.get(qconfig.MEMBERS_ARG)
     if isinstance(named, str) and named:
         members = tuple(sorted(set(named.split(","))))
     else:
         view = state.members or ((cmd.home,) if cmd.home else ())
+        if not view and stream:
+            return args   # no members known: a local stream
         if not view:
             raise rules.not_served(vh.name, cmd.name, "quorum")
-        size = args.get("x-quorum-initial-group-size") or qconfig.DEFAULT_GROUP_SIZE
+        size = (args.get("x-initial-cluster-size") or len(view) if stream else
+                args.get("x-quorum-initial-group-size") or qconfig.DEFAULT_GROUP_SIZE)
         members = qconfig.choose_members(view, int(size), vh.name, cmd.name)
     if not (isinstance(named, str) and named and qconfig.GROUP_ARG in args):
         args[qconfig.GROUP_ARG] = qconfig.group_id(vh.name, cmd.name, members, index)

@@ -38,7 +38,7 @@ from ..message import Message
 from ..store.fds import take_sync_fds
 from . import format as fmt
 
-__all__ = ["Cursor", "StreamLog", "DEFAULT_SEGMENT_BYTES"]
+__all__ = ["Cursor", "StreamLog", "DEFAULT_SEGMENT_BYTES", "short_string"]
 
 log = logging.getLogger(__name__)
 
@@ -176,18 +176,10 @@ class StreamLog:
             fmt.parse_file_header(os.pread(fd, fmt.FILE_HEADER_SIZE, 0), base)
             pos = fmt.FILE_HEADER_SIZE
             while pos < file_size:
-                data = os.pread(fd, min(SCAN_CHUNK, file_size - pos), pos)
-                records, stop = fmt.scan_records(data, 0, pos, seg.next_offset, verify=last,
-                                                 with_payload=False)
+                records, stop = _scan_at(fd, pos, file_size, seg.next_offset, SCAN_CHUNK,
+                                         verify=last, with_payload=False)
                 if not records:
-                    need = _record_size_at(fd, pos, file_size)
-                    if need is None or need <= len(data):
-                        break
-                    data = os.pread(fd, need, pos)
-                    records, stop = fmt.scan_records(data, 0, pos, seg.next_offset,
-                                                     verify=last, with_payload=False)
-                    if not records:
-                        break
+                    break
                 for rec in records:
                     seg.note(rec.offset, rec.position, rec.timestamp, rec.size)
                 pos += stop
@@ -238,32 +230,55 @@ class StreamLog:
         return len(self._segments)
 
     # -- appending -------------------------------------------------------------------------------
-    def append(self, message: Message) -> tuple[int, Message]:
+    def append(self, message: Message, timestamp_ms: int | None = None) -> tuple[int, Message]:
         """Append ``message``; returns (offset, the stored message: same routing and body, content
-        header carrying ``x-stream-offset``). Buffered: durable only after a ``flush()`` and its
-        fsync. Raises ``OSError`` (segment roll-over, buffer write-out)."""
+        header carrying ``x-stream-offset``). ``timestamp_ms``: the record's time (ms since the
+        epoch; default ``wall_clock()``; a replicated stream's comes from its log). Buffered:
+        durable only after a ``flush()`` and its fsync. Raises ``OSError`` (segment roll-over,
+        buffer write-out)."""
         if self._closed:
             raise ValueError("stream log is closed")
-        active = self._segments[-1]
-        offset = active.next_offset
-        ts = int(self.wall_clock() * 1000)
+        offset = self._segments[-1].next_offset
+        ts = int(self.wall_clock() * 1000) if timestamp_ms is None else timestamp_ms
         if ts < self._last_ts:
             ts = self._last_ts  # timestamps never go back within a stream
-        self._last_ts = ts
         header = fmt.with_offset_header(message.header_payload, offset)
         routing = message.routing_raw
         if routing is None:
-            routing = _short(message.exchange) + _short(message.routing_key)
-        record = fmt.encode_record(offset, ts, routing, header, message.body)
+            routing = short_string(message.exchange) + short_string(message.routing_key)
+        stored = Message(message.exchange, message.routing_key, header, message.body)
+        stored.routing_raw = routing
+        self._add(stored, offset, ts)
+        return offset, stored
+
+    def append_record(self, record: fmt.Record) -> Message:
+        """Append a record read from another replica of this stream (``read_records``): same
+        offset, timestamp, routing, header and body. Raises ``ValueError`` when its offset is not
+        ``next_offset``, ``OSError``."""
+        if self._closed:
+            raise ValueError("stream log is closed")
+        if record.offset != self.next_offset:
+            raise ValueError(f"record {record.offset} does not follow {self.next_offset}")
+        exchange, key = fmt.decode_routing(record.routing)
+        stored = Message(exchange, key, record.header, record.body)
+        stored.routing_raw = record.routing
+        self._add(stored, record.offset, max(record.timestamp, self._last_ts))
+        return stored
+
+    def _add(self, stored: Message, offset: int, ts: int) -> None:
+        self._last_ts = ts
+        header = stored.header_payload
+        routing = stored.routing_raw
+        assert routing is not None
+        record = fmt.encode_record(offset, ts, routing, header, stored.body)
+        active = self._segments[-1]
         if active.count and active.size + len(record) > self.max_segment_bytes:
             active = self._roll(offset)
         active.note(offset, active.size, ts, len(record))
         self._buf += record
-        stored = Message(message.exchange, message.routing_key, header, message.body)
-        stored.routing_raw = routing
         cache = self._cache
         cache.append(stored)
-        self._cache_size += len(message.body) + len(header)
+        self._cache_size += len(stored.body) + len(header)
         while self._cache_size > self.cache_bytes and len(cache) > 1:
             old = cache.popleft()
             self._cache_size -= len(old.body) + len(old.header_payload)
@@ -274,7 +289,6 @@ class StreamLog:
             self._pending = True
             if self.on_dirty is not None:
                 self.on_dirty()
-        return offset, stored
 
     def _write_out(self) -> None:
         buf = self._buf
@@ -314,20 +328,60 @@ class StreamLog:
     def apply_retention(self, now: float | None = None) -> int:
         """Delete head segments beyond ``max_bytes`` / older than ``max_age_ms`` (never the active
         one); returns how many went. ``now``: seconds since the epoch (default ``wall_clock()``)."""
+        if self.max_bytes is None and self.max_age_ms is None:
+            return 0
+        when = self.wall_clock() if now is None else now
+        return self.truncate_head(self.retention_point(self.max_bytes, self.max_age_ms, when))
+
+    def retention_point(self, max_bytes: int | None, max_age_ms: int | None, now: float) -> int:
+        """The first offset retention keeps: whole head segments go while the log is larger than
+        ``max_bytes`` (bytes) or while the head segment's newest record is older than
+        ``max_age_ms`` before ``now`` (seconds since the epoch); never the active segment."""
+        segs = self._segments
+        i = 0
+        if max_bytes is not None:
+            total = sum(s.size for s in segs)
+            while i < len(segs) - 1 and total > max_bytes:
+                total -= segs[i].size
+                i += 1
+        if max_age_ms is not None:
+            cutoff = int(now * 1000) - max_age_ms
+            while i < len(segs) - 1 and segs[i].last_ts < cutoff:
+                i += 1
+        return segs[i].base
+
+    def truncate_head(self, offset: int) -> int:
+        """Delete the head segments whose records are all before ``offset`` (never the active
+        one); returns how many went."""
         segs = self._segments
         removed = 0
-        if self.max_bytes is not None:
-            total = sum(s.size for s in segs)
-            while len(segs) > 1 and total > self.max_bytes:
-                total -= segs[0].size
-                self._drop_head()
-                removed += 1
-        if self.max_age_ms is not None:
-            cutoff = int((self.wall_clock() if now is None else now) * 1000) - self.max_age_ms
-            while len(segs) > 1 and segs[0].last_ts < cutoff:
-                self._drop_head()
-                removed += 1
+        while len(segs) > 1 and segs[1].base <= offset:
+            self._drop_head()
+            removed += 1
         return removed
+
+    def reset(self, base: int) -> None:
+        """Drop every segment and start empty at offset ``base`` (a replica so far behind that
+        the others no longer have the records it lacks). Raises ``OSError``."""
+        self._write_out()
+        if self._dirty:
+            self._rolled_fds.append(self._wfd)
+            self._dirty = False
+        else:
+            os.close(self._wfd)
+        for fd in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+        for seg in self._segments:
+            seg.path.unlink(missing_ok=True)
+        self._segments.clear()
+        self._bases.clear()
+        seg = self._new_segment(base)
+        self._wfd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
+        self._cache.clear()
+        self._cache_size = 0
+        self._cache_start = base
+        log.warning("stream %s: reset to offset %d", self.directory, base)
 
     def age_deadline(self) -> float | None:
         """When (seconds since the epoch) the head segment falls out of ``max_age_ms``; None when
@@ -410,19 +464,13 @@ class StreamLog:
         out: list[Message] = []
         end = seg.size
         while len(out) < max_count and pos < end:
-            data = os.pread(fd, min(READ_CHUNK, end - pos), pos)
-            records, stop = fmt.scan_records(data, 0, pos, at)
+            records, _stop = _scan_at(fd, pos, end, at, READ_CHUNK)
             if not records:
-                need = _record_size_at(fd, pos, end)
-                if need is not None and need > len(data):
-                    data = os.pread(fd, need, pos)
-                    records, stop = fmt.scan_records(data, 0, pos, at)
-                if not records:
-                    log.error("stream %s: unreadable record at %d in %s; skipping the segment",
-                              self.directory, pos, seg.path.name)
-                    cursor.offset = seg.next_offset
-                    cursor.segment_base = None
-                    return out
+                log.error("stream %s: unreadable record at %d in %s; skipping the segment",
+                          self.directory, pos, seg.path.name)
+                cursor.offset = seg.next_offset
+                cursor.segment_base = None
+                return out
             for rec in records:
                 if len(out) >= max_count:
                     break
@@ -458,23 +506,42 @@ class StreamLog:
             fmt.FILE_HEADER_SIZE, seg.base)
         fd = self._read_fd(seg)
         while pos < seg.size:
-            data = os.pread(fd, min(SCAN_CHUNK, seg.size - pos), pos)
-            records, stop = fmt.scan_records(data, 0, pos, at, verify=False, with_payload=False)
+            records, stop = _scan_at(fd, pos, seg.size, at, SCAN_CHUNK, verify=False,
+                                     with_payload=False)
             if not records:
-                need = _record_size_at(fd, pos, seg.size)
-                if need is None or need <= len(data):
-                    break
-                data = os.pread(fd, need, pos)
-                records, stop = fmt.scan_records(data, 0, pos, at, verify=False,
-                                                 with_payload=False)
-                if not records:
-                    break
+                break
             for rec in records:
                 if rec.timestamp >= timestamp_ms:
                     return rec.offset
             at = records[-1].offset + 1
             pos += stop
         return seg.next_offset
+
+    def read_records(self, offset: int, max_bytes: int) -> list[fmt.Record]:
+        """The records from ``offset`` on as stored (offset, timestamp, routing, header, body),
+        at least one and then while they add up to less than ``max_bytes``, within one segment:
+        what another replica of the stream appends with ``append_record`` to catch up. Empty
+        when ``offset`` is not in the log. Raises ``OSError``."""
+        if offset < self.first_offset or offset >= self.next_offset:
+            return []
+        seg = self._segment_of(offset)
+        if seg is self._segments[-1] and self._buf:
+            self._write_out()
+        pos, at = self._position_of(seg, offset)
+        fd = self._read_fd(seg)
+        out: list[fmt.Record] = []
+        size = 0
+        while pos < seg.size and (not out or size < max_bytes):
+            records, stop = _scan_at(fd, pos, seg.size, at, READ_CHUNK)
+            if not records:
+                break
+            for rec in records:
+                if rec.offset >= offset and (not out or size < max_bytes):
+                    out.append(rec)
+                    size += rec.size
+            at = records[-1].offset + 1
+            pos += stop
+        return out
 
     # -- closing ---------------------------------------------------------------------------------
     def close(self, fsync: bool = True) -> None:
@@ -503,9 +570,26 @@ class StreamLog:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _short(text: str) -> bytes:
+def short_string(text: str) -> bytes:
+    """``text`` as an AMQP short string (length octet, utf-8, cut at 255 bytes)."""
     raw = text.encode("utf-8", "surrogateescape")[:255]
     return bytes((len(raw),)) + raw
+
+
+def _scan_at(fd: int, pos: int, end: int, at: int, chunk: int, *, verify: bool = True,
+             with_payload: bool = True) -> tuple[list[fmt.Record], int]:
+    """The complete records of the file from ``pos`` (file position of offset ``at``) up to
+    ``end``, reading ``chunk`` bytes (more for a record larger than that); (records, bytes
+    consumed). Empty when the record at ``pos`` is unreadable."""
+    data = os.pread(fd, min(chunk, end - pos), pos)
+    records, stop = fmt.scan_records(data, 0, pos, at, verify=verify, with_payload=with_payload)
+    if not records:
+        need = _record_size_at(fd, pos, end)
+        if need is not None and need > len(data):
+            data = os.pread(fd, need, pos)
+            records, stop = fmt.scan_records(data, 0, pos, at, verify=verify,
+                                             with_payload=with_payload)
+    return records, stop
 
 
 def _record_size_at(fd: int, pos: int, end: int) -> int | None:

@@ -1,0 +1,135 @@
+"""Replicated streams with real brokers and pika (issue 25): one 3-broker cluster shared by the
+module (n2, n3, n4 on 127.0.0.2-4). A stream declared on one member is one log: what is
+published on n3 is read at the same offsets with the same bodies on n2 and n4; a kill -9 of the
+broker a publisher is connected to loses no confirmed message; a restarted member catches up
+from the others without stopping the stream; every member reports the same message count
+(passive declare, the management API). Every wait is bounded.
+Source: RabbitMQ "Streams" (replication, offsets), DESIGN.md §4 (replicated queues)."""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+
+from cluster.tests.processes import Cluster, Member, api_get, start_with_api, wait_for
+from cluster.tests.quorum_scenarios import Publisher
+
+pytestmark = pytest.mark.timeout(240)
+
+STREAM = {"x-queue-type": "stream"}
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    """n2 (with its management API), n3 and n4 in one view, for the whole module."""
+    cluster = Cluster.create(tmp_path_factory.mktemp("streams"))
+    try:
+        n2, api = start_with_api(cluster, 2, None)
+        n3 = cluster.start(3, n2)
+        n4 = cluster.start(4, n2)
+        view = [n2.address, n3.address, n4.address]
+        wait_for(lambda: all(m.members() == view for m in (n2, n3, n4)), 15,
+                 "the three brokers did not agree on one view")
+        yield cluster, (n2, n3, n4), api
+    finally:
+        cluster.stop_all()
+
+
+def _declare(member: Member, name: str, **arguments: object) -> None:
+    conn = member.connect()
+    try:
+        conn.channel().queue_declare(name, durable=True, arguments={**STREAM, **arguments})
+    finally:
+        conn.close()
+
+
+def _count(member: Member, name: str) -> int:
+    """Queue.Declare passive's message count on ``member``; -1 while it refuses clients."""
+    try:
+        conn = member.connect()
+    except pika.exceptions.AMQPConnectionError:
+        return -1
+    try:
+        return conn.channel().queue_declare(name, passive=True).method.message_count
+    finally:
+        conn.close()
+
+
+def _publish(member: Member, name: str, bodies: list[bytes]) -> None:
+    conn = member.connect()
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for body in bodies:
+            ch.basic_publish("", name, body)
+    finally:
+        conn.close()
+
+
+def _read(member: Member, name: str, count: int, offset: object = "first",
+          timeout: float = 20) -> list[tuple[int, bytes]]:
+    """(x-stream-offset, body) of the first ``count`` messages from ``offset`` on ``member``."""
+    conn = member.connect()
+    got: list[tuple[int, bytes]] = []
+    try:
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=200)
+
+        def on_message(_ch, method, props, body):
+            got.append((props.headers["x-stream-offset"], body))
+            _ch.basic_ack(method.delivery_tag)
+
+        ch.basic_consume(name, on_message, arguments={"x-stream-offset": offset})
+        deadline = time.monotonic() + timeout
+        while len(got) < count and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.05)
+    finally:
+        conn.close()
+    return got
+
+
+def test_published_on_one_member_read_at_the_same_offsets_on_the_others(three):
+    _cluster, (n2, n3, n4), api = three
+    _declare(n2, "events")
+    bodies = [f"e-{i}".encode() for i in range(100)]
+    _publish(n3, "events", bodies)
+    expected = list(enumerate(bodies))
+    for member in (n2, n3, n4):
+        assert _read(member, "events", 100) == expected, member.name
+    assert _read(n4, "events", 10, offset=90) == expected[90:]
+    wait_for(lambda: [_count(m, "events") for m in (n2, n3, n4)] == [100] * 3, 10,
+             f"counts {[_count(m, 'events') for m in (n2, n3, n4)]}")
+    queue = api_get(api, "/queues/%2F/events")
+    assert isinstance(queue, dict)
+    assert (queue["type"], queue["messages"]) == ("stream", 100)
+    assert sorted(queue["members"]) == ["n2", "n3", "n4"]
+
+
+def test_kill_9_mid_publish_loses_no_confirmed_message_and_the_member_catches_up(three):
+    cluster, (n2, n3, n4), _api = three
+    _declare(n4, "orders")
+    pub = Publisher(n3, "orders", 1_000_000, prefix="o")
+    wait_for(lambda: len(pub.confirmed) >= 200, 60, f"only {len(pub.confirmed)} confirmed")
+    cluster.kill(n3)
+    pub.join(10)
+    confirmed = [b.encode() for b in pub.confirmed]
+    assert confirmed
+    # the stream goes on without n3 (a majority is left) ...
+    _publish(n2, "orders", [b"after-1", b"after-2"])
+    total = _count(n2, "orders")
+    assert total >= len(confirmed) + 2
+    for member in (n2, n4):
+        got = _read(member, "orders", total)
+        assert [o for o, _b in got] == list(range(total)), member.name
+        bodies = [b for _o, b in got]
+        assert bodies[:len(confirmed)] == confirmed, member.name   # every confirmed one, in order
+        assert bodies[-2:] == [b"after-1", b"after-2"], member.name
+    # ... and n3 restarted catches up: same records at the same offsets
+    cluster.start(3, n2)
+    wait_for(lambda: _count(n3, "orders") == total, 30,
+             f"n3 reports {_count(n3, 'orders')} of {total}")
+    on_n2 = _read(n2, "orders", total)
+    assert _read(n3, "orders", total) == on_n2
+    assert [_count(m, "orders") for m in (n2, n3, n4)] == [total] * 3
