@@ -30,6 +30,7 @@ from amqp_broker.clustering.cli import broker_status
 
 from .history import History
 from .lazyfs_mount import LazyMount
+from .loopdisk import LoopDisk
 from .netns import Network
 
 __all__ = ["Broker", "Brokers", "ViewMonitor"]
@@ -86,12 +87,19 @@ class Brokers:
     do not change the brokers under a run), default the installed ``amqp_broker``; ``lazyfs``:
     each data dir ``nK`` is a lazyfs mount (:mod:`interop_tests.faults.lazyfs`) over ``nK.disk``
     (state ``nK.lazyfs``, log ``nK.lazyfs.log``), mounted before the broker first starts and kept
-    across restarts, so that :meth:`power_loss` can drop what was not fsynced."""
+    across restarts, so that :meth:`power_loss` can drop what was not fsynced; ``disk``: ``(size,
+    limit)`` bytes: each data dir is an ext4 file system of ``size`` bytes on a loop device
+    (:mod:`interop_tests.faults.loopdisk`, image ``nK.img``, mounted before the broker first
+    starts, kept across restarts; ``disks[index]``), and every broker gets ``--disk-free-limit
+    limit`` (before ``extra_args``, which may override it)."""
 
     def __init__(self, net: Network, base: Path, history: History,
                  extra_args: tuple[str, ...] = (), ping_interval: float = 0.25,
-                 source: Path | None = None, lazyfs: bool = False) -> None:
+                 source: Path | None = None, lazyfs: bool = False,
+                 disk: tuple[int, int] | None = None) -> None:
         self.net = net
+        self.disk = disk
+        self.disks: dict[int, LoopDisk] = {}
         self.lazyfs = lazyfs
         self.mounts: dict[int, LazyMount] = {}
         self.source = source
@@ -127,13 +135,20 @@ class Brokers:
                               self.base / f"{b.name}.lazyfs", self.base / f"{b.name}.lazyfs.log")
             mount.start()       # raises LazyFSError
             self.mounts[index] = mount
+        limit: list[str] = []
+        if self.disk is not None:
+            if index not in self.disks:
+                loop = LoopDisk(b.data_dir, self.base / f"{b.name}.img", self.disk[0])
+                loop.start()    # raises LoopDiskError
+                self.disks[index] = loop
+            limit = ["--disk-free-limit", str(self.disk[1])]
         cmd = [*self.net.exec_prefix(index), sys.executable, "-m", "amqp_broker",
                "--host", b.host, "--port", str(PORT), "--data-dir", str(b.data_dir),
                "--node-name", b.name, "--cluster-secret", str(self.secret),
                "--config", str(self.config),
                "--ping-interval", str(self.ping_interval), "--log-level", "info",
                "--management-port", str(MANAGEMENT_PORT),   # also under pytest (its env: 0)
-               *self.extra_args]
+               *limit, *self.extra_args]
         for s in seeds:
             cmd += ["--seed", self.brokers[s].address]
         with open(b.log_path, "ab") as log:
@@ -200,7 +215,8 @@ class Brokers:
         return restarted
 
     def stop_all(self) -> None:
-        """kill -9 every broker (after SIGCONT), then unmount lazyfs; never raises."""
+        """kill -9 every broker (after SIGCONT), then unmount lazyfs and loop disks; never
+        raises."""
         for b in self.brokers:
             try:
                 self.resume(b.index)
@@ -210,6 +226,9 @@ class Brokers:
         for mount in self.mounts.values():
             mount.stop()
         self.mounts.clear()
+        for loop in self.disks.values():
+            loop.stop()
+        self.disks.clear()
 
     def status(self, index: int, timeout: float = 1.0) -> dict[str, Any]:
         """Broker ``index``'s view as ``amqp-broker cluster-status`` prints it (one broker)."""

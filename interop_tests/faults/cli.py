@@ -36,7 +36,8 @@ __all__ = ["build_parser", "main"]
 REPO = Path(__file__).resolve().parents[2]
 ORDER = ["kill", "pause", "partition-one", "partition-halves", "partition-ring", "link-flap",
          "mixed", "power-loss", "power-loss-majority", "power-loss-all", "corrupt",
-         "kill-queue-leader", "kill-majority", "kill-all", "membership"]
+         "kill-queue-leader", "kill-majority", "kill-all", "disk-full", "lossy-link",
+         "membership"]
 
 
 def build_parser() -> argparse.ArgumentParser:

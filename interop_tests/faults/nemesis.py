@@ -33,7 +33,7 @@ from .brokers import Brokers
 from .history import History
 from .netns import Network
 
-__all__ = ["NEEDS_LAZYFS", "NEMESES", "Context", "Grudge", "complete_grudge", "halves",
+__all__ = ["NEEDS_DISK", "NEEDS_LAZYFS", "NEMESES", "Context", "Grudge", "complete_grudge", "halves",
            "isolate_one", "majorities_ring", "run_schedule"]
 
 Grudge = dict[int, set[int]]
@@ -207,7 +207,8 @@ NEMESES: dict[str, Callable[[Context, float], None]] = {
 def mixed(ctx: Context, duration: float) -> None:
     """One of the other nemeses, chosen at random, for ``duration`` s."""
     name = ctx.rng.choice([n for n in sorted(NEMESES)
-                           if ctx.brokers.lazyfs or n not in NEEDS_LAZYFS])
+                           if (ctx.brokers.lazyfs or n not in NEEDS_LAZYFS)
+                           and (ctx.brokers.disks or n not in NEEDS_DISK)])
     ctx.record("mixed", chose=name)
     NEMESES[name](ctx, duration)
 
@@ -247,6 +248,9 @@ POWER_REJOIN_TIMEOUT = 60.0
 #: Nemeses whose brokers must run on lazyfs (``Brokers(lazyfs=True)``); ``mixed`` skips them
 #: otherwise.
 NEEDS_LAZYFS = frozenset({"power-loss", "power-loss-majority", "power-loss-all"})
+#: Nemeses whose brokers must run on loop disks (``Brokers(disk=...)``,
+#: :mod:`interop_tests.faults.diskfull`); ``mixed`` skips them otherwise.
+NEEDS_DISK = frozenset({"disk-full"})
 NEMESES["power-loss"] = _power_loss(_one, "power-loss", "one broker (the leader or any)")
 NEMESES["power-loss-majority"] = _power_loss(
     lambda ctx: sorted(ctx.rng.sample(range(len(ctx.brokers)), len(ctx.brokers) // 2 + 1)),

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import corrupt, kills, membership  # noqa: F401  (they add their nemeses to NEMESES)
+from . import corrupt, diskfull, kills, lossy, membership  # noqa: F401  (they add nemeses)
 from .brokers import Brokers, ViewMonitor
 from .checker import Result, check
 from .clients_common import ClientSettings
 from .history import History
 from .logscan import LogFindings, scan_logs
-from .nemesis import NEEDS_LAZYFS, Context, run_schedule
+from .nemesis import NEEDS_DISK, NEEDS_LAZYFS, Context, run_schedule
 from .netns import Network
 from .replicas import GroupReport, compare_groups
 from .workload import QueueRefused, Workload, declare_queue, drain, serves_quorum
@@ -139,7 +139,9 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
     history = History()
     outcome = RunOutcome(cfg.nemesis, run_dir)
     brokers = Brokers(net, run_dir, history, cfg.broker_args, cfg.ping_interval, cfg.broker_src,
-                      lazyfs=cfg.nemesis in NEEDS_LAZYFS)
+                      lazyfs=cfg.nemesis in NEEDS_LAZYFS,
+                      disk=((diskfull.DISK_BYTES, diskfull.DISK_FREE_LIMIT)
+                            if cfg.nemesis in NEEDS_DISK else None))
     monitor = ViewMonitor(brokers, history)
     settings = cfg.settings
     workload = Workload(brokers, settings, history)
@@ -217,5 +219,5 @@ def _keep_or_remove(cfg: RunConfig, outcome: RunOutcome, history: History) -> No
                 f.write(json.dumps(e) + "\n")
     (outcome.run_dir / "result.json").write_text(json.dumps(outcome.as_dict(), indent=2) + "\n")
     for b in Path(outcome.run_dir).iterdir():   # data dirs are big and not needed to diagnose
-        if b.is_dir() and not cfg.keep:
+        if (b.is_dir() or b.suffix == ".img") and not cfg.keep:   # .img: loop disks
             shutil.rmtree(b, ignore_errors=True)

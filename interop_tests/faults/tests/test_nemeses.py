@@ -28,6 +28,8 @@ from pathlib import Path
 import pytest
 
 from interop_tests.faults.lazyfs_mount import unavailable_reason as lazyfs_unavailable
+from interop_tests.faults.loopdisk import unavailable_reason as loopdisk_unavailable
+from interop_tests.faults.lossy import unavailable_reason as lossy_unavailable
 from interop_tests.faults.netns import unavailable_reason
 
 REPO = Path(__file__).resolve().parents[3]
@@ -48,7 +50,14 @@ POWER_NEMESES = ["power-loss-majority", "power-loss-all"]
 #: tests of their own at a lower level (membership restart simulation for power-loss-majority),
 #: and kill-majority/kill-all are kill-queue-leader's fault on more brokers. AMQP_FAULTS_ALL=1
 #: runs them too; soak runs (``python -m interop_tests.faults --runs N``) run every nemesis.
-SOAK_ONLY = {"kill-majority", "kill-all", "power-loss-majority"}
+SOAK_ONLY = {"kill-majority", "kill-all", "power-loss-majority", "disk-full"}
+#: Issue 24's disk-full (brokers on small loop-mounted ext4 file systems, one filled while
+#: publishers run) and lossy-link (nftables loss, tc tbf limits between brokers) against a quorum
+#: queue, 10 s of workload (one fault; about 25 s each). disk-full is soak only (above): the
+#: crashes it found have tests of their own at lower levels (queues/store/tests/test_full_disk.py,
+#: cluster/tests/test_raft_disklog_full_disk.py, interop_tests/test_full_disk.py).
+LINK_DISK_NEMESES = {"lossy-link": lossy_unavailable, "disk-full": loopdisk_unavailable}
+SECONDS_OF = {"lossy-link": 10, "disk-full": 10}
 NO_LAZYFS = pytest.mark.skipif(lazyfs_unavailable() is not None,
                                reason=f"lazyfs unavailable: {lazyfs_unavailable()}")
 
@@ -69,6 +78,12 @@ def did_what_it_says(nemesis: str, events: list[dict]) -> bool:
         return any(e["action"] == "corrupt" and e["damage"] != "none" for e in events)
     if nemesis == "kill-queue-leader":
         return any(e["kind"] == "queue-leader" for e in kills)
+    if nemesis == "lossy-link":     # loss or a limit was installed on brokers' links
+        return any(e["action"] == "lossy-link" and (e["loss"] or e["rate_kbit"])
+                   for e in events)
+    if nemesis == "disk-full":      # the filled broker's alarm went up, then down
+        return (any(e["action"] == "disk-alarm" and e["raised"] for e in events)
+                and any(e["action"] == "disk-alarm-cleared" and e["cleared"] for e in events))
     want = {"kill-majority": 2, "kill-all": 3}.get(nemesis)
     return want is None or any(len(e.get("targets", [])) == want for e in kills)
 
@@ -80,12 +95,15 @@ pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
 @pytest.mark.parametrize(("nemesis", "queue_type"), [*((n, "classic") for n in NEMESES),
                                                      *(ci_param(n, "quorum") for n in QUORUM_NEMESES),
                                                      *(ci_param(n, "quorum", NO_LAZYFS)
-                                                       for n in POWER_NEMESES)])
+                                                       for n in POWER_NEMESES),
+                                                     *(ci_param(n, "quorum", pytest.mark.skipif(
+                                                         why() is not None, reason=str(why())))
+                                                       for n, why in LINK_DISK_NEMESES.items())])
 def test_short_run(nemesis: str, queue_type: str, tmp_path: Path) -> None:
     out = tmp_path / "outcome.json"
     proc = subprocess.run(
         [sys.executable, "-m", "interop_tests.faults", "--nemesis", nemesis,
-         "--seconds", str(SECONDS), "--runs", "1", "--brokers", "3", "--queue-type", queue_type,
+         "--seconds", str(SECONDS_OF.get(nemesis, SECONDS)), "--runs", "1", "--brokers", "3", "--queue-type", queue_type,
          "--seed", "11", "--no-results", "--work-dir", str(tmp_path / "runs"),
          "--json", str(out), "--keep"],
         cwd=REPO, capture_output=True, text=True, timeout=220)

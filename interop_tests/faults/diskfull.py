@@ -1,0 +1,110 @@
+"""The ``disk-full`` nemesis: one broker's data dir runs out of space while publishers run.
+
+Every broker's data dir is a small ext4 file system of its own (``DISK_BYTES``, on a loop
+device: :mod:`interop_tests.faults.loopdisk`), and every broker runs with ``--disk-free-limit
+DISK_FREE_LIMIT`` (RabbitMQ's ``disk_free_limit``; our broker checks it every second,
+``amqp_broker.server.listener``). Each fault picks one broker (the quorum queue's Raft leader half
+the time when one is known, else any) and fills its file system with a filler file, in one of two
+ways, chosen at random:
+
+- ``alarm``: until ``DISK_FREE_LIMIT // 2`` bytes are free: below the limit, so the broker's disk
+  alarm trips at its next check and blocks its publishers (Connection.Blocked, "low on disk"), as
+  RabbitMQ's does ("Free Disk Space Alarms"); its writes still have room meanwhile;
+- ``enospc``: until nothing is free: the broker's next write fails with ENOSPC before the alarm
+  is even checked (the filler is faster than the poll).
+
+The filler is deleted after the fault (the space returns). What must hold: no broker exits, no
+confirm for what was not written (the checker's lost count), and the broker serves again once
+space is back: the nemesis waits (at most ``ALARM_WAIT`` s) for the alarm to be raised and then
+cleared, as the management API (``GET /api/nodes/<name>``, ``disk_free_alarm``) reports it,
+records both, and raises ``RuntimeError`` when the broker exited meanwhile or the alarm stayed
+raised with the space back (a stuck broker): the run fails with that error.
+
+History events: ``disk-full`` (target, mode, filler bytes, free bytes after), ``disk-alarm``
+(target, raised: bool, after_s), ``disk-freed``, ``disk-alarm-cleared`` (cleared: bool,
+after_s).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from .kills import management_get, queue_leader
+from .nemesis import NEMESES, Context, _await_rejoin
+
+__all__ = ["DISK_BYTES", "DISK_FREE_LIMIT", "MODES", "alarm_raised", "disk_full"]
+
+#: Size of each broker's file system, bytes (ext4 takes about 8 MiB of it for itself).
+DISK_BYTES = 96 << 20
+#: The brokers' ``--disk-free-limit`` in these runs, bytes.
+DISK_FREE_LIMIT = 16 << 20
+MODES = ("alarm", "enospc")
+#: Seconds the nemesis waits for the alarm to be raised, and to be cleared once space is back
+#: (the broker checks every second; a loaded machine is slower).
+ALARM_WAIT = 10.0
+
+
+def alarm_raised(ctx: Context, index: int) -> bool | None:
+    """Whether broker ``index``'s management API reports its disk alarm raised; None when it
+    does not answer."""
+    b = ctx.brokers[index]
+    try:
+        info = management_get(b.host, f"/nodes/{urllib.parse.quote(b.name)}")
+    except (OSError, ValueError):
+        return None
+    return bool(info.get("disk_free_alarm")) if isinstance(info, dict) else None
+
+
+def _await_alarm(ctx: Context, index: int, want: bool) -> tuple[bool, float]:
+    started = ctx.history.now()
+    while ctx.history.now() - started < ALARM_WAIT and not ctx.abort.is_set():
+        if not ctx.brokers[index].running:
+            break
+        if alarm_raised(ctx, index) is want:
+            return True, round(ctx.history.now() - started, 2)
+        ctx.sleep(0.2)
+    return False, round(ctx.history.now() - started, 2)
+
+
+def _check_alive(ctx: Context, index: int, when: str) -> None:
+    b = ctx.brokers[index]
+    if not b.running:
+        code = b.proc.returncode if b.proc is not None else None
+        ctx.record("died", target=b.name, when=when, code=code)
+        raise RuntimeError(f"{b.name} exited (code {code}) {when}\n{b.log_tail(20)}")
+
+
+def disk_full(ctx: Context, duration: float) -> None:
+    """Fill one broker's file system (see the module docstring) for ``duration`` s, then free
+    it. Raises ``RuntimeError`` when the broker exits or its alarm stays raised with the space
+    back."""
+    disks = ctx.brokers.disks
+    if not disks:
+        raise RuntimeError("disk-full needs the brokers on loop disks (Brokers(disk=...))")
+    leader = queue_leader(ctx) if ctx.queue_type == "quorum" else None
+    target = (leader if leader is not None and ctx.rng.random() < 0.5
+              else ctx.rng.randrange(len(ctx.brokers)))
+    name = ctx.brokers[target].name
+    mode = ctx.rng.choice(MODES)
+    disk = disks[target]
+    try:
+        filler = disk.fill(DISK_FREE_LIMIT // 2 if mode == "alarm" else 0)
+        ctx.record("disk-full", target=name, mode=mode, filler=filler, free=disk.free_bytes(),
+                   kind="queue-leader" if target == leader else "random")
+        raised, after = _await_alarm(ctx, target, True)
+        ctx.record("disk-alarm", target=name, raised=raised, after_s=after)
+        ctx.sleep(max(0.0, duration - after))
+        _check_alive(ctx, target, f"while its disk was full ({mode})")
+    finally:
+        disk.free()
+        ctx.record("disk-freed", target=name, free=disk.free_bytes())
+    cleared, after = _await_alarm(ctx, target, False)
+    ctx.record("disk-alarm-cleared", target=name, cleared=cleared, after_s=after)
+    _check_alive(ctx, target, "after its disk was freed")
+    if not cleared and not ctx.abort.is_set():
+        raise RuntimeError(f"{name}'s disk alarm still raised {after} s after the space came "
+                           f"back\n{ctx.brokers[target].log_tail(20)}")
+    _await_rejoin(ctx, name)
+
+
+NEMESES["disk-full"] = disk_full
