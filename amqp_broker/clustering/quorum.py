@@ -77,6 +77,7 @@ from queues.message import Message
 from ..protocol import constants as c
 from ..protocol.framing import encode_body_frames, encode_frame
 from ..protocol.methods import encode_method
+from .quorum_dlx import DeadLetterWorker, route_dead_letter
 from .quorum_members import ReplicaManagement, has_log, read_members
 from .quorum_timers import TICK_MS, QuorumTimers
 
@@ -216,6 +217,9 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
             self._open_replica(rep, bootstrap=())
         elif known is None and self.me in members and self.broker.accepting_clients:
             self._open_replica(rep, bootstrap=members)   # a new group: every member bootstraps
+            if "x-delivery-limit" not in arguments:   # RabbitMQ 4.0 logs this at declaration
+                log.info("queue '%s' in vhost '%s': delivery_limit not set, defaulting to %d",
+                         name, vhost.name, qconfig.DEFAULT_DELIVERY_LIMIT)
         # else, while joining (the queue is older than this broker's join: a wiped member
         # would vote with an empty log), a replica only when the leader names us (``_join``)
         raft = rep.raft
@@ -228,20 +232,23 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
             rep.group = rep.remote
         dlx = settings.dead_letter_exchange
 
+        def dead_lettered(message: Message, reason: str) -> tuple[Message, list[str]]:
+            assert dlx is not None
+            return make_dead_letter(message, reason=reason, queue=name, dead_letter_exchange=dlx,
+                                    dead_letter_routing_key=settings.dead_letter_routing_key,
+                                    now=self.wall())
+
         def dead_letter(message: Message, reason: str) -> None:
-            if dlx is None:
-                return
-            new, keys = make_dead_letter(message, reason=reason, queue=name,
-                                         dead_letter_exchange=dlx,
-                                         dead_letter_routing_key=settings.dead_letter_routing_key,
-                                         now=self.wall())
-            vhost._dead_letter(new, dlx, keys)
+            if dlx is not None:
+                new, keys = dead_lettered(message, reason)
+                vhost._dead_letter(new, dlx, keys)
 
         rep.queue = QuorumQueue(name, settings, arguments, rep.group,
                                 execute=lambda actions: self.execute(rep, actions),
                                 wake=self._wake, wall_ms=self.wall_ms, now_ms=self.now_ms,
                                 dead_letter=dead_letter,
                                 on_delete=lambda _q: self._close(rep, delete_files=True))
+        self._dead_letter_strategy(rep, vhost, settings, arguments, dead_lettered)
         self.replicas[uid] = rep
         self.ticker_wanted()
         if raft is not None:
@@ -252,6 +259,24 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
             log.info("quorum queue %r of vhost %r: no replica here, forwarding to group %s (%s)",
                      name, vhost.name, uid, ", ".join(members))
         return rep.queue
+
+    def _dead_letter_strategy(self, rep: _Replica, vhost: Any, settings: Any, arguments: dict,
+                              dead_lettered: Callable[[Message, str], tuple[Message, list[str]]]
+                              ) -> None:
+        """Log RabbitMQ's warning when x-dead-letter-strategy falls back; with at-least-once,
+        give the queue its dead-letter worker (``quorum_dlx``)."""
+        at_least_once, warning = qconfig.dead_letter_strategy(
+            settings, arguments, f"queue '{rep.name}' in vhost '{rep.vhost}'")
+        if warning:
+            log.warning("%s", warning)
+        if not at_least_once or rep.queue is None:
+            return
+
+        def route(message: Message, reason: str) -> tuple[int | None, list] | None:
+            new, keys = dead_lettered(message, reason)
+            return route_dead_letter(vhost, new, str(settings.dead_letter_exchange), keys)
+
+        rep.queue.dlx = DeadLetterWorker(rep.queue, route, self.broker.durability, self.now_ms)
 
     def _open_replica(self, rep: _Replica, bootstrap: tuple[str, ...], term: int = 0,
                       vote_floor: int = 0) -> QuorumGroup:

@@ -86,7 +86,8 @@ class QuorumTimers:
 
     def tick_all(self) -> None:
         """One round of the timers (every ``TICK_MS``): the replicas due are ticked, leaders do
-        their duties, held link data goes out once a link is back, then the broker dispatches."""
+        their duties (and their at-least-once dead-letter workers theirs), held link data goes
+        out once a link is back, then the broker dispatches."""
         now = self.now_ms()
         wall = self.wall_ms()
         # a clustered broker knows who left only once it is in a view
@@ -107,6 +108,9 @@ class QuorumTimers:
                 self.execute(rep, group.tick(now))
             if group.is_leader:
                 self.execute(rep, group.leader_duties(now, wall, view))
+            worker = getattr(rep.queue, "dlx", None)
+            if worker is not None:   # at-least-once dead letters (acts only on the leader)
+                worker.duties()
         for to in [t for t, held in self._held.items() if held]:
             if self.links is not None and self.links.can_send(to, 1 << 30):
                 self._held_bytes.pop(to, None)

@@ -221,12 +221,17 @@ class QuorumMachine:
         return len(self.fifo.consumers)
 
     def live_messages(self) -> int:
-        """Ready plus checked-out messages (the size of a snapshot)."""
-        return len(self.fifo.ready) + sum(len(c.out) for c in self.fifo.consumers.values())
+        """Ready, checked-out and held (at-least-once dead letters) messages (the size of a
+        snapshot)."""
+        fifo = self.fifo
+        return (fifo.message_count() + len(fifo.dlx)
+                + sum(len(c.out) for c in fifo.consumers.values()))
 
     def head_expiry(self) -> int | None:
-        """When (ms, commands' clock) the ready head expires; None without TTL."""
-        return self.fifo.ready[0].expires_at if self.fifo.ready else None
+        """When (ms, commands' clock) the ready head expires (the message taken next: only the
+        head expires); None without TTL."""
+        head = self.fifo.head()
+        return head.expires_at if head is not None else None
 
     def snapshot(self) -> bytes:
         """The whole state (JSON around the fifo's snapshot)."""

@@ -17,10 +17,17 @@ Basic.Get (``get_then``) and Queue.Purge (``purge_then``) are one command each i
 log, proposed by the member the client asked (after the commands its channel queued before them)
 and answered when applied there, as RabbitMQ's quorum queues answer them.
 
+RabbitMQ 4.0 (issue 25): ``x-delivery-count`` is on a delivery or a Basic.Get's message only once
+it is > 0 (4.0's ``rabbit_fifo_client:add_delivery_count_header``: the number of earlier
+deliveries given back; 3.10 put 0 on a first Basic.Get); at-least-once dead letters (a
+``DeadLetter`` with a msg id) go to ``dlx``, the leader's worker (``amqp_broker.clustering.
+quorum_dlx``), which sends them until their targets confirmed them and then proposes their
+``DlxSettle``.
+
 Deviations from RabbitMQ (3.10): a consumer without a prefetch gets ``DEFAULT_CREDIT`` in flight
 (RabbitMQ's quorum queues also bound unlimited consumers by a credit); a purge from a broker
-outside the group is answered with a count of 0; per-message ``expiration`` is ignored (only
-``x-message-ttl``); a broker outside the group (``remote.RemoteGroup``) forwards publishes and
+outside the group is answered with a count of 0; a broker outside the group
+(``remote.RemoteGroup``) forwards publishes and
 serves consumers through the leader, but reports 0 messages and only its own consumers, and
 refuses Basic.Get with 406 (``NotServed``: no replica to answer from at once). Sources: RabbitMQ "Quorum Queues" (feature matrix,
 delivery-limit, ``x-delivery-count``), ``rabbit_quorum_queue.erl``, ``rabbit_fifo_client.erl``
@@ -35,6 +42,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cluster.raft import fifo as f
+from queues.arguments import message_ttl_or_none
 from queues.dedup import dedup_key
 from queues.entry import QueueEntry
 from queues.errors import NotServed
@@ -46,7 +54,8 @@ from .group import Action, QuorumGroup
 from .machine import Cancelled, Effect, consumer_origin
 from .remote import RemoteGroup
 
-__all__ = ["QuorumQueue", "QuorumEntry", "DEFAULT_CREDIT", "NO_ACK_CREDIT", "split_header",
+__all__ = ["QuorumQueue", "QuorumEntry", "DEFAULT_CREDIT", "NO_ACK_CREDIT",
+           "HIGH_PRIORITY_ABOVE", "split_header",
            "join_header"]
 
 log = logging.getLogger(__name__)
@@ -55,6 +64,8 @@ log = logging.getLogger(__name__)
 DEFAULT_CREDIT = 2000
 #: Messages in flight to a no-ack consumer (settled as soon as written to the client).
 NO_ACK_CREDIT = 256
+#: A message whose priority property is above this is high priority (RabbitMQ 4.0: 0-4 normal).
+HIGH_PRIORITY_ABOVE = 4
 
 
 def join_header(message: Message) -> bytes:
@@ -157,6 +168,9 @@ class QuorumQueue:
         self._reported = 0
         self.rejected: set[int] = set()
         self.deleted = False
+        #: The at-least-once dead-letter worker (None: dead letters at most once): ``add(msg_id,
+        #: message, reason)`` for each held dead letter this member applied as leader.
+        self.dlx: Any = None
 
     # ------------------------------------------------------------------ figures
     @property
@@ -188,14 +202,28 @@ class QuorumQueue:
         """This member's consumers (not the cancelling ones)."""
         return tuple(loc.consumer for loc in self._locals.values() if not loc.cancelling)
 
+    def wake(self) -> None:
+        """Ask for a ``dispatch`` after the current batch of input (commands were submitted)."""
+        self._wake(self)
+
     # ------------------------------------------------------------------ publishing, confirms
     def publish(self, message: Message) -> PublishResult:
         """Queue an Enqueue of ``message``; ROUTED (a reject-publish overflow is known only once
-        applied: its token is then reported ``failed`` to the waiting channel, a Basic.Nack)."""
+        applied: its token is then reported ``failed`` to the waiting channel, a Basic.Nack).
+        The Enqueue carries what the state machine decides on: high priority (the priority
+        property > 4, RabbitMQ 4.0's two levels) and the message's own ``expiration`` (ms;
+        unparsable: none, as classic queues read it)."""
         key = dedup_key(message) if self.settings.deduplication else None
         seq = self.group.outbox.next_seq
+        expiration = message.expiration
+        ttl = -1
+        if expiration is not None:
+            own = message_ttl_or_none(expiration)
+            if own is not None:
+                ttl = own
         self._last_token = self.group.submit(f.Enqueue(
-            self.group.origin, seq, key, join_header(message), message.body, self._wall_ms()))
+            self.group.origin, seq, key, join_header(message), message.body, self._wall_ms(),
+            message.priority > HIGH_PRIORITY_ABOVE, ttl))
         self._wake(self)
         return PublishResult.ROUTED
 
@@ -332,7 +360,8 @@ class QuorumQueue:
             return
         msg = split_header(eff.header)
         msg.body = eff.body
-        msg = _with_delivery_count(msg, eff.delivery_count)   # 0 too, as RabbitMQ's dequeue
+        if eff.delivery_count:   # RabbitMQ 4.0: only once > 0 (3.10 said 0 on a first get)
+            msg = _with_delivery_count(msg, eff.delivery_count)
         done(QuorumEntry(msg, eff.msg_id, eff.consumer, eff.delivery_count), eff.remaining)
 
     # ------------------------------------------------------------------ the batch
@@ -427,9 +456,11 @@ class QuorumQueue:
                         self._ops.append(("checkout", loc.cid, loc.credit))
                     wake = True
             elif isinstance(eff, f.DeadLetter):
-                if self._dead_letter is not None:
-                    msg = split_header(eff.header)
-                    msg.body = eff.body
+                msg = split_header(eff.header)
+                msg.body = eff.body
+                if eff.msg_id and self.dlx is not None:   # at least once: held until settled
+                    self.dlx.add(eff.msg_id, msg, eff.reason)
+                elif self._dead_letter is not None:
                     self._dead_letter(msg, eff.reason)
             elif isinstance(eff, f.Rejected):
                 if eff.publisher == mine:

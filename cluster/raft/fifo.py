@@ -9,11 +9,20 @@ so replay is deterministic. Must not know: Raft, AMQP frames (headers and bodies
 sockets, clocks.
 
 Its commands and effects, and their encoding, are in ``cluster.raft.fifo_commands`` (re-exported
-here): Enqueue, Checkout/Cancel, Settle/Return/Discard, Expire, Purge, Dequeue (Basic.Get), Take
-in; Deliver, Confirm, Rejected, DeadLetter, Purged, Dequeued out.
+here): Enqueue, Checkout/Cancel, Settle/Return/Discard, Expire, Purge, Dequeue (Basic.Get), Take,
+DlxSettle in; Deliver, Confirm, Rejected, DeadLetter, Purged, Dequeued out.
 
-Sources: RabbitMQ quorum queues documentation (delivery-limit, overflow, single active consumer)
-and ``rabbit_fifo`` (commands and effects); RabbitMQ message deduplication plugin (window).
+RabbitMQ 4.0 semantics (issue 25): two priorities, high (priority property > 4) favoured 2:1 over
+normal; requeued messages first, in the order they came back, unless there is no delivery limit
+(then a client's requeue goes to the back); the delivery limit counts every return (a consumer's
+cancel too), > limit dead-letters "delivery_limit"; TTL the lower of x-message-ttl and the
+message's own expiration, checked at the head only; at-least-once dead letters held until settled
+and counted against max-length(-bytes) (``FifoQueue``'s docstring).
+
+Sources: RabbitMQ "Quorum Queues" 4.0 (priorities, poison message handling, repeated requeues,
+at-least-once dead-lettering), "Time-To-Live and Expiration"; ``rabbit_fifo`` / ``rabbit_fifo_q``
+4.0 (commands and effects, ``take_next_msg``, the 2:1 weight, ``return_one``, ``is_over_limit``,
+``update_expiry_header``); RabbitMQ message deduplication plugin (window).
 
 Speed (issue 12): the values built for every message (the queue's ``_Msg``, and the commands and
 effects of ``fifo_commands``) are slotted dataclasses with an explicit
@@ -39,6 +48,7 @@ from .fifo_commands import (
     Dequeue,
     Dequeued,
     Discard,
+    DlxSettle,
     Effect,
     Enqueue,
     Expire,
@@ -55,8 +65,9 @@ from .fifo_commands import (
 
 __all__ = [
     "FifoConfig", "FifoQueue", "Enqueue", "Checkout", "Cancel", "Settle", "Return", "Discard",
-    "Expire", "Purge", "Take", "Dequeue", "Command", "Deliver", "Confirm", "Rejected",
+    "Expire", "Purge", "Take", "Dequeue", "DlxSettle", "Command", "Deliver", "Confirm", "Rejected",
     "DeadLetter", "Purged", "Dequeued", "Effect", "encode", "decode", "Reader",
+    "SNAPSHOT_VERSION",
 ]
 
 
@@ -64,8 +75,10 @@ __all__ = [
 class FifoConfig:
     """Queue arguments. ``max_length`` / ``max_length_bytes`` (bytes of bodies): None = unbounded;
     ``overflow``: "drop-head" (dead-letter the oldest) or "reject-publish"; ``delivery_limit``:
-    a message returned more often is dead-lettered; ``message_ttl_ms``; ``single_active_consumer``;
-    ``dedup_window``: how many dedup keys are remembered (0: no deduplication)."""
+    a message returned more often is dead-lettered (None: no limit, and a requeued message goes
+    to the back of the queue, as RabbitMQ 4.0 with -1); ``message_ttl_ms``;
+    ``single_active_consumer``; ``dedup_window``: how many dedup keys are remembered (0: no
+    deduplication); ``dlx_at_least_once``: dead letters stay in the queue until ``DlxSettle``."""
 
     max_length: int | None = None
     max_length_bytes: int | None = None
@@ -74,6 +87,7 @@ class FifoConfig:
     message_ttl_ms: int | None = None
     single_active_consumer: bool = False
     dedup_window: int = 0
+    dlx_at_least_once: bool = False
 
 
 @dataclass(slots=True, init=False)
@@ -99,15 +113,34 @@ class _Consumer:
     out: dict[int, _Msg] = field(default_factory=dict)
 
 
+#: Snapshot format: 1 had one ``ready`` list; 2 adds ``high``, ``returns``, ``pcount`` and ``dlx``
+#: (a version-1 snapshot loads as all-normal, nothing returned, no dead letters held).
+SNAPSHOT_VERSION = 2
+#: rabbit_fifo_q's weight: after two high-priority messages, one normal one (when older).
+_WEIGHT = 2
+
+
 class FifoQueue:
     """The state machine: ``apply(index, command bytes) -> effects``; ``snapshot()`` /
     ``restore(data)`` for Raft snapshots (paper §7). Deterministic: the same commands give the
-    same state and effects on every replica."""
+    same state and effects on every replica.
+
+    Ready messages are in three deques, taken in this order (RabbitMQ 4.0's ``rabbit_fifo``):
+    ``returns`` (requeued or given back by a cancelled consumer, in the order they came back),
+    then ``high`` and ``ready`` (normal) weighted 2:1 -- the counter ``pcount`` runs 0, 1, 2 over
+    every message taken from them; at 2 the older (lower msg id) of the two heads goes, else a
+    high one when there is one (``rabbit_fifo_q``). ``dlx``: at-least-once dead letters (msg id
+    -> (reason, message)) until their ``DlxSettle``."""
 
     def __init__(self, config: FifoConfig) -> None:
         self.config = config
         self.ready: deque[_Msg] = deque()
+        self.high: deque[_Msg] = deque()
+        self.returns: deque[_Msg] = deque()
         self.ready_bytes = 0
+        self.pcount = 0
+        self.dlx: OrderedDict[int, tuple[str, _Msg]] = OrderedDict()
+        self.dlx_bytes = 0
         self.consumers: OrderedDict[str, _Consumer] = OrderedDict()
         self.dedup: OrderedDict[str, int] = OrderedDict()
         self._rr = 0
@@ -137,16 +170,16 @@ class FifoQueue:
             self._active = None
             c = self.consumers.pop(cmd.consumer, None)
             if c is not None:
-                self._give_back(list(c.out.values()), out)
+                self._give_back(sorted(c.out.values(), key=lambda m: m.msg_id), out)
         elif isinstance(cmd, Settle | Return | Discard):
             c = self.consumers.get(cmd.consumer)
             taken = [m for i in cmd.msg_ids if c is not None
                      for m in [c.out.pop(i, None)] if m is not None]
-            if isinstance(cmd, Return):
-                self._give_back(taken, out)
+            if isinstance(cmd, Return):   # in the order the client returned them
+                self._give_back(taken, out, requeue=True)
             elif isinstance(cmd, Discard):
-                out.extend(DeadLetter("rejected", m.header, m.body, m.delivery_count)
-                           for m in taken)
+                for m in taken:
+                    self._dead_letter("rejected", m, out)
         elif isinstance(cmd, Expire):
             self._expire(cmd.now_ms, out)
         elif isinstance(cmd, Dequeue):
@@ -154,9 +187,16 @@ class FifoQueue:
         elif isinstance(cmd, Take):
             self._take(cmd)
         elif isinstance(cmd, Purge):
-            out.append(Purged(len(self.ready)))
+            out.append(Purged(self.message_count()))
             self.ready.clear()
+            self.high.clear()
+            self.returns.clear()
             self.ready_bytes = 0
+        elif isinstance(cmd, DlxSettle):
+            for i in cmd.msg_ids:
+                held = self.dlx.pop(i, None)
+                if held is not None:
+                    self.dlx_bytes -= len(held[1].body)
         self._deliver(out)
         return out
 
@@ -171,43 +211,95 @@ class FifoQueue:
             self.dedup[cmd.dedup_key] = index
             while len(self.dedup) > cfg.dedup_window:
                 self.dedup.popitem(last=False)
-        full = ((cfg.max_length is not None and len(self.ready) >= cfg.max_length)
-                or (cfg.max_length_bytes is not None
-                    and self.ready_bytes + len(cmd.body) > cfg.max_length_bytes))
-        if full and cfg.overflow != "drop-head":
-            out.append(Rejected(cmd.publisher, cmd.seq))
-            return
+        if cfg.max_length is not None or cfg.max_length_bytes is not None:
+            held = len(self.dlx)
+            full = ((cfg.max_length is not None
+                     and self.message_count() + held >= cfg.max_length)
+                    or (cfg.max_length_bytes is not None and self.ready_bytes + self.dlx_bytes
+                        + len(cmd.body) > cfg.max_length_bytes))
+            if full and cfg.overflow != "drop-head":
+                out.append(Rejected(cmd.publisher, cmd.seq))
+                return
         ttl = cfg.message_ttl_ms
-        self.ready.append(_Msg(index, cmd.header, cmd.body,
-                               None if ttl is None else cmd.now_ms + ttl))
+        own = cmd.ttl_ms
+        if own >= 0 and (ttl is None or own < ttl):   # the lower of the two (rabbit_fifo: min)
+            ttl = own
+        # TTL 0: expires unless taken within the same millisecond (rabbit_fifo)
+        expires = None if ttl is None else cmd.now_ms + (ttl or 1)
+        (self.high if cmd.high else self.ready).append(
+            _Msg(index, cmd.header, cmd.body, expires))
         self.ready_bytes += len(cmd.body)
-        while self.ready and ((cfg.max_length is not None and len(self.ready) > cfg.max_length)
-                              or (cfg.max_length_bytes is not None
-                                  and self.ready_bytes > cfg.max_length_bytes)):
-            self._drop_head("maxlen", out)
+        if cfg.max_length is not None or cfg.max_length_bytes is not None:
+            while self._over_limit():
+                self._drop_head("maxlen", out)
         if self.confirms:
             out.append(Confirm(cmd.publisher, cmd.seq))
 
+    def _over_limit(self) -> bool:
+        cfg = self.config
+        if self.message_count() == 0:
+            return False
+        return ((cfg.max_length is not None and self.message_count() > cfg.max_length)
+                or (cfg.max_length_bytes is not None and self.ready_bytes > cfg.max_length_bytes))
+
+    # ------------------------------------------------------------------ the ready messages
+    def _pop(self) -> _Msg | None:
+        """Take the next ready message (returns, then high/normal 2:1); None when none."""
+        if self.returns:
+            m = self.returns.popleft()
+        else:
+            c = self.pcount
+            hi = self.high
+            no = self.ready
+            if hi:
+                if c == _WEIGHT and no and no[0].msg_id < hi[0].msg_id:
+                    m = no.popleft()
+                else:
+                    m = hi.popleft()
+            elif no:
+                m = no.popleft()
+            else:
+                return None
+            self.pcount = 0 if c == _WEIGHT else c + 1
+        self.ready_bytes -= len(m.body)
+        return m
+
+    def head(self) -> _Msg | None:
+        """The message ``_pop`` would take next (None: no ready message)."""
+        if self.returns:
+            return self.returns[0]
+        hi = self.high
+        no = self.ready
+        if hi:
+            if self.pcount == _WEIGHT and no and no[0].msg_id < hi[0].msg_id:
+                return no[0]
+            return hi[0]
+        return no[0] if no else None
+
+    def ready_messages(self) -> list[_Msg]:
+        """Every ready message: returns, high, normal (not in delivery order across the two
+        priorities)."""
+        return [*self.returns, *self.high, *self.ready]
+
     def _dequeue(self, cmd: Dequeue, out: list[Effect]) -> None:
         self._expire(cmd.now_ms, out)
-        if not self.ready:
+        m = self._pop()
+        if m is None:
             out.append(Dequeued(cmd.consumer, 0, b"", b"", 0, 0))
             return
-        m = self.ready.popleft()
-        self.ready_bytes -= len(m.body)
         if not cmd.settle:
             self._getter(cmd.consumer).out[m.msg_id] = m
         out.append(Dequeued(cmd.consumer, m.msg_id, m.header, m.body, m.delivery_count,
-                            len(self.ready)))
+                            self.message_count()))
 
     def _take(self, cmd: Take) -> None:
-        ready = self.ready
-        for i, m in enumerate(ready):
-            if m.msg_id == cmd.msg_id:
-                del ready[i]
-                self.ready_bytes -= len(m.body)
-                self._getter(cmd.consumer).out[m.msg_id] = m
-                return
+        for ready in (self.returns, self.high, self.ready):
+            for i, m in enumerate(ready):
+                if m.msg_id == cmd.msg_id:
+                    del ready[i]
+                    self.ready_bytes -= len(m.body)
+                    self._getter(cmd.consumer).out[m.msg_id] = m
+                    return
 
     def _getter(self, name: str) -> _Consumer:
         """The Basic.Get consumer ``name``, created suspended (it never gets deliveries)."""
@@ -217,34 +309,49 @@ class FifoQueue:
             self._active = None
         return c
 
+    def _dead_letter(self, reason: str, m: _Msg, out: list[Effect]) -> None:
+        """``m`` left the queue for ``reason``: at most once, a ``DeadLetter`` and gone; at least
+        once, held in ``dlx`` (and its ``DeadLetter`` names it) until its ``DlxSettle``."""
+        if self.config.dlx_at_least_once:
+            self.dlx[m.msg_id] = (reason, m)
+            self.dlx_bytes += len(m.body)
+            out.append(DeadLetter(reason, m.header, m.body, m.delivery_count, m.msg_id))
+        else:
+            out.append(DeadLetter(reason, m.header, m.body, m.delivery_count))
+
     def _drop_head(self, reason: str, out: list[Effect]) -> None:
-        m = self.ready.popleft()
-        self.ready_bytes -= len(m.body)
-        out.append(DeadLetter(reason, m.header, m.body, m.delivery_count))
+        m = self._pop()
+        if m is not None:
+            self._dead_letter(reason, m, out)
 
     def _expire(self, now_ms: int, out: list[Effect]) -> None:
-        while self.ready and self.ready[0].expires_at is not None \
-                and self.ready[0].expires_at <= now_ms:
+        """Expire from the head only (RabbitMQ: a message expires once it reaches the head)."""
+        while True:
+            m = self.head()
+            if m is None or m.expires_at is None or m.expires_at > now_ms:
+                return
             self._drop_head("expired", out)
 
-    def _give_back(self, msgs: list[_Msg], out: list[Effect]) -> None:
-        """Returned messages go back to the head in their original order, counted."""
+    def _give_back(self, msgs: list[_Msg], out: list[Effect], requeue: bool = False) -> None:
+        """Messages a consumer gave back, counted (``delivery_count`` + 1); over the delivery
+        limit they are dead-lettered ("delivery_limit"). With a limit, they wait in ``returns``
+        (taken first, in the order they came back); without one, a client's requeue
+        (``requeue``) puts them at the back of the normal queue (RabbitMQ 4.0), while a
+        cancelled consumer's still go to ``returns``."""
         limit = self.config.delivery_limit
-        back = []
-        for m in sorted(msgs, key=lambda m: m.msg_id):
+        back = self.ready if requeue and limit is None else self.returns
+        for m in msgs:
             m.delivery_count += 1
             if limit is not None and m.delivery_count > limit:
-                out.append(DeadLetter("delivery_limit", m.header, m.body, m.delivery_count))
+                self._dead_letter("delivery_limit", m, out)
             else:
                 back.append(m)
-        for m in reversed(back):
-            self.ready.appendleft(m)
-            self.ready_bytes += len(m.body)
+                self.ready_bytes += len(m.body)
 
     def _deliver(self, out: list[Effect]) -> None:
         """Hand ready messages to consumers with credit: round-robin, or only to the first
         consumer under single-active-consumer."""
-        if not self.consumers or not self.ready:
+        if not self.consumers or (not self.ready and not self.high and not self.returns):
             return
         names = self._active
         if names is None:   # recomputed only when consumers came, went or changed credit
@@ -255,7 +362,8 @@ class FifoQueue:
         if not names:
             return
         idle = 0
-        while self.ready and idle < len(names):
+        ready = self.ready
+        while idle < len(names):
             name = names[self._rr % len(names)]
             self._rr += 1
             c = self.consumers[name]
@@ -263,35 +371,63 @@ class FifoQueue:
                 idle += 1
                 continue
             idle = 0
-            m = self.ready.popleft()
-            self.ready_bytes -= len(m.body)
+            if ready and not self.returns and not self.high:   # the common case, inline
+                m = ready.popleft()
+                self.ready_bytes -= len(m.body)
+                pc = self.pcount
+                self.pcount = 0 if pc == _WEIGHT else pc + 1
+            else:
+                got = self._pop()
+                if got is None:
+                    break
+                m = got
             c.out[m.msg_id] = m
             out.append(Deliver(name, m.msg_id, m.header, m.body, m.delivery_count))
+            if not ready and not self.returns and not self.high:
+                break
 
     # ------------------------------------------------------------------ queries, snapshots
     def message_count(self) -> int:
         """Ready messages (Queue.DeclareOk's message_count)."""
-        return len(self.ready)
+        return len(self.ready) + len(self.high) + len(self.returns)
 
     def snapshot(self) -> bytes:
-        """The whole state as bytes (JSON, bodies base64)."""
+        """The whole state as bytes (JSON, bodies base64; format ``SNAPSHOT_VERSION``)."""
         def msg(m: _Msg) -> list:
             return [m.msg_id, base64.b64encode(m.header).decode(),
                     base64.b64encode(m.body).decode(), m.expires_at, m.delivery_count]
         return json.dumps({
+            "v": SNAPSHOT_VERSION,
             "ready": [msg(m) for m in self.ready],
+            "high": [msg(m) for m in self.high],
+            "returns": [msg(m) for m in self.returns],
+            "pcount": self.pcount,
+            "dlx": [[reason, msg(m)] for reason, m in self.dlx.values()],
             "consumers": [[n, c.prefetch, [msg(m) for m in c.out.values()]]
                           for n, c in self.consumers.items()],
             "dedup": list(self.dedup.items()), "rr": self._rr,
         }, separators=(",", ":")).encode()
 
     def restore(self, data: bytes) -> None:
-        """Replace the state with a ``snapshot()``'s."""
+        """Replace the state with a ``snapshot()``'s (version 1 or 2; raises ``ValueError`` for
+        a newer version, which this code cannot read)."""
         def msg(x: list) -> _Msg:
             return _Msg(x[0], base64.b64decode(x[1]), base64.b64decode(x[2]), x[3], x[4])
         d = json.loads(data)
+        version = d.get("v", 1)
+        if version > SNAPSHOT_VERSION:
+            raise ValueError(f"quorum queue snapshot format {version} is newer than this "
+                             f"broker's ({SNAPSHOT_VERSION})")
         self.ready = deque(msg(x) for x in d["ready"])
-        self.ready_bytes = sum(len(m.body) for m in self.ready)
+        self.high = deque(msg(x) for x in d.get("high", ()))
+        self.returns = deque(msg(x) for x in d.get("returns", ()))
+        self.ready_bytes = sum(len(m.body) for m in self.ready_messages())
+        self.pcount = int(d.get("pcount", 0))
+        self.dlx = OrderedDict()
+        for reason, x in d.get("dlx", ()):
+            m = msg(x)
+            self.dlx[m.msg_id] = (reason, m)
+        self.dlx_bytes = sum(len(m.body) for _r, m in self.dlx.values())
         self.consumers = OrderedDict(
             (n, _Consumer(p, {m.msg_id: m for m in map(msg, out)})) for n, p, out in d["consumers"])
         self.dedup = OrderedDict((k, v) for k, v in d["dedup"])

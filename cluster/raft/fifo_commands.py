@@ -4,7 +4,9 @@ re-exports every name here. Pure: no I/O.
 
 A message is identified by the Raft index of its Enqueue (``msg_id``). Commands::
 
-    Enqueue(publisher, seq, dedup_key, header, body, now_ms)  -> Confirm | Rejected, maybe Deliver
+    Enqueue(publisher, seq, dedup_key, header, body, now_ms, high, ttl_ms)
+        -> Confirm | Rejected, maybe Deliver (``high``: priority > 4; ``ttl_ms``: the message's
+        own expiration, -1 none)
     Checkout(consumer, prefetch, now_ms) / Cancel(consumer, now_ms)
         (a Checkout of a known consumer changes its credit; prefetch < 0 suspends it: it keeps
         what it holds and gets nothing new -- a Basic.Cancel whose deliveries are still unacked)
@@ -15,11 +17,14 @@ A message is identified by the Raft index of its Enqueue (``msg_id``). Commands:
         (no-ack), removed; as ``rabbit_fifo``'s ``{dequeue, settled | unsettled}`` checkout)
     Take(consumer, msg_id) (the Basic.Get of logs written before Dequeue: that message, if still
         ready; kept so that such logs replay the same)
+    DlxSettle(msg_ids) (at-least-once dead-lettering: those dead letters were confirmed by their
+        target queues)
 
 Effects: ``Deliver(consumer, msg_id, header, body, delivery_count)`` (``delivery_count`` > 0 is
 a redelivery: the ``x-delivery-count`` header), ``Confirm(publisher, seq)`` (unless
 ``FifoQueue.confirms`` is False), ``Rejected(publisher, seq)`` (overflow reject-publish: nack),
-``DeadLetter(reason, header, body, delivery_count)`` with reason "expired" | "maxlen" |
+``DeadLetter(reason, header, body, delivery_count, msg_id)`` (``msg_id`` > 0: kept until a
+``DlxSettle``, at least once) with reason "expired" | "maxlen" |
 "rejected" | "delivery_limit", ``Purged(count)``, ``Dequeued(consumer, msg_id, header, body,
 delivery_count, remaining)`` (``msg_id`` 0: the queue had no ready message).
 
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "Enqueue", "Checkout", "Cancel", "Settle", "Return", "Discard", "Expire", "Purge", "Take",
-    "Dequeue", "Command", "Deliver", "Confirm", "Rejected", "DeadLetter", "Purged", "Dequeued",
+    "Dequeue", "DlxSettle", "Command", "Deliver", "Confirm", "Rejected", "DeadLetter", "Purged", "Dequeued",
     "Effect", "encode", "decode", "Reader",
 ]
 
@@ -47,7 +52,9 @@ __all__ = [
 # ---------------------------------------------------------------- commands
 @dataclass(slots=True, init=False, unsafe_hash=True)
 class Enqueue:
-    """A publish: ``header`` and ``body`` opaque bytes, ``dedup_key`` optional."""
+    """A publish: ``header`` and ``body`` opaque bytes, ``dedup_key`` optional; ``high``: the
+    message's priority property is > 4 (RabbitMQ 4.0's two levels); ``ttl_ms``: its own
+    ``expiration`` (ms, -1: none), read by the proposer so that every replica agrees."""
 
     publisher: str
     seq: int
@@ -55,15 +62,19 @@ class Enqueue:
     header: bytes
     body: bytes
     now_ms: int
+    high: bool
+    ttl_ms: int
 
     def __init__(self, publisher: str, seq: int, dedup_key: str | None, header: bytes, body: bytes,
-                 now_ms: int) -> None:
+                 now_ms: int, high: bool = False, ttl_ms: int = -1) -> None:
         self.publisher = publisher
         self.seq = seq
         self.dedup_key = dedup_key
         self.header = header
         self.body = body
         self.now_ms = now_ms
+        self.high = high
+        self.ttl_ms = ttl_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +152,16 @@ class Dequeue:
     now_ms: int
 
 
-Command = Enqueue | Checkout | Cancel | Settle | Return | Discard | Expire | Purge | Take | Dequeue
+@dataclass(frozen=True, slots=True)
+class DlxSettle:
+    """At-least-once dead-lettering: the dead-lettered messages ``msg_ids`` were confirmed by
+    every queue their dead-letter exchange routed them to; they leave the queue's log."""
+
+    msg_ids: tuple[int, ...]
+
+
+Command = (Enqueue | Checkout | Cancel | Settle | Return | Discard | Expire | Purge | Take
+           | Dequeue | DlxSettle)
 
 
 _U8 = struct.Struct(">B")
@@ -150,8 +170,12 @@ _U32 = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 _QQ = struct.Struct(">QQ")
 _IQ = struct.Struct(">iQ")
+_BQ = struct.Struct(">Bq")
 _CODES: dict[type, int] = {Enqueue: 1, Checkout: 2, Cancel: 3, Settle: 4, Return: 5, Discard: 6,
-                           Expire: 7, Purge: 8, Take: 9, Dequeue: 10}
+                           Expire: 7, Purge: 8, Take: 9, Dequeue: 10, DlxSettle: 12}
+#: An Enqueue with a priority or its own TTL (code 1 stays the one of plain publishes, so that
+#: logs written before priorities replay unchanged and plain publishes cost no more bytes).
+_ENQUEUE_EXT = 11
 
 
 def _str(text: str) -> bytes:
@@ -166,16 +190,21 @@ def _ids(ids: tuple[int, ...]) -> bytes:
 def encode(cmd: Command) -> bytes:
     """The bytes of ``cmd`` for a Raft entry. Layout (big-endian): type u8, then Enqueue:
     publisher (str), seq u64, now_ms u64, has_key u8 [key (str)], header length u32, header,
-    body (the rest); Checkout: consumer (str), prefetch i32, now_ms u64; Cancel: consumer,
+    body (the rest) -- type 11 instead of 1 when ``high`` or ``ttl_ms`` >= 0, with high u8 and
+    ttl_ms i64 after now_ms; Checkout: consumer (str), prefetch i32, now_ms u64; Cancel: consumer,
     now_ms u64; Settle / Discard: consumer, count u32, msg ids u64 each; Return: consumer,
     now_ms u64, count u32, ids; Expire: now_ms u64; Purge: nothing; Take: consumer, msg_id u64;
-    Dequeue: consumer, settle u8, now_ms u64.
+    Dequeue: consumer, settle u8, now_ms u64; DlxSettle (12): count u32, ids.
     str: u16 length, utf-8."""
-    code = _U8.pack(_CODES[type(cmd)])
     if isinstance(cmd, Enqueue):
         key = b"\x00" if cmd.dedup_key is None else b"\x01" + _str(cmd.dedup_key)
-        return b"".join((code, _str(cmd.publisher), _QQ.pack(cmd.seq, cmd.now_ms), key,
+        if cmd.high or cmd.ttl_ms >= 0:
+            return b"".join((_U8.pack(_ENQUEUE_EXT), _str(cmd.publisher),
+                             _QQ.pack(cmd.seq, cmd.now_ms), _BQ.pack(cmd.high, cmd.ttl_ms), key,
+                             _U32.pack(len(cmd.header)), cmd.header, cmd.body))
+        return b"".join((b"\x01", _str(cmd.publisher), _QQ.pack(cmd.seq, cmd.now_ms), key,
                          _U32.pack(len(cmd.header)), cmd.header, cmd.body))
+    code = _U8.pack(_CODES[type(cmd)])
     if isinstance(cmd, Checkout):
         return code + _str(cmd.consumer) + _IQ.pack(cmd.prefetch, cmd.now_ms)
     if isinstance(cmd, Cancel):
@@ -190,6 +219,8 @@ def encode(cmd: Command) -> bytes:
         return code + _str(cmd.consumer) + _Q.pack(cmd.msg_id)
     if isinstance(cmd, Dequeue):
         return code + _str(cmd.consumer) + _U8.pack(cmd.settle) + _Q.pack(cmd.now_ms)
+    if isinstance(cmd, DlxSettle):
+        return code + _ids(cmd.msg_ids)
     return code
 
 
@@ -234,12 +265,18 @@ def decode(raw: bytes, start: int = 0) -> Command:
     when malformed."""
     try:
         raw = bytes(raw)
-        if raw[start:start + 1] == b"\x01":   # Enqueue, the hot path: no reader object
+        code0 = raw[start]
+        if code0 == 1 or code0 == _ENQUEUE_EXT:   # Enqueue, the hot path: no reader object
             (n,) = _U16.unpack_from(raw, start + 1)
             pos = start + 3 + n
             publisher = raw[start + 3:pos].decode()
             seq, now = _QQ.unpack_from(raw, pos)
             pos += 16
+            high, ttl = False, -1
+            if code0 == _ENQUEUE_EXT:
+                hb, ttl = _BQ.unpack_from(raw, pos)
+                high = hb != 0
+                pos += _BQ.size
             key = None
             if raw[pos]:
                 (k,) = _U16.unpack_from(raw, pos + 1)
@@ -249,17 +286,10 @@ def decode(raw: bytes, start: int = 0) -> Command:
             pos += 5
             if pos + hlen > len(raw):
                 raise ValueError("fifo command truncated")
-            return Enqueue(publisher, seq, key, raw[pos:pos + hlen], raw[pos + hlen:], now)
+            return Enqueue(publisher, seq, key, raw[pos:pos + hlen], raw[pos + hlen:], now,
+                           high, ttl)
         r = Reader(raw[start:] if start else raw)
         (code,) = r.take(_U8)
-        if code == 1:
-            publisher = r.str()
-            seq, now = r.take(_QQ)
-            (has_key,) = r.take(_U8)
-            key = r.str() if has_key else None
-            (hlen,) = r.take(_U32)
-            header = r.raw(hlen)
-            return Enqueue(publisher, seq, key, header, r.data[r.pos:], now)
         if code == 2:
             consumer = r.str()
             prefetch, now = r.take(_IQ)
@@ -285,6 +315,8 @@ def decode(raw: bytes, start: int = 0) -> Command:
             consumer = r.str()
             (settle,) = r.take(_U8)
             return Dequeue(consumer, bool(settle), r.take(_Q)[0])
+        if code == 12:
+            return DlxSettle(r.ids())
     except (struct.error, UnicodeDecodeError, IndexError) as exc:
         raise ValueError(f"not a fifo command: {exc}") from exc
     raise ValueError(f"not a fifo command: type {raw[:1]!r}")
@@ -332,12 +364,15 @@ class Rejected:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """Dead-letter (or drop, without a dead-letter exchange) a message that left the queue."""
+    """Dead-letter (or drop, without a dead-letter exchange) a message that left the queue.
+    ``msg_id`` 0: at most once (gone from the queue); else at least once: the message stays in
+    the queue's dead-letter set until a ``DlxSettle`` of ``msg_id``."""
 
     reason: str
     header: bytes
     body: bytes
     delivery_count: int
+    msg_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,7 @@ def test_down_returns_a_members_messages_redelivered():
     assert m.message_count == 0
     effects = m.apply(3, down_envelope("a"))
     assert effects == [Cancelled("a#1/1")]
-    assert m.message_count == 1 and m.fifo.ready[0].delivery_count == 1
+    assert m.message_count == 1 and m.fifo.head().delivery_count == 1
     copy = QuorumMachine(f.FifoConfig())
     copy.restore(m.snapshot())
     assert copy.snapshot() == m.snapshot()
@@ -77,13 +77,15 @@ def test_outbox_numbers_keeps_and_forgets():
 
 def test_config_refuses_other_types_arguments_and_chooses_groups_deterministically():
     for bad in ({"x-max-priority": 5}, {"x-queue-mode": "lazy"},
-                {"x-overflow": "reject-publish-dlx"}, {"x-delivery-limit": -1}):
+                {"x-overflow": "reject-publish-dlx"}, {"x-delivery-limit": "5"},
+                {"x-dead-letter-strategy": "twice"}):
         try:
             qconfig.check_arguments(bad)
         except InvalidArgument:
             continue
         raise AssertionError(f"{bad} accepted")
     qconfig.check_arguments({"x-delivery-limit": 3, "x-max-length": 10})
+    qconfig.check_arguments({"x-delivery-limit": -1})   # RabbitMQ 4.0: no limit
     view = ["n5", "n2", "n4", "n3", "n6"]
     group = qconfig.choose_members(view, 3, "/", "orders")
     assert len(group) == 3 and group == qconfig.choose_members(reversed(view), 3, "/", "orders")
@@ -148,7 +150,7 @@ def test_lossy_links_gaps_are_re_sent_and_every_confirmed_message_is_there():
     net.advance(10, 50)
     leader = net.leader()
     assert leader is not None
-    bodies = sorted(m.body.decode() for m in leader.group.machine.fifo.ready)
+    bodies = sorted(m.body.decode() for m in leader.group.machine.fifo.ready_messages())
     assert bodies == sorted(f"m{i}" for i in range(50))
 
 
@@ -157,7 +159,7 @@ def _lose_forwards(net: Net) -> None:
 
 
 def _ready(member) -> list[str]:
-    return sorted(m.body.decode() for m in member.group.machine.fifo.ready)
+    return sorted(m.body.decode() for m in member.group.machine.fifo.ready_messages())
 
 
 def test_a_lost_forward_is_sent_again_after_resend_ms_when_nothing_else_happens():
@@ -351,7 +353,7 @@ class Answers:
 
 
 def test_basic_get_is_answered_when_its_dequeue_is_applied_and_settles_like_a_delivery():
-    net = started(seed=19)
+    net = started(seed=19, config=f.FifoConfig(delivery_limit=20))   # requeues to the head
     names = list(net.members)
     pub, getter = net.members[names[0]], net.members[names[1]]
     for i in range(3):
@@ -422,7 +424,7 @@ def test_a_broker_outside_the_group_forwards_and_hears_its_confirms():
     net.run_until(lambda: waiter.safe >= more[-1], 10000)
     survivor = net.leader()
     assert survivor is not None
-    bodies = sorted(m.body.decode() for m in survivor.group.machine.fifo.ready)
+    bodies = sorted(m.body.decode() for m in survivor.group.machine.fifo.ready_messages())
     assert bodies == sorted([f"m{i}" for i in range(10)] + [f"n{i}" for i in range(10)])
 
 

@@ -59,7 +59,7 @@ def test_discard_dead_letters_and_cancel_requeues() -> None:
     q(f.Checkout("a", 0, 0))
     assert q(f.Discard("a", (1,))) == [f.DeadLetter("rejected", b"h", b"x", 0)]
     eff = q(f.Cancel("a", 0))
-    assert eff == [] and q.q.message_count() == 1 and q.q.ready[0].delivery_count == 1
+    assert eff == [] and q.q.message_count() == 1 and q.q.head().delivery_count == 1
 
 
 def test_max_length_drop_head_and_reject_publish() -> None:
