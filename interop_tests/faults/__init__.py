@@ -15,6 +15,7 @@ Modules, one job each: ``netns`` (namespaces, addresses, cuts), ``brokers`` (pro
 ``clients_common`` / ``pika_clients`` / ``aio_clients`` (the workload's clients), ``workload``
 (who runs where, queue declare, final drain), ``nemesis`` (faults and their schedule),
 ``corrupt`` (damaged files), ``kills`` (kill targets: the queue's leader, a majority, all),
+``membership`` (replicas added and removed, brokers replaced, under kills and partitions),
 ``history`` (the operation log), ``checker`` (history in, counts out; pure), ``replicas`` (the
 quorum replicas compared), ``logscan`` (tracebacks in the logs), ``runner`` (one run),
 ``report`` (summary line, RESULTS.md), ``cli`` (the command). Needs root (``ip netns``).
