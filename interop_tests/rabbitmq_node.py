@@ -18,7 +18,8 @@ outcome (the brief's "differential tests"). The RabbitMQ side is, in order of pr
    ``fail_if_no_peer_cert = false``; the ``rabbitmq_auth_mechanism_ssl`` plugin is enabled
    with ``ssl_cert_login_from = common_name`` but ``auth_mechanisms`` stays RabbitMQ's default
    (PLAIN, AMQPLAIN): ``rabbitmq_auth_mechanisms(...)`` changes it for a test (the node reads
-   it for every new connection);
+   it for every new connection). The ``rabbitmq_prometheus`` plugin is enabled too, its
+   listener on a free loopback port (``rabbitmq_prometheus_url``), for the dashboard test;
 3. none: :func:`rabbitmq_uri` raises :class:`RabbitMQUnavailable` and the caller skips with its
    text (rabbitmq-server is not installed, or the node did not boot within ~2 minutes).
 
@@ -47,7 +48,7 @@ from typing import Any
 
 __all__ = ["RABBIT_ENV", "RABBIT_API_ENV", "RabbitMQUnavailable", "rabbitmq_uri",
            "rabbitmq_api_url", "rabbitmq_ctl", "tls_pki", "rabbitmq_tls_port",
-           "rabbitmq_auth_mechanisms"]
+           "rabbitmq_auth_mechanisms", "rabbitmq_prometheus_url"]
 
 RABBIT_ENV = "AMQP_TEST_RABBITMQ_URI"
 RABBIT_API_ENV = "AMQP_TEST_RABBITMQ_API"
@@ -58,6 +59,7 @@ _api_url: str | None = None
 _node: Any = None
 _failure: str | None = None
 _tls_port: int | None = None
+_prometheus_url: str | None = None
 _pki: Path | None = None
 
 
@@ -69,7 +71,7 @@ def rabbitmq_uri() -> str:
     """``amqp://guest:guest@127.0.0.1:PORT/`` of the RabbitMQ to compare with (see the module
     docstring for which one). The first call may take ~10 s (a node booting); later calls return
     at once. Raises :class:`RabbitMQUnavailable` when there is none."""
-    global _uri, _failure, _api_url, _node, _tls_port
+    global _uri, _failure, _api_url, _node, _tls_port, _prometheus_url
     external = os.environ.get(RABBIT_ENV)
     if external:
         return external
@@ -80,11 +82,13 @@ def rabbitmq_uri() -> str:
             raise RabbitMQUnavailable(_failure)
         from benchmarks.processes import RabbitMQ, free_port, wait_for_port
 
-        api_port, tls_port = free_port(15680), free_port(5681)
+        api_port, tls_port, prom_port = free_port(15680), free_port(5681), free_port(15700)
         pki = tls_pki()
         node = RabbitMQ(conf=f"management.tcp.port = {api_port}\nmanagement.tcp.ip = 127.0.0.1\n"
+                        f"prometheus.tcp.port = {prom_port}\nprometheus.tcp.ip = 127.0.0.1\n"
                         + _TLS_CONF.format(port=tls_port),
-                        plugins="[rabbitmq_management,rabbitmq_auth_mechanism_ssl]",
+                        plugins="[rabbitmq_management,rabbitmq_auth_mechanism_ssl,"
+                                "rabbitmq_prometheus]",
                         files={"ca.crt": (pki / "ca.crt").read_bytes(),
                                "server.crt": (pki / "localhost.crt").read_bytes(),
                                "server.key": (pki / "localhost.key").read_bytes()})
@@ -103,6 +107,7 @@ def rabbitmq_uri() -> str:
             raise RabbitMQUnavailable(_failure) from None
         atexit.register(node.stop)
         _node, _api_url, _tls_port = node, f"http://127.0.0.1:{api_port}", tls_port
+        _prometheus_url = f"http://127.0.0.1:{prom_port}"
         _uri = f"amqp://guest:guest@127.0.0.1:{node.port}/"
         return _uri
 
@@ -118,6 +123,17 @@ def rabbitmq_api_url() -> str:
     rabbitmq_uri()
     assert _api_url is not None
     return _api_url
+
+
+def rabbitmq_prometheus_url() -> str:
+    """``http://127.0.0.1:PORT`` of the private node's rabbitmq_prometheus listener (``/metrics``,
+    ``/metrics/per-object``). Raises :class:`RabbitMQUnavailable` for an external broker."""
+    if os.environ.get(RABBIT_ENV):
+        raise RabbitMQUnavailable(f"the Prometheus listener needs the private node; {RABBIT_ENV} "
+                                  "is set")
+    rabbitmq_uri()
+    assert _prometheus_url is not None
+    return _prometheus_url
 
 
 def rabbitmq_ctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

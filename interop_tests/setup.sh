@@ -3,7 +3,8 @@
 #   - Debian's amqp-tools (rabbitmq-c command-line clients) for test_amqp_tools.py
 #   - nodejs/npm and the pinned amqplib (interop_tests/node) for test_node_amqplib.py
 #   - Debian's rabbitmq-server, the broker the differential tests compare with
-#   - promtool (prometheus), chromium and chromium-driver for test_management.py
+#   - prometheus (promtool, and the server test_dashboards.py scrapes with), chromium and
+#     chromium-driver for test_management.py
 #   - fuse3 (libfuse3, fusermount3) for the fault harness's power-loss file system
 # Idempotent and fast (< 1 s) when everything is already there.  Needs root (or
 # passwordless sudo) only when a Debian package is missing.
