@@ -15,6 +15,8 @@ Modules, one job each: ``netns`` (namespaces, addresses, cuts), ``brokers`` (pro
 ``clients_common`` / ``pika_clients`` / ``aio_clients`` (the workload's clients), ``workload``
 (who runs where, queue declare, final drain), ``nemesis`` (faults and their schedule),
 ``corrupt`` (damaged files), ``kills`` (kill targets: the queue's leader, a majority, all),
+``diskfull`` / ``loopdisk`` (a full disk on a loop-mounted file system), ``lossy`` (packet loss and
+bandwidth limits between brokers),
 ``membership`` (replicas added and removed, brokers replaced, under kills and partitions),
 ``history`` (the operation log), ``checker`` (history in, counts out; pure), ``replicas`` (the
 quorum replicas compared), ``logscan`` (tracebacks in the logs), ``runner`` (one run),

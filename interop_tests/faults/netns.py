@@ -10,8 +10,9 @@ The harness process enters the hub namespace (:func:`enter_namespace`), so its c
 broker while brokers reach each other over the bridge. A cut is a ``blackhole`` route inside the
 sending host's namespace: ``cut(a, b)`` drops what ``a`` sends to ``b`` (``b`` no longer hears
 ``a``), the same one-way "drop packets from" grudge Jepsen's nemeses install with iptables
-(jepsen.nemesis / jepsen.net). iptables, nft and tc actions are not available on this machine;
-routes are. Clients in the hub are never cut.
+(jepsen.nemesis / jepsen.net), made with routes only (no iptables here; the ``lossy-link``
+nemesis, :mod:`interop_tests.faults.lossy`, adds nftables and tc rules of its own). Clients in the
+hub are never cut.
 
 Names carry the harness's pid (``amqpf<pid>-...``), so :func:`remove_stale` can find and remove
 the namespaces (and kill the processes) of runs whose harness died. Errors: every iproute2 call
