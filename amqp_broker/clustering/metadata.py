@@ -22,10 +22,12 @@ timers and orderly leadership hand-over as a quorum queue's), and:
   in log order, on every member; the whole state once the replica caught up with the log after
   a start or a join, and after each snapshot install (so a member forgets what was deleted while
   it was away). Until then this member admits no clients (``ready``).
-- bootstrapping: the member that founds the cluster with an empty metadata log starts the group
-  (a configuration of itself) and proposes its stored definitions (``definitions.db``: the
-  upgrade from the broadcast design, one cluster restart); members that join start empty and
-  are added by the leader (learner, then voter), whose configuration follows the cluster view.
+- bootstrapping: the replica opens at the first cluster view; the view's leader, when its
+  metadata log is empty, starts the group (a configuration of itself) and proposes its stored
+  definitions (``definitions.db``) -- a new cluster's founder, or, upgrading from the broadcast
+  design (one cluster restart), the leader of the view the restarted members form; members
+  that join start empty and are added by the metadata leader (learner, then voter), whose
+  configuration follows the cluster view.
 - private queues: the record names the connection; on its home member the queue is made for
   that connection, the others make a proxy; one whose connection is gone is proposed for
   deletion (``DeleteQueue``), as are exclusive queues of a closing connection, auto-delete
@@ -59,7 +61,7 @@ from cluster.raft.node import RaftNode
 
 from ..core.vhost import send_cancel
 from .metadata_commands import command_of, connection_id, definitions_commands
-from .metadata_follow import reconcile, reconcile_access, reconcile_vhost
+from .metadata_follow import follow_names, reconcile, reconcile_access, reconcile_vhost
 from .quorum import QuorumRuntime
 
 __all__ = ["MetadataRuntime", "METADATA_GROUP", "TIMING", "Done"]
@@ -117,9 +119,10 @@ class MetadataRuntime:
 
     # ------------------------------------------------------------------ start
     def open(self, found: bool) -> None:
-        """Open (or create) the replica. ``found``: this member founds the cluster; with an
-        empty log it bootstraps the group alone and proposes the broker's definitions. Raises
-        ``OSError`` / ``FormatError`` for an unusable directory."""
+        """Open (or create) the replica (``view_changed`` does, at the first view). ``found``:
+        this member leads the view; with an empty log it bootstraps the group alone and
+        proposes the broker's definitions. Raises ``OSError`` / ``FormatError`` for an
+        unusable directory."""
         disk = DiskLog(self.directory, fsync=self.host.fsync)
         state = disk.load()
         empty = not state.entries and not state.snapshot.index
@@ -145,9 +148,15 @@ class MetadataRuntime:
         self.host.attach(links, addresses)
 
     def view_changed(self, view: int, members: Any) -> None:
-        """The cluster view changed: the leader's configuration follows it; proposals stop
-        waiting for members that left."""
+        """The cluster view changed (``members``: (name, address) pairs, the leader first):
+        the replica is opened at the first one (the view's leader bootstraps the group when
+        its log is empty: a new cluster's founder, or the leader of a cluster restarted from
+        the broadcast design's data); the metadata leader's configuration follows the view;
+        proposals stop waiting for members that left."""
+        members = list(members)
         self.host.view_changed(view, members)
+        if self.group is None:
+            self.open(found=bool(members) and members[0][0] == self.me)
         self._check_all()
 
     async def run(self) -> None:
@@ -197,7 +206,10 @@ class MetadataRuntime:
         index once the sync-replies count is met, ``timeout_refusal`` after the timeout (None:
         nobody waits)."""
         group = self.group
-        assert group is not None, "open() first"
+        if group is None:   # before the first view: no replica yet
+            if done is not None:
+                done(timeout_refusal(command, self.me))
+            return
         try:
             seq = group.submit(command)
         except (ValueError, TypeError) as exc:   # a value the codec cannot carry
@@ -234,7 +246,7 @@ class MetadataRuntime:
             p = self.pending.get(c.seq) if c.origin == self.origin else None
             if self.ready:
                 cancels = p.then if p is not None else None
-                orphans += self._follow(c.command, cancels)
+                orphans += self._follow(c, cancels)
             if p is not None:
                 p.index, p.outcome = c.index, c.outcome
                 self._check(c.seq, p)
@@ -243,20 +255,34 @@ class MetadataRuntime:
         self._check_ready()
         broker.run_dispatch()
 
-    def _follow(self, command: m.Command, cancels: list | None) -> list:
+    def _follow(self, c: Committed, cancels: list | None) -> list:
+        """The broker follows what ``c`` changed: the queues, exchanges and bindings it named
+        (and the auto-delete exchanges that went with it), access and policies, or everything
+        (a vhost deleted, a member gone). Returns the orphaned private queues."""
         group = self.group
         assert group is not None
-        state = group.machine.state
-        vhost = getattr(command, "vhost", None)
+        state, command = group.machine.state, c.command
         if isinstance(command, m.MemberGone | m.DeleteVhost | m.AddVhost | m.PutUser
                       | m.DeleteUser | m.SetPermission | m.ClearPermission):
             return reconcile(self.broker, state, self.me, self.origin)
         if isinstance(command, m.SetPolicy | m.ClearPolicy):
             reconcile_access(self.broker, state)
-        st = state.vhosts.get(vhost) if vhost is not None else None
+            st = state.vhosts.get(command.vhost)
+            return reconcile_vhost(self.broker, st, self.me, self.origin) if st else []
+        st = state.vhosts.get(command.vhost)
         if st is None:
             return []
-        return reconcile_vhost(self.broker, st, self.me, self.origin, cancels)
+        queues: set[str] = set()
+        exchanges = set(getattr(c.outcome, "cascade", ()))
+        if isinstance(command, m.DeclareQueue | m.DeleteQueue):
+            queues.add(command.name)
+        elif isinstance(command, m.DeclareExchange | m.DeleteExchange):
+            exchanges.add(command.name)
+        else:
+            exchanges.add(command.source)
+            (queues if command.destination_kind == m.QUEUE else exchanges).add(
+                command.destination)
+        return follow_names(self.broker, st, self.me, self.origin, queues, exchanges, cancels)
 
     def _restored(self) -> None:
         """A snapshot was installed: follow the whole state once caught up again."""

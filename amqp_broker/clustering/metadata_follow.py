@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from amqp_broker.core.vhost import VirtualHost
     from cluster.metadata.state import MetadataState, QueueRecord, VhostState
 
-__all__ = ["reconcile", "reconcile_vhost", "reconcile_access", "Orphan"]
+__all__ = ["reconcile", "reconcile_vhost", "follow_names", "reconcile_access", "Orphan"]
 
 log = logging.getLogger(__name__)
 
@@ -63,49 +63,86 @@ def _owner(broker: Broker, origin: str, owner: str) -> Any:
     return conn if conn is not None and not conn.closed else None
 
 
+def _vhost(broker: Broker, st: VhostState) -> VirtualHost:
+    vh = broker.vhosts.get(st.name)
+    if vh is None:
+        access_store.add_vhost(broker, st.name, st.description, st.tags, propagate=False)
+        vh = broker.vhosts[st.name]
+    return vh
+
+
 def reconcile_vhost(broker: Broker, st: VhostState, me: str, origin: str,
                     cancels: list[tuple[Any, str]] | None = None) -> list[Orphan]:
     """Make vhost ``st.name`` of ``broker`` (created when missing) match ``st``; ``me`` is this
     member's name, ``origin`` its current origin. Deleted queues' consumers are appended to
     ``cancels`` (channel, tag) when given, else told at once. Returns the orphaned private
     queues (see the module docstring)."""
-    vh = broker.vhosts.get(st.name)
-    if vh is None:
-        access_store.add_vhost(broker, st.name, st.description, st.tags, propagate=False)
-        vh = broker.vhosts[st.name]
+    vh = _vhost(broker, st)
+    names = {ex.name for ex in st.routing.exchanges()} | {ex.name for ex in vh.routing.exchanges()}
+    queues = set(st.queues) | set(vh.queues) | set(vh.proxies)
+    return follow_names(broker, st, me, origin, queues, names, cancels, every_binding=True)
+
+
+def follow_names(broker: Broker, st: VhostState, me: str, origin: str, queues: set[str],
+                 exchanges: set[str], cancels: list[tuple[Any, str]] | None = None, *,
+                 every_binding: bool = False) -> list[Orphan]:
+    """``reconcile_vhost`` for the named ``queues`` and ``exchanges`` only, and the bindings
+    from or to them (``every_binding``: all of the vhost's): what one command changed, in
+    O(those) rather than O(vhost). Returns the orphaned private queues."""
+    vh = _vhost(broker, st)
     routing, want = vh.routing, st.routing
-    # exchanges: create or re-create those that differ
-    for ex in want.exchanges():
-        if not ex.name or want.is_reserved(ex.name):
+    for name in sorted(exchanges):   # create, or re-create those that differ
+        ex = want.get_exchange(name)
+        if ex is None or not name or want.is_reserved(name):
             continue
-        have = routing.get_exchange(ex.name)
+        have = routing.get_exchange(name)
         if have is not None and (have.type, have.durable, have.auto_delete, have.internal,
                                  dict(have.arguments)) == (ex.type, ex.durable, ex.auto_delete,
                                                            ex.internal, dict(ex.arguments)):
             continue
         if have is not None:
-            vh.delete_exchange(ex.name)
+            vh.delete_exchange(name)
         try:
-            ex_new = routing.declare_exchange(ex.name, ex.type, durable=ex.durable,
-                                              auto_delete=ex.auto_delete, internal=ex.internal,
-                                              arguments=dict(ex.arguments))
-            broker.durability.exchange_declared(vh.name, ex_new)
+            made = routing.declare_exchange(name, ex.type, durable=ex.durable,
+                                            auto_delete=ex.auto_delete, internal=ex.internal,
+                                            arguments=dict(ex.arguments))
+            broker.durability.exchange_declared(vh.name, made)
         except RoutingError as exc:
-            log.error("exchange %r of vhost %r: %s", ex.name, vh.name, exc)
-    orphans = _queues(broker, vh, st, me, origin, cancels)
-    # bindings: add the missing, remove the extra
-    wanted = {_binding_key(b): b for b in want.bindings()}
-    have_keys = {_binding_key(b): b for b in routing.bindings()}
+            log.error("exchange %r of vhost %r: %s", name, vh.name, exc)
+    orphans = [o for name in sorted(queues)
+               if (o := _follow_queue(broker, vh, st, name, me, origin, cancels)) is not None]
+    if every_binding:
+        wanted = {_binding_key(b): b for b in want.bindings()}
+        have_keys = {_binding_key(b): b for b in routing.bindings()}
+    else:
+        wanted = _touching(want, queues, exchanges)
+        have_keys = _touching(routing, queues, exchanges)
     for key, b in have_keys.items():
         if key not in wanted:
             _bind(vh, b, unbind=True)
     for key, b in wanted.items():
         if key not in have_keys:
             _bind(vh, b, unbind=False)
-    for ex in list(routing.exchanges()):
-        if ex.name and not routing.is_reserved(ex.name) and want.get_exchange(ex.name) is None:
-            vh.delete_exchange(ex.name)
+    for name in sorted(exchanges):
+        if name and not routing.is_reserved(name) and routing.get_exchange(name) is not None \
+                and want.get_exchange(name) is None:
+            vh.delete_exchange(name)
     return orphans
+
+
+def _touching(table: Any, queues: set[str], exchanges: set[str]) -> dict[tuple, Any]:
+    """The bindings of routing ``table`` from one of ``exchanges`` or to one of ``queues`` or
+    ``exchanges``, by ``_binding_key``."""
+    out: dict[tuple, Any] = {}
+    for name in exchanges:
+        for b in table.bindings_from(name):
+            out[_binding_key(b)] = b
+        for b in table.bindings_to(Destination("exchange", name)):
+            out[_binding_key(b)] = b
+    for name in queues:
+        for b in table.bindings_to(Destination("queue", name)):
+            out[_binding_key(b)] = b
+    return out
 
 
 def _bind(vh: VirtualHost, b: Any, unbind: bool) -> None:
@@ -124,15 +161,17 @@ def _same_queue(q: Any, rec: QueueRecord) -> bool:
             and dict(q.arguments or {}) == rec.arguments)
 
 
-def _queues(broker: Broker, vh: VirtualHost, st: VhostState, me: str, origin: str,
-            cancels: list[tuple[Any, str]] | None) -> list[Orphan]:
-    orphans: list[Orphan] = []
-    for name, q in list(vh.queues.items()):
-        rec = st.queues.get(name)
-        if rec is None or (rec.owner and rec.home != me):
-            vh.delete_queue(q, cancels=cancels)
-        elif rec.owner and (q.exclusive_owner is None or
-                            q.exclusive_owner is not _owner(broker, origin, rec.owner)):
+def _follow_queue(broker: Broker, vh: VirtualHost, st: VhostState, name: str, me: str,
+                  origin: str, cancels: list[tuple[Any, str]] | None) -> Orphan | None:
+    """Queue ``name`` of ``vh`` made to match its record (a queue object here, a proxy of
+    another member's private queue, or nothing); an orphaned private queue is returned."""
+    rec = st.queues.get(name)
+    q = vh.queues.get(name)
+    private_elsewhere = rec is not None and rec.owner and rec.home != me
+    owner = _owner(broker, origin, rec.owner) if rec is not None and rec.owner and \
+        not private_elsewhere else None
+    if q is not None:
+        if rec is None or private_elsewhere or (rec.owner and q.exclusive_owner is not owner):
             vh.delete_queue(q, cancels=cancels)
         elif not rec.owner and not _same_queue(q, rec):
             if isinstance(q, Queue) and q.durable == rec.durable and \
@@ -141,24 +180,21 @@ def _queues(broker: Broker, vh: VirtualHost, st: VhostState, me: str, origin: st
                 _reconfigure(broker, vh, q, rec)
             else:
                 vh.delete_queue(q, cancels=cancels)
-    for name in [n for n in vh.proxies if (r := st.queues.get(n)) is None or not r.owner
-                 or r.home == me]:
+    if rec is None or not private_elsewhere:
         proxies.remove_proxy(vh, name)
-    for name in sorted(st.queues):
-        rec = st.queues[name]
-        if rec.owner and rec.home != me:
-            if vh.proxies.get(name) != rec.home:
-                proxies.remove_proxy(vh, name)
-                proxies.add_proxy(vh, name, rec.home)
-            continue
-        if name in vh.queues:
-            continue
-        owner = _owner(broker, origin, rec.owner) if rec.owner else None
-        if rec.owner and owner is None:
-            orphans.append((vh.name, name, rec.owner))
-            continue
-        _create(broker, vh, rec, owner)
-    return orphans
+    if rec is None:
+        return None
+    if private_elsewhere:
+        if vh.proxies.get(name) != rec.home:
+            proxies.remove_proxy(vh, name)
+            proxies.add_proxy(vh, name, rec.home)
+        return None
+    if name in vh.queues:
+        return None
+    if rec.owner and owner is None:
+        return (vh.name, name, rec.owner)
+    _create(broker, vh, rec, owner)
+    return None
 
 
 def _reconfigure(broker: Broker, vh: VirtualHost, q: Queue, rec: QueueRecord) -> None:

@@ -217,10 +217,8 @@ async def start_cluster(broker: Broker, config: Config, port: int,
             broker.run_dispatch()
 
     tg.start_soon(ticker)
-    others = [s for s in seeds if s[1] != me]
-    metadata.open(found=not others and not node.stored.peers(node.name))
-    tg.start_soon(metadata.run)
-    driver.start(others)
+    tg.start_soon(metadata.run)   # its replica opens at the first view (``view_changed``)
+    driver.start([s for s in seeds if s[1] != me])
     log.info("cluster node %s at %s: %s", config.node_name, me,
              f"joining via {', '.join(a for _, a in seeds)}" if seeds
              else "founding a cluster of one")

@@ -9,6 +9,8 @@ RabbitMQ 4 user expects (Khepri):
   log, it restored them from its own ``definitions.db`` and kept them for good), and gets what
   was declared meanwhile; every committed definition survives a kill -9 of every member at
   once, whichever member comes back first;
+- a cluster whose members have definitions but no metadata log (upgrading from the broadcast
+  design) keeps them after one cluster restart, and the log decides from then on;
 - a member cut off from the majority refuses a declaration after the timeout with 541
   INTERNAL_ERROR and Khepri's text (``rabbit_amqqueue_process``); once the others are back every
   member agrees on the name (as with Khepri, a timeout is no refusal: the command may commit
@@ -18,6 +20,8 @@ Every wait is bounded. Network: 127.0.0.0/8 only.
 """
 
 from __future__ import annotations
+
+import shutil
 
 import pika
 import pika.exceptions
@@ -95,6 +99,34 @@ def test_deleted_while_away_is_forgotten_and_survives_a_full_power_loss(trio):
         assert _exists(m, "queue", "m23.kept") and _exists(m, "queue", "m23.new"), m.name
         assert not _exists(m, "queue", "m23.gone") and not _exists(m, "exchange", "m23.x"), \
             m.name
+
+
+def test_upgrade_a_cluster_without_a_metadata_log_keeps_its_definitions(trio):
+    """Members with a definitions.db and a vote but no metadata log (the broadcast design's
+    data): after one cluster restart the view's leader founds the log with its definitions."""
+    cluster, members = trio
+    for m in members:
+        _serving(cluster, m)
+    conn = members[1].connect()
+    ch = conn.channel()
+    ch.exchange_declare("m23.up.x", "topic", durable=True)
+    ch.queue_declare("m23.up.q", durable=True, arguments={"x-max-length": 7})
+    ch.queue_bind("m23.up.q", "m23.up.x", "a.#")
+    conn.close()
+    cluster.kill_together(members)
+    for m in members:
+        shutil.rmtree(m.data_dir / "raft")
+    for m in members:
+        cluster.start(int(m.host.rsplit(".", 1)[1]), wait=False)
+    for m in members:
+        _serving(cluster, m)
+        assert _exists(m, "queue", "m23.up.q") and _exists(m, "exchange", "m23.up.x"), m.name
+    conn = members[2].connect()
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:   # the log knows it
+        ch.queue_declare("m23.up.q", durable=True, arguments={"x-max-length": 8})
+    assert err.value.reply_code == 406
+    conn.close()
 
 
 def test_a_minority_member_refuses_a_declare_with_khepri_timeout(trio):
