@@ -29,31 +29,14 @@ from cluster.raft import codec as raft_codec
 from cluster.raft.messages import Message, RequestVote, RequestVoteReply
 from queues.arguments import QueueSettings
 
-from .test_quorum_runtime import _FRAME, Links, _until
+from .test_quorum_runtime import Links, _raft_messages, _until
 
 MEMBERS = ("n1", "n2", "n3")
 
 
 def _vote_replies(links: Links, to: str) -> list[RequestVoteReply]:
-    """The vote replies sent to ``to`` (as ``test_quorum_runtime._raft_replies`` reads them)."""
-    out = []
-    for node, data in links.sent:
-        if node != to:
-            continue
-        pos, method, body = 0, b"", b""
-        while pos < len(data):
-            kind, _channel, size = _FRAME.unpack_from(data, pos)
-            payload = data[pos + _FRAME.size:pos + _FRAME.size + size]
-            pos += _FRAME.size + size + 1
-            if kind == 1:
-                method = payload
-            elif kind == 3:
-                body += payload
-        if method and method[-1] == QUORUM_RAFT:
-            msg = raft_codec.decode(body)
-            if isinstance(msg, RequestVoteReply):
-                out.append(msg)
-    return out
+    """The vote replies sent to ``to``."""
+    return [m for m in _raft_messages(links, to) if isinstance(m, RequestVoteReply)]
 
 
 def test_a_wiped_member_rejoining_makes_no_replica_until_the_leader_names_it(tmp_path):

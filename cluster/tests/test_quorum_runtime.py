@@ -28,6 +28,7 @@ from cluster.raft.messages import (
     AppendEntriesReply,
     Entry,
     EntryKind,
+    Message,
     encode_members,
 )
 
@@ -51,8 +52,13 @@ class Links:
 
 
 def _raft_replies(links: Links, to: str) -> list[AppendEntriesReply]:
-    """The AppendEntries replies sent to ``to``: each Cluster.Quorum is a method frame, a header
-    frame and body frames whose payload is the Raft message."""
+    """The AppendEntries replies sent to ``to``."""
+    return [m for m in _raft_messages(links, to) if isinstance(m, AppendEntriesReply)]
+
+
+def _raft_messages(links: Links, to: str) -> list[Message]:
+    """The Raft messages sent to ``to``: each Cluster.Quorum is a method frame, a header frame
+    and body frames whose payload is the Raft message."""
     out = []
     for node, data in links.sent:
         if node != to:
@@ -68,9 +74,7 @@ def _raft_replies(links: Links, to: str) -> list[AppendEntriesReply]:
                 body += payload
         # the method's arguments end with the kind octet (see ``_Replica.prefix``)
         if method and method[-1] == QUORUM_RAFT:
-            msg = raft_codec.decode(body)
-            if isinstance(msg, AppendEntriesReply):
-                out.append(msg)
+            out.append(raft_codec.decode(body))
     return out
 
 
