@@ -1,0 +1,123 @@
+"""``cluster.metadata.group.MetadataGroup`` and ``sessions``: one member's replica of the metadata
+log, driven by hand (a group of one on the real ``RaftNode``, no I/O).
+
+What is checked is what a client would see: a command forwarded twice (re-sent after a leader
+change, Raft paper §8) is applied once and keeps its first outcome; a command of an older
+incarnation of a member is not applied; a gap makes the proposer re-send; the leader's
+configuration follows the cluster view; a snapshot carries the sessions, so a restored replica
+still drops a duplicate.
+"""
+
+from __future__ import annotations
+
+import random
+
+from cluster.metadata import commands as m
+from cluster.metadata.codec import encode
+from cluster.metadata.group import Committed, MetadataGroup, decode_applied
+from cluster.metadata.outcomes import Declared, Refused
+from cluster.metadata.sessions import APPLY, DUPLICATE, GAP, STALE, Sessions
+from cluster.quorum.group import Forward, Status
+from cluster.quorum.machine import envelope
+from cluster.raft import actions as ra
+from cluster.raft.messages import PersistentState
+from cluster.raft.node import RaftNode
+
+
+def _leader(me: str = "a", view: tuple[str, ...] = ("a",)) -> tuple[MetadataGroup, list]:
+    """A bootstrapped group of one that leads, with vhost "/" applied."""
+    node = RaftNode(me, PersistentState(), 0, ra.Timing(), random.Random(1), bootstrap=(me,))
+    group = MetadataGroup(me, f"{me}#1", node)
+    out: list = []
+    run(group, node.tick(10_000), out)   # elected alone
+    assert group.is_leader
+    group.submit(m.AddVhost("/"))
+    run(group, group.flush(10_000), out)
+    return group, out
+
+
+def run(group: MetadataGroup, actions: list, out: list) -> None:
+    """Run ``actions`` as the I/O driver would (storage durable at once); committed commands and
+    the other actions are appended to ``out``."""
+    todo = list(actions)
+    while todo:
+        act = todo.pop(0)
+        if isinstance(act, ra.AppendLog):
+            last = act.entries[-1] if act.entries else None
+            if last is not None:
+                todo += group.persisted(last.index, last.term)
+        elif isinstance(act, ra.Apply):
+            done, more = group.apply(act.entries, 10_000)
+            out += done
+            todo += more
+        else:
+            out.append(act)
+
+
+def _committed(out: list) -> list[Committed]:
+    return [c for c in out if isinstance(c, Committed)]
+
+
+def test_a_duplicate_forward_keeps_the_first_outcome():
+    group, out = _leader()
+    first = envelope("b#5", 1, encode(m.DeclareQueue("/", "q", arguments={"x-max-length": 10})))
+    other = envelope("c#5", 1, encode(m.DeclareQueue("/", "q", arguments={"x-max-length": 20})))
+    run(group, group.forwarded("b", [first]), out)
+    run(group, group.forwarded("c", [other]), out)
+    run(group, group.forwarded("b", [first]), out)   # re-sent after a leader change
+    done = [c for c in _committed(out) if isinstance(c.command, m.DeclareQueue)]
+    assert [(c.origin, c.seq) for c in done] == [("b#5", 1), ("c#5", 1)]
+    assert done[0].outcome == Declared("q", True)
+    assert isinstance(done[1].outcome, Refused) and done[1].outcome.code == 406
+    assert group.machine.state.vhosts["/"].queues["q"].arguments == {"x-max-length": 10}
+
+
+def test_sessions_drop_duplicates_gaps_and_older_incarnations():
+    s = Sessions()
+    assert s.admit("b#5", 1) == APPLY
+    assert s.admit("b#5", 1) == DUPLICATE
+    assert s.admit("b#5", 3) == GAP
+    assert s.admit("b#6", 1) == APPLY        # b restarted: its new incarnation counts anew
+    assert s.admit("b#5", 2) == STALE
+    assert s.admit("", 0) == APPLY and s.admit("", 0) == APPLY   # the leader's own
+    again = Sessions.decode(s.encode())
+    assert again.admit("b#6", 1) == DUPLICATE and again.admit("b#5", 2) == STALE
+
+
+def test_own_commands_after_a_gap_are_sent_again():
+    group, out = _leader()
+    group.submit(m.DeclareExchange("/", "x1"))
+    group.submit(m.DeclareExchange("/", "x2"))
+    envs = group.outbox.take_unsent(10_000)   # as if the first was lost on the way
+    out.clear()
+    run(group, group.node.propose_batch([envs[1]])[1], out)
+    names = [c.command.name for c in _committed(out) if isinstance(c.command, m.DeclareExchange)]
+    assert names == ["x1", "x2"]   # the gap re-sent both, in order, once each
+    assert group.outbox.pending == {}
+
+
+def test_the_configuration_follows_the_view_and_applied_is_reported():
+    group, out = _leader()
+    out.clear()
+    actions = group.leader_duties(20_000, 0, {"a", "b"})
+    assert "b" in group.node.learners   # added as a learner first (thesis §4.2.1)
+    run(group, actions, out)
+    reports = [a for a in out if isinstance(a, Status)]
+    assert not reports or all(decode_applied(r.payload) >= 1 for r in reports)
+    group.status("b", Status("a", b"\x00" * 7 + b"\x05").payload)
+    assert group.applied_count(5, ["a", "b"]) == 1
+
+
+def test_a_follower_forwards_and_a_snapshot_keeps_the_sessions():
+    group, out = _leader()
+    run(group, group.forwarded("b", [envelope("b#1", 1, encode(m.DeclareExchange("/", "x")))]),
+        out)
+    image = group.snapshot()
+    node = RaftNode("f", PersistentState(), 0, ra.Timing(), random.Random(2))
+    follower = MetadataGroup("f", "f#1", node)
+    follower.restore(group.machine_index, image)
+    assert follower.machine.state.vhosts["/"].routing.get_exchange("x") is not None
+    assert follower.sessions.admit("b#1", 1) == DUPLICATE
+    node.leader = "a"
+    follower.submit(m.DeleteExchange("/", "x"))
+    assert follower.flush(0) == [Forward("a", tuple(follower.outbox.pending.values()))]
