@@ -11,7 +11,8 @@ applies one policy per object.
 Applying (``apply_policy``): each definition key becomes its queue argument where the client did
 not set that argument (``message-ttl`` -> ``x-message-ttl``, ``expires`` -> ``x-expires``,
 ``max-length``, ``max-length-bytes``, ``overflow``, ``dead-letter-exchange``,
-``dead-letter-routing-key``, and ``delivery-limit`` for quorum queues only). ``ha-mode`` on a
+``dead-letter-routing-key``, and ``delivery-limit`` -- any integer, negative for none as in
+RabbitMQ 4.0 -- and ``dead-letter-strategy`` for quorum queues only). ``ha-mode`` on a
 durable, non-exclusive, non-auto-delete classic queue of a clustered broker makes it a *mirrored*
 queue (unless the client gave an argument quorum queues refuse, ``QUORUM_REFUSES``, e.g.
 ``x-max-priority``: then it stays classic rather than get a 406): we add
@@ -53,12 +54,16 @@ _GROUP_SIZE_ARG = "x-quorum-initial-group-size"
 
 #: Definition keys that map to a queue argument (the argument is "x-" + the key).
 _QUEUE_KEYS = ("message-ttl", "expires", "max-length", "max-length-bytes", "overflow",
-               "dead-letter-exchange", "dead-letter-routing-key", "delivery-limit")
+               "dead-letter-exchange", "dead-letter-routing-key", "delivery-limit",
+               "dead-letter-strategy")
+#: Keys of quorum queues only (RabbitMQ 4.0: delivery-limit, dead-letter-strategy).
+_QUORUM_KEYS = ("delivery-limit", "dead-letter-strategy")
 _INT_KEYS = ("message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit",
              "ha-sync-batch-size")
 _STR_KEYS = ("overflow", "dead-letter-exchange", "dead-letter-routing-key", "ha-mode",
              "ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure",
-             "alternate-exchange", "queue-mode", "queue-master-locator")
+             "alternate-exchange", "queue-mode", "queue-master-locator",
+             "dead-letter-strategy")
 _KNOWN = frozenset(_INT_KEYS + _STR_KEYS + ("ha-params",))
 #: Client arguments a quorum queue refuses (``cluster.quorum.config.UNSUPPORTED``): a queue
 #: declared with one of them is not mirrored (it stays classic rather than get a 406).
@@ -112,7 +117,8 @@ def validate_definition(definition: Any) -> dict[str, Any]:
     all/exactly/nodes, ``ha-params`` missing for exactly/nodes, given for all, not a positive
     integer (exactly) or not a non-empty list of names (nodes), ``ha-params`` without
     ``ha-mode``, ``ha-sync-mode`` not automatic/manual, ``overflow`` not drop-head /
-    reject-publish / reject-publish-dlx."""
+    reject-publish / reject-publish-dlx, ``dead-letter-strategy`` not at-most-once /
+    at-least-once. ``delivery-limit`` may be negative (RabbitMQ 4.0: no limit)."""
     if not isinstance(definition, dict) or not definition:
         raise PolicyError("Validation failed\n\ndefinition must be a non-empty JSON object")
     unknown = sorted(k for k in definition if k not in _KNOWN)
@@ -121,7 +127,7 @@ def validate_definition(definition: Any) -> dict[str, Any]:
     for key in _INT_KEYS:
         value = definition.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value < 0):
+                                  or (value < 0 and key != "delivery-limit")):
             raise PolicyError(f"Validation failed\n\n{key} must be a non-negative integer, got "
                               f"{value!r}")
     for key in _STR_KEYS:
@@ -131,6 +137,9 @@ def validate_definition(definition: Any) -> dict[str, Any]:
                                           "reject-publish-dlx"):
         raise PolicyError(f"Validation failed\n\n{definition['overflow']!r} is not a valid "
                           f"overflow value")
+    if definition.get("dead-letter-strategy") not in (None, "at-most-once", "at-least-once"):
+        raise PolicyError(f"Validation failed\n\n{definition['dead-letter-strategy']!r} is not "
+                          f"a valid dead letter strategy")
     if definition.get("ha-sync-mode") not in (None, "automatic", "manual"):
         raise PolicyError(f"Validation failed\n\nha-sync-mode {definition['ha-sync-mode']!r} is "
                           f"not a valid sync mode")
@@ -270,7 +279,7 @@ def apply_policy(policies: Policies | None, vhost: str, queue: str,
     wanted: dict[str, Any] = {}
     d = policy.definition
     for key in _QUEUE_KEYS:
-        if key in d and (key != "delivery-limit" or kind == "quorum"):
+        if key in d and (key not in _QUORUM_KEYS or kind == "quorum"):
             wanted["x-" + key] = d[key]
     if "ha-mode" in d and kind == "classic" and durable and not exclusive and not auto_delete \
             and not any(k in args for k in QUORUM_REFUSES) \

@@ -214,3 +214,21 @@ def test_re_applying_follows_the_policies_keeps_client_arguments_and_never_mirro
     pols.delete("/", "cap")
     assert reapplied_arguments(pols, "/", "q1", args, **kw) == {"x-message-ttl": 100}
     assert reapplied_arguments(pols, "/", "q2", None, **kw) == {}
+
+
+def test_quorum_keys_of_rabbitmq_4_delivery_limit_minus_one_and_dead_letter_strategy() -> None:
+    """RabbitMQ 4.0: ``{"delivery-limit": -1}`` restores no limit (the documented way back to
+    3.13's behaviour); ``dead-letter-strategy`` is at-most-once / at-least-once, quorum only."""
+    ps = Policies([policy("qq", "^qq", {"delivery-limit": -1,
+                                        "dead-letter-strategy": "at-least-once"})])
+    quorum = apply_policy(ps, "/", "qq1", {"x-queue-type": "quorum"}, durable=True,
+                          exclusive=False, auto_delete=False, view=VIEW)
+    assert quorum is not None and quorum["x-delivery-limit"] == -1
+    assert quorum["x-dead-letter-strategy"] == "at-least-once"
+    classic = apply_policy(ps, "/", "qq2", {}, durable=True, exclusive=False,
+                           auto_delete=False, view=None)
+    assert classic is not None and "x-dead-letter-strategy" not in classic
+    with pytest.raises(PolicyError, match="'twice' is not a valid dead letter strategy"):
+        validate_definition({"dead-letter-strategy": "twice"})
+    with pytest.raises(PolicyError, match="message-ttl must be a non-negative integer"):
+        validate_definition({"message-ttl": -1})
