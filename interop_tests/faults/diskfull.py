@@ -20,19 +20,29 @@ cleared, as the management API (``GET /api/nodes/<name>``, ``disk_free_alarm``) 
 records both, and raises ``RuntimeError`` when the broker exited meanwhile or the alarm stayed
 raised with the space back (a stuck broker): the run fails with that error.
 
+A new pika connection to the filled broker then publishes one message and must hear
+Connection.Blocked (:func:`client_blocked`; recorded, not a failure of the run: pinned
+publishers may also have been blocked, the CI test checks it).
+
 History events: ``disk-full`` (target, mode, filler bytes, free bytes after), ``disk-alarm``
-(target, raised: bool, after_s), ``disk-freed``, ``disk-alarm-cleared`` (cleared: bool,
-after_s).
+(target, raised: bool, after_s, client_blocked: bool or None), ``disk-freed``,
+``disk-alarm-cleared`` (cleared: bool, after_s).
 """
 
 from __future__ import annotations
 
+import time
 import urllib.parse
+
+import pika
+import pika.exceptions
 
 from .kills import management_get, queue_leader
 from .nemesis import NEMESES, Context, _await_rejoin
+from .pika_clients import connection_parameters
 
-__all__ = ["DISK_BYTES", "DISK_FREE_LIMIT", "MODES", "alarm_raised", "disk_full"]
+__all__ = ["DISK_BYTES", "DISK_FREE_LIMIT", "MODES", "alarm_raised", "client_blocked",
+           "disk_full"]
 
 #: Size of each broker's file system, bytes (ext4 takes about 8 MiB of it for itself).
 DISK_BYTES = 96 << 20
@@ -53,6 +63,32 @@ def alarm_raised(ctx: Context, index: int) -> bool | None:
     except (OSError, ValueError):
         return None
     return bool(info.get("disk_free_alarm")) if isinstance(info, dict) else None
+
+
+def client_blocked(ctx: Context, index: int, timeout: float = 5.0) -> bool | None:
+    """Whether a new pika connection to broker ``index`` that publishes one message (to the
+    default exchange, routed nowhere) hears Connection.Blocked within ``timeout`` s, as
+    RabbitMQ's blocked publishers do; None when it cannot connect."""
+    heard: list[str] = []
+    try:
+        conn = pika.BlockingConnection(connection_parameters(ctx.brokers[index].url, 10))
+    except (pika.exceptions.AMQPError, OSError):
+        return None
+    try:
+        conn.add_on_connection_blocked_callback(
+            lambda _c, frame: heard.append(frame.method.reason))
+        conn.channel().basic_publish("", "disk-full.nowhere", b"probe")
+        deadline = time.monotonic() + timeout
+        while not heard and time.monotonic() < deadline:
+            conn.process_data_events(0.2)
+        return bool(heard)
+    except (pika.exceptions.AMQPError, OSError):
+        return None
+    finally:
+        try:
+            conn.close()
+        except (pika.exceptions.AMQPError, OSError):
+            pass
 
 
 def _await_alarm(ctx: Context, index: int, want: bool) -> tuple[bool, float]:
@@ -87,13 +123,16 @@ def disk_full(ctx: Context, duration: float) -> None:
     name = ctx.brokers[target].name
     mode = ctx.rng.choice(MODES)
     disk = disks[target]
+    started = ctx.history.now()
     try:
         filler = disk.fill(DISK_FREE_LIMIT // 2 if mode == "alarm" else 0)
         ctx.record("disk-full", target=name, mode=mode, filler=filler, free=disk.free_bytes(),
                    kind="queue-leader" if target == leader else "random")
         raised, after = _await_alarm(ctx, target, True)
-        ctx.record("disk-alarm", target=name, raised=raised, after_s=after)
-        ctx.sleep(max(0.0, duration - after))
+        blocked = client_blocked(ctx, target) if raised else None
+        ctx.record("disk-alarm", target=name, raised=raised, after_s=after,
+                   client_blocked=blocked)
+        ctx.sleep(max(0.0, duration - ctx.history.now() + started))
         _check_alive(ctx, target, f"while its disk was full ({mode})")
     finally:
         disk.free()

@@ -81,8 +81,9 @@ def did_what_it_says(nemesis: str, events: list[dict]) -> bool:
     if nemesis == "lossy-link":     # loss or a limit was installed on brokers' links
         return any(e["action"] == "lossy-link" and (e["loss"] or e["rate_kbit"])
                    for e in events)
-    if nemesis == "disk-full":      # the filled broker's alarm went up, then down
-        return (any(e["action"] == "disk-alarm" and e["raised"] for e in events)
+    if nemesis == "disk-full":      # the alarm went up, blocked a publisher, then came down
+        return (any(e["action"] == "disk-alarm" and e["raised"] and e["client_blocked"]
+                    for e in events)
                 and any(e["action"] == "disk-alarm-cleared" and e["cleared"] for e in events))
     want = {"kill-majority": 2, "kill-all": 3}.get(nemesis)
     return want is None or any(len(e.get("targets", [])) == want for e in kills)
