@@ -3,6 +3,7 @@
     python -m interop_tests.faults [--nemesis NAME ...] [--seconds S] [--runs N]
         [--brokers 3|5] [--queue-type auto|classic|quorum] [--work-dir D] [--keep]
         [--results FILE | --no-results] [--json FILE] [--broker-arg=--sync-policy=none ...]
+        [--workload messages|definitions|both]
 
 Prints a line per run, then exactly one last line (``report.summary_line``). Exit status: 0 when
 every run was checked, lost nothing, delivered nothing unexpected and drained, no broker logged a
@@ -51,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--brokers", type=int, choices=[3, 5], default=3)
     p.add_argument("--queue-type", choices=["auto", "classic", "quorum"], default="auto",
                    help="auto: quorum when the broker serves it, else classic")
+    p.add_argument("--workload", choices=["messages", "definitions", "both"],
+                   default="messages",
+                   help="messages: publishers and consumers; definitions: clients declaring, "
+                        "binding, deleting and changing users/permissions/policies on every "
+                        "member (issue 23); both")
     p.add_argument("--rate", type=float, default=100.0, help="publishes/s per publisher")
     p.add_argument("--window", type=int, default=20, help="unconfirmed publishes per publisher")
     p.add_argument("--prefetch", type=int, default=50, help="consumer prefetch")
@@ -120,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                 cfg = RunConfig(name, args.seconds, settings, seed + len(outcomes), queue_type,
                                 args.ping_interval, tuple(args.broker_arg), args.fault_s,
                                 args.calm_s, args.keep,
-                                args.broker_src and args.broker_src.resolve())
+                                args.broker_src and args.broker_src.resolve(),
+                                workload=args.workload)
                 run_dir = args.work_dir / f"{stamp}-{name}-{k + 1}"
                 outcome = run_once(cfg, net, run_dir)
                 these.append(outcome)

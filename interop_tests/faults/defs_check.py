@@ -215,7 +215,7 @@ class DefinitionsResult:
     """The counts of a definitions run: ``changes`` attempted, ``acked`` (Ok), ``refused``
     (an AMQP or HTTP error answer), ``unknown`` (no answer), ``divergent`` names and
     ``lost_changes`` (:func:`lost_changes`), with samples of at most ``SAMPLE`` of each;
-    ``members`` whose definitions were read (a member that did not answer is missing)."""
+    ``members`` whose definitions were read, ``unread`` those that did not answer."""
 
     changes: int
     acked: int
@@ -224,27 +224,30 @@ class DefinitionsResult:
     divergent: int
     lost_changes: int
     members: tuple[str, ...] = ()
+    unread: tuple[str, ...] = ()
     divergent_names: tuple[str, ...] = field(default=())
     lost_names: tuple[str, ...] = field(default=())
 
     @property
     def valid(self) -> bool:
         """True when every member answered, none differs and nothing acknowledged is lost."""
-        return self.divergent == 0 and self.lost_changes == 0
+        return self.divergent == 0 and self.lost_changes == 0 and not self.unread
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready counts."""
         return {"changes": self.changes, "acked": self.acked, "refused": self.refused,
                 "unknown": self.unknown, "divergent": self.divergent,
                 "lost_changes": self.lost_changes, "members": list(self.members),
+                "unread": list(self.unread),
                 "divergent_names": list(self.divergent_names),
                 "lost_names": list(self.lost_names), "valid": self.valid}
 
 
 def check_definitions(events: Iterable[Mapping[str, Any]],
-                      per_member: Mapping[str, Mapping[str, Any]]) -> DefinitionsResult:
+                      per_member: Mapping[str, Mapping[str, Any]],
+                      unread: Iterable[str] = ()) -> DefinitionsResult:
     """Count a definitions run: ``events`` (its history), ``per_member`` (each member's
-    :func:`keyed` definitions, read after the heal)."""
+    :func:`keyed` definitions, read after the heal), ``unread`` (members that did not answer)."""
     events = list(events)
     kinds: dict[Any, str] = {}
     for e in events:
@@ -257,4 +260,5 @@ def check_definitions(events: Iterable[Mapping[str, Any]],
         refused=sum(1 for k in kinds.values() if k == "fail"),
         unknown=sum(1 for k in kinds.values() if k == "info"),
         divergent=len(diff), lost_changes=len(lost), members=tuple(sorted(per_member)),
+        unread=tuple(sorted(unread)),
         divergent_names=tuple(diff[:SAMPLE]), lost_names=tuple(lost[:SAMPLE]))

@@ -1,11 +1,16 @@
 """The harness's output: the summary line, per-run lines, and its table in RESULTS.md.
 
 The last line of every invocation is :func:`summary_line`:
-``runs=N confirmed=C lost=L unexpected=U duplicates=D unavailable_s=T tracebacks=K diverged=R``
+``runs=N confirmed=C lost=L unexpected=U duplicates=D unavailable_s=T tracebacks=K diverged=R
+divergent=V lost_changes=W``
 (sums over the runs that reached the check; ``unavailable_s`` in seconds, one decimal;
 ``tracebacks``: Python tracebacks in the brokers' logs, over every run; ``diverged``: runs whose
-quorum queue replicas disagreed or did not catch up, :mod:`interop_tests.faults.replicas`). ``benchmarks/RESULTS.md`` gets one
-row per invocation in its own ``## Fault injection (issue 11)`` section; the other sections of the
+quorum queue replicas disagreed or did not catch up, :mod:`interop_tests.faults.replicas`;
+``divergent``: definition names that differ between members after the heal, and
+``lost_changes``: acknowledged definition changes missing, both summed over the runs of the
+definitions workload, :mod:`interop_tests.faults.defs_check`, 0 without it). ``benchmarks/RESULTS.md`` gets one
+row per invocation in its own ``## Fault injection (issue 11)`` section (a run of the definitions
+workload in ``## Fault injection: definitions (issue 23)``); the other sections of the
 file are left as they are (the section is created at the end of the file the first time).
 """
 
@@ -18,7 +23,8 @@ from typing import NamedTuple
 
 from .runner import RunOutcome
 
-__all__ = ["SECTION", "Totals", "append_results", "run_line", "summary_line", "totals"]
+__all__ = ["DEFS_SECTION", "SECTION", "Totals", "append_results", "run_line", "summary_line",
+           "totals"]
 
 SECTION = "## Fault injection (issue 11)"
 HEADER = (
@@ -36,6 +42,22 @@ INTRO = (
     "replicas, read from their files after the drain, disagreed or lagged. "
     "One row per invocation."
 )
+DEFS_SECTION = "## Fault injection: definitions (issue 23)"
+DEFS_HEADER = (
+    "| date (UTC) | command | nemesis | brokers | s/run | runs | changes | acked | refused | "
+    "unknown | divergent | lost_changes | tracebacks | passed | kept run dirs |\n"
+    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+)
+DEFS_INTRO = (
+    "Runs of `python -m interop_tests.faults --workload definitions` "
+    "(`interop_tests/faults/defs_workload.py`): a client per broker declares, binds and deletes "
+    "queues and exchanges over AMQP and changes users, permissions and policies over the "
+    "management API, all over the same few names, while the nemesis runs; after the heal every "
+    "member's `GET /api/definitions` is compared. divergent = names that differ between "
+    "members; lost_changes = acknowledged changes the final definitions do not show although "
+    "no later change could have undone them; refused = 404/406/4xx answers; unknown = no "
+    "answer. One row per invocation."
+)
 
 
 class Totals(NamedTuple):
@@ -50,6 +72,8 @@ class Totals(NamedTuple):
     unavailable_s: float
     tracebacks: int = 0
     diverged: int = 0
+    divergent: int = 0
+    lost_changes: int = 0
 
 
 def totals(outcomes: Sequence[RunOutcome]) -> Totals:
@@ -58,6 +82,7 @@ def totals(outcomes: Sequence[RunOutcome]) -> Totals:
     unavailable = 0.0
     tracebacks = sum(o.tracebacks for o in outcomes)
     diverged = sum(1 for o in outcomes if o.replica_problems)
+    defs = [o.definitions for o in outcomes if o.definitions is not None]
     for o in outcomes:
         if o.result is None:
             continue
@@ -67,7 +92,8 @@ def totals(outcomes: Sequence[RunOutcome]) -> Totals:
         duplicates += o.result.duplicates
         unavailable += o.result.unavailable_s
     return Totals(len(outcomes), confirmed, lost, unexpected, duplicates, unavailable,
-                  tracebacks, diverged)
+                  tracebacks, diverged, sum(d.divergent for d in defs),
+                  sum(d.lost_changes for d in defs))
 
 
 def summary_line(outcomes: Sequence[RunOutcome]) -> str:
@@ -75,7 +101,8 @@ def summary_line(outcomes: Sequence[RunOutcome]) -> str:
     t = totals(outcomes)
     return (f"runs={t.runs} confirmed={t.confirmed} lost={t.lost} unexpected={t.unexpected} "
             f"duplicates={t.duplicates} unavailable_s={t.unavailable_s:.1f} "
-            f"tracebacks={t.tracebacks} diverged={t.diverged}")
+            f"tracebacks={t.tracebacks} diverged={t.diverged} divergent={t.divergent} "
+            f"lost_changes={t.lost_changes}")
 
 
 def run_line(index: int, total: int, o: RunOutcome) -> str:
@@ -83,8 +110,18 @@ def run_line(index: int, total: int, o: RunOutcome) -> str:
     head = f"run {index}/{total} {o.nemesis}: faults={o.faults} {o.seconds:.0f}s"
     if o.refused:
         return f"{head} queue refused by the broker: {o.refused}"
-    if o.result is None:
+    if o.definitions is not None:
+        d = o.definitions
+        head += (f" changes={d.changes} acked={d.acked} refused={d.refused} unknown={d.unknown}"
+                 f" divergent={d.divergent} lost_changes={d.lost_changes}")
+        if d.divergent_names or d.lost_names or d.unread:
+            head += (f" divergent_names={list(d.divergent_names)} lost_names="
+                     f"{list(d.lost_names)} unread={list(d.unread)}")
+    if o.result is None and (o.workload != "definitions" or o.error):
         return f"{head} ERROR (see {o.run_dir}): {(o.error or '').strip().splitlines()[-1:]}"
+    if o.result is None:
+        return head + (f" TRACEBACKS={o.logs.tracebacks}" if o.tracebacks else "") + \
+            (f" kept={o.run_dir}" if o.kept else "")
     r = o.result
     text = (f"{head} attempted={r.attempted} confirmed={r.confirmed} failed={r.failed} "
             f"unknown={r.unknown} deliveries={r.deliveries} lost={r.lost} "
@@ -116,26 +153,40 @@ def _short(path: Path) -> Path:
 
 def append_results(path: Path, command: str, nemesis: str, queue_type: str, brokers: int,
                    seconds: float, outcomes: Sequence[RunOutcome]) -> None:
-    """Add one row for this invocation to ``path``'s fault-injection section (made if absent).
-    Raises ``OSError`` when the file cannot be written."""
-    runs, confirmed, lost, unexpected, duplicates, unavailable, tracebacks, diverged = \
-        totals(outcomes)
+    """Add one row for this invocation to ``path``'s fault-injection section (made if absent);
+    runs of the definitions workload go to its own section. Raises ``OSError`` when the file
+    cannot be written."""
+    t = totals(outcomes)
     passed = sum(1 for o in outcomes if o.passed)
     kept = ", ".join(f"`{_short(o.run_dir)}`" for o in outcomes if o.kept) or "—"
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")
+    defs = [o.definitions for o in outcomes if o.definitions is not None]
+    if any(o.workload == "definitions" for o in outcomes):
+        row = (f"| {now} | `{command}` | {nemesis} | {brokers} | {seconds:g} | {t.runs} | "
+               f"{sum(d.changes for d in defs)} | {sum(d.acked for d in defs)} | "
+               f"{sum(d.refused for d in defs)} | {sum(d.unknown for d in defs)} | "
+               f"{t.divergent} | {t.lost_changes} | {t.tracebacks} | {passed}/{t.runs} | "
+               f"{kept} |")
+        _add_row(path, DEFS_SECTION, DEFS_INTRO, DEFS_HEADER, row)
+        return
     row = (f"| {now} | `{command}` | {nemesis} | {queue_type} | {brokers} | {seconds:g} | "
-           f"{runs} | {confirmed} | {lost} | {unexpected} | {duplicates} | {unavailable:.1f} | "
-           f"{tracebacks} | {diverged} | {passed}/{runs} | {kept} |")
+           f"{t.runs} | {t.confirmed} | {t.lost} | {t.unexpected} | {t.duplicates} | "
+           f"{t.unavailable_s:.1f} | {t.tracebacks} | {t.diverged} | {passed}/{t.runs} | "
+           f"{kept} |")
+    _add_row(path, SECTION, INTRO, HEADER, row)
+
+
+def _add_row(path: Path, title: str, intro: str, header: str, row: str) -> None:
     text = path.read_text() if path.exists() else ""
-    start = text.find("\n" + SECTION)
+    start = text.find("\n" + title)
     if start < 0:
-        text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{INTRO}\n\n{HEADER}\n{row}\n"
+        text = text.rstrip("\n") + f"\n\n{title}\n\n{intro}\n\n{header}\n{row}\n"
     else:
         nxt = text.find("\n## ", start + 1)
         end = len(text) if nxt < 0 else nxt
         section = text[start:end].rstrip("\n")
-        if HEADER.splitlines()[0] not in section:
-            section += f"\n\n{HEADER}"
+        if header.splitlines()[0] not in section:
+            section += f"\n\n{header}"
         lines = section.split("\n")
         last_row = max(i for i, line in enumerate(lines) if line.startswith("|"))
         lines.insert(last_row + 1, row)

@@ -28,6 +28,8 @@ from . import corrupt, diskfull, kills, lossy, membership  # noqa: F401  (they a
 from .brokers import Brokers, ViewMonitor
 from .checker import Result, check
 from .clients_common import ClientSettings
+from .defs_check import DefinitionsResult
+from .defs_workload import DefinitionsWorkload
 from .history import History
 from .logscan import LogFindings, scan_logs
 from .nemesis import NEEDS_DISK, NEEDS_LAZYFS, Context, run_schedule
@@ -45,7 +47,9 @@ class RunConfig:
     when the broker serves it, else classic), broker ``ping_interval`` (s), ``broker_args`` passed
     to every broker, ``fault_s`` / ``calm_s`` the nemesis cycle (s), ``keep`` the run's files
     even when it passes, ``broker_src`` a source tree to run the brokers from (default the
-    installed package), ``agree_timeout`` / ``drain_timeout`` (s) bounds of the final phases."""
+    installed package), ``agree_timeout`` / ``drain_timeout`` (s) bounds of the final phases;
+    ``workload``: ``messages`` (publishers and consumers), ``definitions`` (clients changing
+    definitions on every member, :mod:`interop_tests.faults.defs_workload`) or ``both``."""
 
     nemesis: str
     seconds: float
@@ -60,6 +64,7 @@ class RunConfig:
     broker_src: Path | None = None
     agree_timeout: float = 60.0
     drain_timeout: float = 90.0
+    workload: str = "messages"
 
 
 @dataclass
@@ -71,7 +76,9 @@ class RunOutcome:
     and whether it was ``kept``; ``seconds`` the run's wall time; ``replicas``: the comparison of
     each quorum queue's replicas read from their files after the drain
     (:mod:`interop_tests.faults.replicas`); ``logs``: tracebacks and detected replica losses in
-    the brokers' logs (:mod:`interop_tests.faults.logscan`)."""
+    the brokers' logs (:mod:`interop_tests.faults.logscan`); ``workload`` (``RunConfig``) and,
+    for the definitions workload, ``definitions``: its counts
+    (:class:`~interop_tests.faults.defs_check.DefinitionsResult`)."""
 
     nemesis: str
     run_dir: Path
@@ -85,6 +92,8 @@ class RunOutcome:
     seconds: float = 0.0
     replicas: list[GroupReport] = field(default_factory=list)
     logs: LogFindings = field(default_factory=LogFindings)
+    workload: str = "messages"
+    definitions: DefinitionsResult | None = None
 
     @property
     def tracebacks(self) -> int:
@@ -105,11 +114,16 @@ class RunOutcome:
     def passed(self) -> bool:
         """Checked, valid (no loss, nothing unexpected), drained, no harness error, no traceback
         in a broker's log, replicas that agree, and a real test: at least one fault injected
-        and one publish confirmed."""
-        return (self.error is None and self.refused is None and self.result is not None
-                and self.result.valid and self.drained and self.faults > 0
-                and self.result.confirmed > 0 and self.tracebacks == 0
-                and not self.replica_problems)
+        and one publish confirmed. With the definitions workload: every member's definitions
+        read, none differing, no acknowledged change lost, at least one change acknowledged."""
+        messages = self.workload == "definitions" or (
+            self.result is not None and self.result.valid and self.drained
+            and self.result.confirmed > 0)
+        defs = self.workload == "messages" or (
+            self.definitions is not None and self.definitions.valid
+            and self.definitions.acked > 0)
+        return (self.error is None and self.refused is None and messages and defs
+                and self.faults > 0 and self.tracebacks == 0 and not self.replica_problems)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
@@ -118,7 +132,8 @@ class RunOutcome:
                 "seconds": round(self.seconds, 1), "passed": self.passed,
                 "result": None if self.result is None else self.result.as_dict(),
                 "tracebacks": self.tracebacks, "logs": self.logs.as_dict(),
-                "replicas": [r.as_dict() for r in self.replicas]}
+                "replicas": [r.as_dict() for r in self.replicas], "workload": self.workload,
+                "definitions": None if self.definitions is None else self.definitions.as_dict()}
 
 
 def _stop_publishers(workload: Workload, settings: ClientSettings) -> None:
@@ -137,7 +152,8 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
     began = time.monotonic()
     run_dir.mkdir(parents=True, exist_ok=True)
     history = History()
-    outcome = RunOutcome(cfg.nemesis, run_dir)
+    outcome = RunOutcome(cfg.nemesis, run_dir, workload=cfg.workload)
+    messages = cfg.workload != "definitions"
     brokers = Brokers(net, run_dir, history, cfg.broker_args, cfg.ping_interval, cfg.broker_src,
                       lazyfs=cfg.nemesis in NEEDS_LAZYFS,
                       disk=((diskfull.DISK_BYTES, diskfull.DISK_FREE_LIMIT)
@@ -146,6 +162,7 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
     settings = cfg.settings
     workload = Workload(brokers, settings, history)
     ctx = Context(brokers, net, history, random.Random(cfg.seed), threading.Event())
+    defs = DefinitionsWorkload(brokers, history, cfg.seed) if cfg.workload != "messages" else None
     started = False
     try:
         brokers.start_all(cfg.agree_timeout)
@@ -165,20 +182,28 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
             return outcome
         monitor.start()
         history.record("phase", phase="workload-start")
-        workload.start()
+        if messages:
+            workload.start()
+        if defs is not None:
+            defs.start()
         started = True
         outcome.faults = run_schedule(ctx, cfg.nemesis, cfg.seconds, cfg.fault_s, cfg.calm_s)
         ctx.sleep(cfg.seconds - history.now() + _start_of(history))
         history.record("phase", phase="workload-stop")
+        if defs is not None:
+            defs.stop()
         _stop_publishers(workload, settings)
         net.heal()
         restarted = brokers.heal()
         history.record("phase", phase="heal", restarted=[brokers[i].name for i in restarted])
         took = brokers.wait_agreed(cfg.agree_timeout)
         history.record("phase", phase="agreed", after_s=round(took, 3))
-        workload.close()
-        outcome.depths = drain(brokers, settings, history, timeout=cfg.drain_timeout)
-        outcome.result = check(history.events())
+        if defs is not None:
+            outcome.definitions = defs.check()
+        if messages:
+            workload.close()
+            outcome.depths = drain(brokers, settings, history, timeout=cfg.drain_timeout)
+            outcome.result = check(history.events())
         if outcome.queue_type == "quorum":
             for b in brokers.brokers:    # stopped, so that their files are read as they are
                 brokers.kill(b.index)
@@ -190,8 +215,10 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
     finally:
         ctx.abort.set()
         monitor.stop()
-        if started:
+        if started and messages:
             workload.close(timeout=5)
+        if defs is not None:
+            defs.stop(timeout=5)
         brokers.stop_all()
         net.heal()
         outcome.logs = scan_logs({b.name: b.log_path for b in brokers.brokers})

@@ -153,7 +153,8 @@ def test_results_section_is_made_once_and_keeps_other_sections(tmp_path: Path) -
     assert text.count(SECTION) == 1 and "keep me" in text and "## Run of x" in text
     assert text.index("cmd one") < text.index("cmd two")
     assert summary_line([outcome]) == ("runs=1 confirmed=0 lost=0 unexpected=0 duplicates=0 "
-                                       "unavailable_s=0.0 tracebacks=0 diverged=0")
+                                       "unavailable_s=0.0 tracebacks=0 diverged=0 "
+                                       "divergent=0 lost_changes=0")
 
 
 # ---------------------------------------------------------------- lost: prefix, middle, suffix
@@ -220,7 +221,8 @@ def test_a_traceback_fails_the_run_and_shows_in_the_summary(tmp_path: Path) -> N
     assert outcome.passed
     outcome.logs = LogFindings(tracebacks={"n1": 0, "n2": 3})
     assert not outcome.passed
-    assert summary_line([outcome]).endswith(" tracebacks=3 diverged=0")
+    assert summary_line([outcome]).endswith(" tracebacks=3 diverged=0 divergent=0 "
+                                            "lost_changes=0")
 
 
 # ---------------------------------------------------------------- replicas compared

@@ -3,6 +3,7 @@ acknowledged changes, from hand-made definitions and histories (pure, millisecon
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from interop_tests.faults.defs_check import (
@@ -13,6 +14,8 @@ from interop_tests.faults.defs_check import (
     lost_changes,
     removes,
 )
+from interop_tests.faults.report import DEFS_SECTION, append_results, run_line, summary_line
+from interop_tests.faults.runner import RunOutcome
 
 DEFS: dict[str, Any] = {
     "users": [{"name": "d.u0", "password_hash": "h1", "tags": "administrator"},
@@ -101,3 +104,22 @@ def test_check_definitions_counts() -> None:
     assert (r.changes, r.acked, r.refused, r.unknown) == (3, 1, 1, 1)
     assert (r.divergent, r.lost_changes) == (1, 1) and not r.valid
     assert r.as_dict()["lost_names"] == ["n2/queue:/:q"]
+
+
+def test_a_definitions_run_passes_only_without_divergence_and_reports_it(tmp_path: Path) -> None:
+    good = check_definitions([define(1, 1.0, "invoke", "put", "queue:/:q", {}),
+                              define(1, 1.1, "ok")], {"n1": {"queue:/:q": {}}})
+    outcome = RunOutcome("kill", tmp_path / "r1", faults=1, workload="definitions",
+                         definitions=good)
+    assert outcome.passed
+    bad = check_definitions([], {"n1": {"queue:/:q": {}}, "n2": {}}, unread=["n3"])
+    assert not bad.valid and bad.unread == ("n3",)
+    outcome.definitions = bad
+    assert not outcome.passed
+    assert summary_line([outcome]).endswith(" divergent=1 lost_changes=0")
+    assert "divergent_names=['queue:/:q']" in run_line(1, 1, outcome)
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n\n## Fault injection (issue 11)\n\nold\n")
+    append_results(path, "cmd", "kill", "classic", 3, 10, [outcome])
+    text = path.read_text()
+    assert text.count(DEFS_SECTION) == 1 and "| kill | 3 | 10 | 1 | 0 | 0 | 0 | 0 | 1 | 0 |" in text

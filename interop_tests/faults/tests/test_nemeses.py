@@ -38,7 +38,7 @@ NEMESES = ["kill", "pause", "partition-one", "partition-halves", "partition-ring
            "mixed"]
 SUMMARY = re.compile(r"^runs=(\d+) confirmed=(\d+) lost=(\d+) unexpected=(\d+) "
                      r"duplicates=(\d+) unavailable_s=(\d+\.\d) tracebacks=(\d+) "
-                     r"diverged=(\d+)$")
+                     r"diverged=(\d+) divergent=(\d+) lost_changes=(\d+)$")
 #: The nemeses of issue 24 run against a quorum queue (``corrupt`` damages its replicas' files;
 #: ``kill-queue-leader`` needs its Raft leader), each kept to about 40 s.
 QUORUM_NEMESES = ["corrupt", "kill-queue-leader", "kill-majority", "kill-all"]
