@@ -143,6 +143,25 @@ def test_declare_equivalence(conn, unique_name):
     conn.channel().queue_delete(unique_name)
 
 
+def test_message_count_is_the_number_of_messages_in_the_stream(conn, unique_name):
+    """RabbitMQ 3.10 reports a stream's length in Declare-Ok (passive or not) and Delete-Ok
+    counts nothing; its count follows the log a moment later, hence the bounded wait."""
+    ch = conn.channel()
+    _declare(ch, unique_name)
+    ch.confirm_delivery()
+    _publish(ch, unique_name, [b"a", b"b", b"c"])
+    deadline = time.monotonic() + WAIT
+    count = -1
+    while count != 3 and time.monotonic() < deadline:
+        count = ch.queue_declare(unique_name, passive=True).method.message_count
+        if count != 3:
+            time.sleep(0.1)
+    assert count == 3
+    assert ch.queue_declare(unique_name, durable=True,
+                            arguments=STREAM).method.message_count == 3
+    assert ch.queue_delete(unique_name).method.message_count == 0
+
+
 # --- consuming ------------------------------------------------------------------------------------
 def test_consumers_at_offsets_get_the_right_messages(conn, stream):
     pub = conn.channel()

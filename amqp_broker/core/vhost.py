@@ -304,10 +304,11 @@ class VirtualHost:
         caller to send after its Delete-Ok (RabbitMQ's order, checked against 3.10)."""
         if self.queues.get(q.name) is not q:
             return 0
-        count = q.message_count
+        # a stream's Delete-Ok counts nothing (RabbitMQ 3.10), whatever its length
+        count = 0 if q.capabilities.consume_offset else q.message_count
         del self.queues[q.name]
-        self.queue_last_used.pop(q.name, None)
         self.broker.churn.queues_deleted += 1
+        self.queue_last_used.pop(q.name, None)
         gone = self.routing.remove_queue(q.name)
         if gone:
             self.broker.durability.exchanges_deleted(self.name, gone)

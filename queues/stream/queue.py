@@ -14,7 +14,8 @@ Semantics ("RabbitMQ: Streams", checked against RabbitMQ 3.10):
   ``x-stream-offset`` (long). Consumers are independent: each has its own position.
 * Acks only return credit: nothing is removed by an ack; nack/reject (requeue or not) and a
   consumer's cancel leave the log unchanged and redeliver nothing.
-* ``message_count`` is 0 (RabbitMQ reports 0 ready messages for a stream in Declare-Ok).
+* ``message_count`` is the number of messages in the log (RabbitMQ 3.10 reports that in
+  Declare-Ok, ``list_queues`` and the API); Delete-Ok's count is 0 (the core's rule).
 * The core refuses what RabbitMQ refuses before calling the queue: non-durable / exclusive /
   auto-delete declarations and queue arguments of other queue types (406), Basic.Get and no-ack
   consumers (540), consumers without a prefetch count (406).
@@ -197,8 +198,9 @@ class StreamQueue:
     # --- counters -----------------------------------------------------------------------------
     @property
     def message_count(self) -> int:
-        """0: a stream has no "ready" messages (RabbitMQ's Declare-Ok says 0); see ``length``."""
-        return 0
+        """Messages in the log (first_offset .. next_offset): what RabbitMQ 3.10 reports for a
+        stream in Declare-Ok, ``list_queues`` and the API (checked by interop_tests)."""
+        return self.log.length
 
     @property
     def message_bytes(self) -> int:

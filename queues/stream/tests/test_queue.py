@@ -60,7 +60,7 @@ def test_offsets_first_last_next_numeric(tmp_path: Path) -> None:
                              ArgConsumer("c", "next"), ArgConsumer("d", 15))
     for c in (first, last, nxt, num):
         q.add_consumer(c)
-    assert q.consumer_count == 4 and q.message_count == 0 and q.length == 20
+    assert q.consumer_count == 4 and q.message_count == 20 and q.length == 20
     assert [e.seq for e in first.delivered] == list(range(10))  # prefetch 10
     assert drain(q, first) == list(range(20))
     assert drain(q, last) == [19]
