@@ -201,6 +201,9 @@ class Broker:
         self.cluster_properties: dict = {}
         #: False while a joining node waits for every member's Synch: clients are refused.
         self.accepting_clients = True
+        #: True in maintenance mode (``management.maintenance``: drain / revive): clients are
+        #: refused with 320 CONNECTION_FORCED.
+        self.draining = False
         #: Where messages dealt to another member's consumers go (``core.relay``): an object with
         #: ``can_relay(node) -> bool`` and ``relay(node, vhost, queue, message, tag, redelivered)``.
         self.relay_sink: RelaySink | None = None

@@ -437,6 +437,9 @@ class Connection:
         if not self.broker.accepting_clients and not self.is_peer:
             raise ConnectionException(c.CONNECTION_FORCED, "CONNECTION_FORCED - this node is "
                                       "joining the cluster; connect to another member", 10, 40)
+        if self.broker.draining and not self.is_peer:
+            raise ConnectionException(c.CONNECTION_FORCED, "CONNECTION_FORCED - this node is in "
+                                      "maintenance mode; connect to another member", 10, 40)
         if not allowed:
             raise ConnectionException(
                 c.NOT_ALLOWED,

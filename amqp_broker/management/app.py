@@ -24,6 +24,7 @@ from . import (
     routes_access,
     routes_conns,
     routes_exchanges,
+    routes_maintenance,
     routes_node,
     routes_policies,
     routes_queues,
@@ -77,7 +78,8 @@ async def _http_error(request: Request, exc: Any) -> Response:
 
 def build_app(mgmt: Management) -> ASGIApp:
     """The ASGI app serving ``mgmt``'s broker."""
-    routes = [*routes_node.ROUTES, *routes_replicas.ROUTES, *routes_queues.ROUTES,
+    routes = [*routes_node.ROUTES, *routes_replicas.ROUTES, *routes_maintenance.ROUTES,
+              *routes_queues.ROUTES,
               *routes_exchanges.ROUTES,
               *routes_conns.ROUTES, *routes_access.ROUTES, *routes_policies.ROUTES,
               *definitions_json.ROUTES,

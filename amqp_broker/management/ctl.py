@@ -23,7 +23,12 @@ queues|classic_queues|quorum_queues|exchanges|all] NAME PATTERN DEFINITION (JSON
 [-p VHOST] NAME, list_policies [-p VHOST], cluster_status, and rabbitmq-queues' replica commands:
 add_member [-p VHOST] QUEUE NODE, delete_member [-p VHOST] QUEUE NODE, grow NODE all|even
 [--vhost-pattern RE] [--queue-pattern RE], shrink NODE (grow and shrink print vhost, name,
-size and result per queue, as rabbitmq-queues does). Lists print tab-separated columns
+size and result per queue, as rabbitmq-queues does), rebalance [quorum|all] (rabbitmq-queues
+rebalance: spread the quorum queue leaders evenly over the members not in maintenance; prints
+the leaders per member), and rabbitmq-upgrade's drain and revive (maintenance mode of the
+member at the first ``--url`` only, never another one: stop serving clients, close their
+connections with 320, hand its quorum queue leaderships to other members and take no new
+ones; revive undoes it). Lists print tab-separated columns
 with a header line, as rabbitmqctl does (default columns: ``COLUMNS``, e.g. name and type for
 list_exchanges); any field of the API's objects is a column (e.g. ``list_exchanges vhost name
 type``, ``list_queues name type leader members online members_in_sync`` for replicated queues).
@@ -240,6 +245,29 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         print(f"Shrinking quorum queues on {args[0]}...")
         _print_table(api.request("DELETE", f"/queues/quorum/replicas/on/{_q(args[0])}/shrink"),
                      ["vhost", "name", "size", "result"], as_json)
+    elif cmd in ("drain", "revive"):
+        if cmd == "drain":
+            print("Will put the node at the given URL into maintenance mode. The node will no "
+                  "longer serve any client traffic!")
+        else:
+            print("Will put the node at the given URL back into service. The node will accept "
+                  "client connections again")
+        done = api.request("POST", f"/maintenance/{cmd}")
+        if as_json:
+            print(json.dumps(done))
+        elif cmd == "drain":
+            print(f"Node {done['node']}: {done['connections_closed']} client connections closed, "
+                  f"{done['leaders_transferred']} quorum queue leaders handed over, "
+                  f"{done['leaders_remaining']} still here")
+        else:
+            print(f"Node {done['node']} is back in service")
+    elif cmd == "rebalance":
+        if args and args[0] not in ("quorum", "all"):
+            raise ValueError("rebalance takes 'quorum' or 'all' (quorum queues are the only "
+                             "replicated ones)")
+        print("Re-balancing leaders of quorum queues...")
+        _print_table(api.request("POST", "/rebalance/queues"),
+                     ["Node name", "Number of quorum queues"], as_json)
     elif cmd == "cluster_status":
         status = api.request("GET", "/cluster-status")
         nodes = api.request("GET", "/nodes")
@@ -278,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     cache = MemberCache()
     # replica changes wait for the committed configuration (the API gives up after 30 s)
-    api = Api(urls, args.username, args.password, timeout=90.0, connect_timeout=args.timeout,
-              fallback=cache.get(",".join(urls)))
+    # drain and revive act on the first member named, never on another that answers instead
+    single = args.command in ("drain", "revive")
+    api = Api(urls[:1] if single else urls, args.username, args.password, timeout=90.0,
+              connect_timeout=args.timeout, fallback=None if single else cache.get(",".join(urls)))
     code = 0
     try:
         run(api, args.command, args.args, args.vhost, args.formatter == "json", args.priority,

@@ -83,7 +83,7 @@ def node_json(mgmt: Management) -> dict[str, Any]:
                                                                       "rabbitmq_prometheus"],
         "applications": [{"name": "amqp_broker", "description": "amqp-broker",
                           "version": __version__}],
-        "cluster_links": [], "being_drained": False,
+        "cluster_links": [], "being_drained": broker.draining,
         "cluster_view": cluster["view"], "cluster_members": cluster["member_names"],
         "cluster_leader": cluster["leader"],
     }

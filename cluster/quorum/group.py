@@ -49,6 +49,7 @@ from .members import (
     ADD,
     CHANGE_IN_PROGRESS,
     NO_LEADER,
+    TRANSFER,
     MembersNotice,
     encode_change,
     encode_notice,
@@ -318,7 +319,8 @@ class QuorumGroup:
     def change(self, op: int, node_id: str, frm: str | None = None
                ) -> tuple[str | None, list[Action]]:
         """A change request (``members.ADD`` / ``DELETE`` of ``node_id``; checked before with
-        ``members.check_change``): started here when this replica leads (Raft thesis §4.1,
+        ``members.check_change``; or ``TRANSFER``: the leadership to member ``node_id``, Raft
+        thesis §3.10, ``RaftNode.transfer_leadership``): started here when this replica leads (Raft thesis §4.1,
         ``RaftNode.add_member`` / ``remove_member``), else passed to the leader we know (once:
         not back to ``frm``, the broker that passed it). Returns (None, actions) when started,
         passed on or not needed (already done, or the same add already catching up);
@@ -331,6 +333,10 @@ class QuorumGroup:
             if leader is None or leader == self.me or leader == frm:
                 return NO_LEADER, []
             return None, [Change(leader, encode_change(op, node_id))]
+        if op == TRANSFER:   # to a voting member other than us (else nothing to do)
+            if node_id == self.me or node_id not in node.members:
+                return None, []
+            return None, list(node.transfer_leadership(node_id))
         if op == ADD:
             if node_id in node.members or node_id in node.learners:
                 return None, []

@@ -30,12 +30,13 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["ADD", "DELETE", "MembersNotice", "encode_change", "decode_change", "encode_notice",
+__all__ = ["ADD", "DELETE", "TRANSFER", "MembersNotice", "encode_change", "decode_change", "encode_notice",
            "decode_notice", "check_change", "grows", "NODE_NOT_RUNNING", "LAST_NODE",
            "CHANGE_IN_PROGRESS", "NO_LEADER"]
 
 ADD = 1
 DELETE = 2
+TRANSFER = 3   # hand the leadership to the member named (``rabbitmq-queues rebalance``, drain)
 #: RabbitMQ's reasons (``{error, node_not_running}``, ``{error, last_node}``), and ours.
 NODE_NOT_RUNNING = "node_not_running"
 LAST_NODE = "last_node"
@@ -47,13 +48,14 @@ _NOTICE = struct.Struct(">QQQ")
 
 
 def encode_change(op: int, node: str) -> bytes:
-    """A change request: ``op`` (``ADD`` / ``DELETE``) u8, then the node name (utf-8)."""
+    """A change request: ``op`` (``ADD`` / ``DELETE`` / ``TRANSFER``) u8, then the node name
+    (utf-8)."""
     return _CHANGE.pack(op) + node.encode()
 
 
 def decode_change(payload: bytes) -> tuple[int, str]:
     """(op, node) of a change request. Raises ``ValueError`` when malformed."""
-    if len(payload) < 2 or payload[0] not in (ADD, DELETE):
+    if len(payload) < 2 or payload[0] not in (ADD, DELETE, TRANSFER):
         raise ValueError("not a change request")
     try:
         return payload[0], bytes(payload[1:]).decode()

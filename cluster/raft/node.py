@@ -59,6 +59,9 @@ class RaftNode(LeaderRole):
     log matches a leader's up to that index (``recovering_to``; then, if it had no vote in that
     term, it records one for that leader, so that a vote it forgot cannot be given twice). Its
     acknowledgements stay honest throughout: only what matches the leader and is durable.
+    ``standby``: while True (set by its owner, e.g. a broker in maintenance mode, RabbitMQ's
+    ``rabbitmq-upgrade drain``) the node stands for no election, nor on a TimeoutNow, but votes
+    and replicates as usual; a leader stays leader until it hands over.
     Every input method returns the actions to run, in order (see ``actions``); the first call
     also returns the bootstrap's ``AppendLog``.
     """
@@ -68,6 +71,7 @@ class RaftNode(LeaderRole):
                  bootstrap: tuple[str, ...] = (), vote_floor: int = 0) -> None:
         self.id = node_id
         self.vote_floor = vote_floor
+        self.standby = False
         self.recovering_to = state.floor
         self.timing = timing or a.Timing()
         self.rng = rng or random.Random()
@@ -252,7 +256,7 @@ class RaftNode(LeaderRole):
         """Start a pre-vote (thesis §9.6) or an election (paper §5.2). A node outside the
         configuration never campaigns."""
         self._reset_election_timer()
-        if self.id not in self._voters() or self.recovering_to:
+        if self.id not in self._voters() or self.recovering_to or self.standby:
             return
         if pre:
             self.role = a.Role.PRE_CANDIDATE

@@ -1,0 +1,51 @@
+"""Maintenance mode and leader rebalancing over HTTP (``management.maintenance``), called by
+``amqp-broker ctl drain / revive / rebalance``:
+
+    POST /api/maintenance/drain    -> 200 {"node", "connections_closed", "leaders_transferred",
+                                           "leaders_remaining"}
+    POST /api/maintenance/revive   -> 200 {"node"}
+    POST /api/rebalance/queues     -> 200 [{"Node name", "Number of quorum queues"}]
+
+Drain and revive act on the broker that answers (RabbitMQ's ``rabbitmq-upgrade drain`` /
+``revive`` act on the node the CLI names; RabbitMQ's HTTP API has no route for them, these are
+ours). ``/api/rebalance/queues`` is RabbitMQ's route (3.9+), which answers 204 and rebalances
+in the background; ours answers when the moves are done, with the leaders per member
+(``rabbitmq-queues rebalance quorum``'s table). Administrator only. ``GET /api/nodes`` shows
+``being_drained`` (RabbitMQ's field) for this broker.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..core.access import Account
+from . import maintenance
+from .api import endpoint
+from .context import Management
+from .http import json_response
+
+__all__ = ["ROUTES"]
+
+
+@endpoint("administrator")
+async def drain(request: Request, mgmt: Management, user: Account) -> Response:
+    return json_response(await maintenance.drain(mgmt))
+
+
+@endpoint("administrator")
+async def revive(request: Request, mgmt: Management, user: Account) -> Response:
+    return json_response(maintenance.revive(mgmt))
+
+
+@endpoint("administrator")
+async def rebalance(request: Request, mgmt: Management, user: Account) -> Response:
+    return json_response(await maintenance.rebalance(mgmt))
+
+
+ROUTES = [
+    Route("/api/maintenance/drain", drain, methods=["POST"]),
+    Route("/api/maintenance/revive", revive, methods=["POST"]),
+    Route("/api/rebalance/queues", rebalance, methods=["POST"]),
+]

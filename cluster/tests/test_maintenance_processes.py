@@ -1,0 +1,107 @@
+"""Maintenance mode and rebalancing with 3 real brokers and ``amqp-broker ctl`` (issue 26), as
+RabbitMQ's ``rabbitmq-upgrade drain`` / ``revive`` and ``rabbitmq-queues rebalance quorum``:
+
+- ``ctl drain`` on one broker: its client connection is closed with 320 CONNECTION_FORCED "Node
+  was put into maintenance mode" (RabbitMQ's text), a new client is refused with 320, the quorum
+  queues it led are led by the others (as every member sees it), ``/api/nodes`` shows
+  ``being_drained``, and publishing and getting through another member go on;
+- ``ctl revive``: clients are served again, the broker leads nothing until
+- ``ctl rebalance``: the three queues' leaderships end one per broker, as the table it prints says.
+"""
+
+from __future__ import annotations
+
+import pika
+import pika.exceptions
+import pytest
+
+from amqp_broker.management import ctl
+from cluster.tests.processes import Cluster, Member, api_get, free_port, wait_for
+from cluster.tests.quorum_scenarios import declare
+
+pytestmark = pytest.mark.timeout(240)
+
+QUEUES = [f"mq{i}" for i in range(3)]
+
+
+def _leaders(url: str) -> dict[str, str | None]:
+    """Queue name -> its leader, as the broker at ``url`` shows them (empty when it does not
+    answer)."""
+    queues = api_get(url, "/queues/%2F") or []
+    assert isinstance(queues, list)
+    return {q["name"]: q.get("leader") for q in queues if q["name"] in QUEUES}
+
+
+def _counts(leaders: dict[str, str | None]) -> dict[str | None, int]:
+    out: dict[str | None, int] = {}
+    for leader in leaders.values():
+        out[leader] = out.get(leader, 0) + 1
+    return out
+
+
+def _connect(member: Member) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(
+        member.uri + "?connection_attempts=1&socket_timeout=5"))
+
+
+def test_drain_revive_and_rebalance(cluster: Cluster, capsys):
+    ports = {o: free_port(f"127.0.0.{o}") for o in (2, 3, 4)}
+    urls = {f"n{o}": f"http://127.0.0.{o}:{p}" for o, p in ports.items()}
+    n2 = cluster.start(2, None, "--management-port", str(ports[2]))
+    n3 = cluster.start(3, n2, "--management-port", str(ports[3]))
+    n4 = cluster.start(4, n2, "--management-port", str(ports[4]))
+    view = [n2.address, n3.address, n4.address]
+    wait_for(lambda: all(m.members() == view for m in (n2, n3, n4)), 20, "no agreed view")
+    for name in QUEUES:
+        declare(n2, name)
+    everyone = {"n2", "n3", "n4"}
+    wait_for(lambda: all(set(_leaders(u).values()) <= everyone and len(_leaders(u)) == 3
+                         for u in urls.values()), 30, "not every queue has a leader")
+    # drain the broker that leads the most (it leads at least one of the three)
+    target = max(everyone, key=lambda n: _counts(_leaders(urls["n3"])).get(n, 0))
+    member = cluster.members[target]
+    others = sorted(everyone - {target})
+    client = _connect(member)
+    capsys.readouterr()
+    assert ctl.main(["--url", urls[target], "drain"]) == 0
+    out = capsys.readouterr().out
+    assert "maintenance mode" in out and "0 still here" in out, out
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        client.process_data_events(2)
+        client.channel()
+    assert closed.value.reply_code == 320
+    assert closed.value.reply_text == "CONNECTION_FORCED - Node was put into maintenance mode"
+    # refused at Connection.Open: pika reports a close during its handshake this way
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused:
+        _connect(member)
+    assert "(320) 'CONNECTION_FORCED - this node is in maintenance mode" in str(refused.value)
+    for other in others:   # every member sees the leaders elsewhere
+        wait_for(lambda o=other: target not in _leaders(urls[o]).values()
+                 and len(_leaders(urls[o])) == 3, 15, f"{target} still leads, per {other}")
+    nodes = api_get(urls[target], "/nodes")
+    assert isinstance(nodes, list)
+    assert next(n for n in nodes if n["name"] == target)["being_drained"] is True
+    served = cluster.members[others[0]]
+    conn = _connect(served)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for name in QUEUES:
+        ch.basic_publish("", name, b"during maintenance")
+    assert ch.basic_get(QUEUES[0], auto_ack=True)[2] == b"during maintenance"
+    conn.close()
+
+    assert ctl.main(["--url", urls[target], "revive"]) == 0
+    _connect(member).close()
+    nodes = api_get(urls[target], "/nodes")
+    assert isinstance(nodes, list)
+    assert next(n for n in nodes if n["name"] == target)["being_drained"] is False
+    assert target not in _leaders(urls[target]).values()   # nothing moves back by itself
+
+    capsys.readouterr()
+    assert ctl.main(["--url", urls[others[0]], "rebalance", "quorum"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split("\t") == ["Node name", "Number of quorum queues"]
+    assert sorted(lines[2:]) == [f"{n}\t1" for n in sorted(everyone)]
+    for url in urls.values():
+        wait_for(lambda u=url: _counts(_leaders(u)) == {n: 1 for n in everyone}, 15,
+                 f"leaders not spread as {url} sees them: {_leaders(url)}")
