@@ -9,6 +9,7 @@ process's CPU time and bytes written to storage (psutil, when installed).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -352,6 +353,35 @@ class RabbitMQ(Broker):
             if epmd:
                 subprocess.run([epmd, "-kill"], capture_output=True, timeout=10,
                                env=dict(os.environ, ERL_EPMD_ADDRESS=HOST))
+
+
+@contextlib.contextmanager
+def rabbitmq_cluster(size: int = 3, prefix: str = "rbench") -> Iterator[list[RabbitMQ]]:
+    """``size`` private RabbitMQ nodes (:class:`RabbitMQ`, named ``<prefix><pid>n<i>@localhost``,
+    sharing the ``rabbitmq`` user's Erlang cookie) in one cluster: nodes 2.. run ``rabbitmqctl
+    stop_app``, ``join_cluster`` node 1, ``start_app`` (RabbitMQ "Clustering Guide"). Yields the
+    nodes, ``[]`` when rabbitmq-server is not installed; stops them all at the end (node 1, whose
+    port mapper the others use, last). Raises ``RuntimeError`` when a node does not boot or
+    join."""
+    nodes: list[RabbitMQ] = []
+    try:
+        for i in range(size):
+            node = RabbitMQ()
+            if not node.installed():
+                yield []
+                return
+            node.node = f"{prefix}{os.getpid()}n{i}@localhost"
+            node.start()
+            nodes.append(node)
+        for node in nodes[1:]:
+            for args in (("stop_app",), ("join_cluster", nodes[0].node), ("start_app",)):
+                done = node.rabbitmqctl(*args, timeout=120)
+                if done.returncode:
+                    raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()}")
+        yield nodes
+    finally:
+        for node in reversed(nodes):
+            node.stop()
 
 
 def stop_brokers(ours: OurBroker, rabbit: RabbitMQ | None, workdir: Path) -> None:

@@ -152,26 +152,13 @@ def memory(cluster: Cluster, backlog: int) -> float:
 
 def rabbitmq_throughput(seconds: float) -> dict | None:
     """The throughput run against a 3-node RabbitMQ cluster (None when RabbitMQ is missing)."""
-    import os
-
     import pika
 
-    from benchmarks.processes import RabbitMQ
+    from benchmarks.processes import rabbitmq_cluster
 
-    nodes = []
-    try:
-        for i in range(3):
-            node = RabbitMQ()
-            if not node.installed():
-                return None
-            node.node = f"qbench{os.getpid()}n{i}@localhost"
-            node.start()
-            nodes.append(node)
-        for node in nodes[1:]:
-            for args in (("stop_app",), ("join_cluster", nodes[0].node), ("start_app",)):
-                done = node.rabbitmqctl(*args, timeout=120)
-                if done.returncode:
-                    raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()}")
+    with rabbitmq_cluster(3, "qbench") as nodes:
+        if not nodes:
+            return None
         url = f"amqp://guest:guest@127.0.0.1:{nodes[0].port}/%2F"
         conn = pika.BlockingConnection(pika.URLParameters(url))
         conn.channel().queue_declare(QUEUE, durable=True, arguments={
@@ -185,9 +172,6 @@ def rabbitmq_throughput(seconds: float) -> dict | None:
         con = json.loads(consumer.communicate(timeout=seconds + 180)[0])
         return {"confirmed_per_s": pub["confirmed"] / pub["seconds"],
                 "consumed_per_s": con["consumed"] / con["seconds"], "version": nodes[0].version}
-    finally:
-        for node in reversed(nodes):
-            node.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

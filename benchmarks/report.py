@@ -230,10 +230,11 @@ def write_results(
 MAKE_BENCH_HEADING = "### make bench: ours against RabbitMQ"
 
 
-def place_latest(section: str, text: str) -> str:
-    """``text`` (RESULTS.md) with ``section`` (a ``### make bench...`` subsection) as the first
-    subsection of ``## Latest``, replacing the one there; the replaced one becomes the first
-    ``## `` section of ``## History`` (its headings one level up). Pure: str in, str out."""
+def place_latest(section: str, text: str, heading: str = MAKE_BENCH_HEADING) -> str:
+    """``text`` (RESULTS.md) with ``section`` (a ``### make bench...`` subsection, or another
+    whose first line starts with ``heading``) as the first subsection of ``## Latest``,
+    replacing the one there; the replaced one becomes the first ``## `` section of ``## History``
+    (its headings one level up). Pure: str in, str out."""
     if "\n## Latest\n" not in text or "\n## History\n" not in text:
         history = text.split("\n", 1)[1] if text.startswith("# ") else text
         return (f"{HEADER}\n## Latest\n\n{section}\n## History\n\n{history.strip()}\n"
@@ -242,8 +243,8 @@ def place_latest(section: str, text: str) -> str:
     latest, history = rest.split("\n## History\n", 1)
     subsections = latest.split("\n### ")
     intro, subs = subsections[0], ["### " + s for s in subsections[1:]]
-    replaced = [s for s in subs if s.startswith(MAKE_BENCH_HEADING)]
-    kept = [s for s in subs if not s.startswith(MAKE_BENCH_HEADING)]
+    replaced = [s for s in subs if s.startswith(heading)]
+    kept = [s for s in subs if not s.startswith(heading)]
     body = "\n".join([section.rstrip("\n") + "\n", *[s.rstrip("\n") + "\n" for s in kept]])
     new_latest = (intro.rstrip("\n") + "\n\n" if intro.strip() else "\n") + body
     moved = ""
