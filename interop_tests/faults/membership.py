@@ -31,7 +31,8 @@ broker): ``none``, ``kill`` (kill -9 of another broker, restarted after ``durati
 ``partition-halves`` (healed after ``duration`` s). ``AMQP_FAULTS_MEMBERSHIP_OPS=op,op``
 narrows the operations chosen from (``OPS_ENV``).
 
-Before the fault ends the nemesis waits (at most ``SETTLE_TIMEOUT`` s) for one agreed view and
+A group smaller than the cluster (a queue declared while a broker was still joining) is
+grown to every broker before the operation. Before the fault ends the nemesis waits (at most ``SETTLE_TIMEOUT`` s) for one agreed view and
 for the group to have every broker again (re-asking ``add_member`` for those missing: a change
 that timed out during a partition), so that the run ends with every replica in the group and the
 replica comparison covers them all. History events: ``membership`` (operation, target, companion),
@@ -305,6 +306,14 @@ def membership(ctx: Context, duration: float) -> None:
     op = ctx.rng.choice(chosen or ops)
     companion = ctx.rng.choice(COMPANIONS)
     members = queue_members(ctx) if ctx.queue_type == "quorum" else None
+    if members is not None and len(members) < len(ctx.brokers):
+        # a group smaller than the cluster (declared while a broker was still joining) is
+        # grown first, as an operator would before taking a member away: a group of two
+        # that loses one member's disk has no majority left, on RabbitMQ too
+        for b in ctx.brokers.brokers:
+            if b.name not in members:
+                _add(ctx, b.name)
+        members = queue_members(ctx)
     pool = [b.index for b in ctx.brokers.brokers
             if members is None or b.name in members] or list(range(len(ctx.brokers)))
     target = ctx.rng.choice(pool)
