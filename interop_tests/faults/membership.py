@@ -126,8 +126,10 @@ def queue_members(ctx: Context) -> list[str] | None:
 
 def _call(ctx: Context, what: str, method: str, path: str, body: dict[str, Any] | None = None,
           avoid: int | None = None) -> int | None:
-    """Ask the running brokers in turn (``avoid`` last) until one answers; record the answer;
-    returns its HTTP status (None: nobody answered)."""
+    """Ask the running brokers in turn (``avoid`` last) until one answers with success (a 404 or
+    5xx -- a broker still catching up, a change that timed out -- goes on to the next); record
+    each answer; returns the last HTTP status (None: nobody answered)."""
+    last = None
     order = [b for b in ctx.brokers.brokers if b.index != avoid] + \
         [b for b in ctx.brokers.brokers if b.index == avoid]
     for b in order:
@@ -141,8 +143,10 @@ def _call(ctx: Context, what: str, method: str, path: str, body: dict[str, Any] 
             ctx.record("member-call", what=what, asked=b.name, error=str(exc)[:120])
             continue
         ctx.record("member-call", what=what, asked=b.name, status=status, answer=answer)
-        return status
-    return None
+        last = status
+        if status < 400 or (status != 404 and status < 500):
+            return status
+    return last
 
 
 def _add(ctx: Context, node: str, avoid: int | None = None) -> int | None:
