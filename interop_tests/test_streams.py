@@ -121,6 +121,13 @@ def _refused(broker, action) -> tuple[int, str, bool]:
     ({"durable": True}, {"x-max-length": 10}, "invalid arg 'x-max-length'"),
     ({"durable": True}, {"x-dead-letter-exchange": "dlx"}, "invalid arg 'x-dead-letter-exchange'"),
     ({"durable": True}, {"x-max-age": "1x"}, "invalid arg 'x-max-age'"),
+    ({"durable": True}, {"x-initial-cluster-size": 0}, "invalid arg 'x-initial-cluster-size'"),
+    ({"durable": True}, {"x-initial-cluster-size": "two"}, "invalid arg 'x-initial-cluster-size'"),
+    ({"durable": True}, {"x-stream-max-segment-size-bytes": -1},
+     "invalid arg 'x-stream-max-segment-size-bytes'"),
+    ({"durable": True}, {"x-max-length-bytes": -5}, "invalid arg 'x-max-length-bytes'"),
+    ({"durable": True}, {"x-queue-leader-locator": "nowhere"},
+     "invalid arg 'x-queue-leader-locator'"),
 ])
 def test_declare_refusals(broker, unique_name, kwargs, arguments, needle):
     code, text, connection_level = _refused(

@@ -19,8 +19,9 @@ A stream declared on a clustered broker is replicated on the members of the view
 are (``cluster.quorum.config``; the same hidden arguments travel with the declaration); a stream
 declared on a broker that is not clustered stays a local ``queues.stream.StreamQueue`` (no Raft
 cost). A broker outside a stream's members (``x-initial-cluster-size`` smaller than the cluster)
-holds no replica: ``replicates`` says no, and it keeps a local stream of its own for the name
-(a limit, docs/limits.md).
+holds no replica in the group: it forwards its publishes to the leader and keeps a copy of the
+segments that it fetches from the members (``cluster.stream.observer``), which its consumers read;
+its confirms come with the fetch answers.
 
 Catch-up: a replica whose segments lack records its group applied (a snapshot installed past
 them, segment files lost) sends ``STREAM_FETCH`` (u64 offset) to the leader (else another
@@ -45,6 +46,7 @@ from cluster.raft.disklog import DiskLog
 from cluster.raft.node import RaftNode
 from cluster.stream.group import StreamGroup
 from cluster.stream.machine import StreamMachine
+from cluster.stream.observer import ObserverGroup
 from queues.stream.queue import stream_settings
 
 from ..protocol.methods import encode_method
@@ -76,11 +78,7 @@ class StreamReplicas:
         """Whether a stream with ``arguments`` is replicated here: declared with its group (a
         member's declaration, or recovery of a replicated stream), or declared now on a
         clustered broker."""
-        args = arguments or {}
-        members = args.get(qconfig.MEMBERS_ARG)
-        if qconfig.GROUP_ARG in args and isinstance(members, str):
-            return self.runtime.me in members.split(",")
-        return self.broker.cluster_hooks is not None
+        return qconfig.GROUP_ARG in (arguments or {}) or self.broker.cluster_hooks is not None
 
     def create(self, vhost: Any, name: str, settings: Any, *, arguments: dict) -> Any:
         """Open (or found) this broker's replica of stream ``name``: its Raft log under
@@ -116,14 +114,20 @@ class StreamReplicas:
         rep = _Replica(uid, vhost.name, name, members, directory, None)  # type: ignore[arg-type]
         for kind in (STREAM_FETCH, STREAM_RECORDS):
             rep.prefix[kind] = encode_method(1, Quorum(vhost.name, name, uid, kind))[7:-1]
-        disk = DiskLog(directory, fsync=rt.fsync)
-        state = disk.load()
-        fresh = not has_log(directory) or (not state.entries and not state.snapshot.index)
-        node = RaftNode(rt.me, state, rt.now_ms(), rt.timing, random.Random(),
-                        bootstrap=members if fresh else ())
-        group = StreamGroup(rt.me, rt.origin, node, StreamMachine())
-        rep.raft = rep.group = group   # type: ignore[assignment]
-        rep.log = disk
+        group: StreamGroup | ObserverGroup
+        node: RaftNode | None = None
+        if rt.me in members:
+            disk = DiskLog(directory, fsync=rt.fsync)
+            state = disk.load()
+            fresh = not has_log(directory) or (not state.entries and not state.snapshot.index)
+            node = RaftNode(rt.me, state, rt.now_ms(), rt.timing, random.Random(),
+                            bootstrap=members if fresh else ())
+            group = StreamGroup(rt.me, rt.origin, node, StreamMachine())
+            rep.raft = group   # type: ignore[assignment]
+            rep.log = disk
+        else:   # outside the members: a copy of the segments, fetched (cluster.stream.observer)
+            group = ObserverGroup(rt.me, rt.origin, members)
+        rep.group = group   # type: ignore[assignment]
         log_ = manager.open_log(vhost.name, name, segment_bytes=ss.segment_bytes,
                                 max_bytes=None, max_age_ms=None)
         rep.queue = ReplicatedStream(  # type: ignore[assignment]
@@ -132,6 +136,11 @@ class StreamReplicas:
             now_ms=rt.now_ms, wall_ms=rt.wall_ms, fetch=self._fetcher(rep),
             on_delete=lambda _q: rt._close(rep, delete_files=True))
         rt.replicas[uid] = rep
+        if node is None:
+            log.info("stream %r of vhost %r: no replica here, reading group %s (%s) from its "
+                     "members; segments at offsets %d..%d", name, vhost.name, uid,
+                     ", ".join(members), log_.first_offset, log_.next_offset)
+            return rep.queue
         rt.ticker_wanted()
         rt.execute(rep, node.tick(rt.now_ms()))
         log.info("stream %r of vhost %r: replica of group %s (%s), Raft log at index %d, "
@@ -144,17 +153,19 @@ class StreamReplicas:
         turn = [0]
 
         def fetch(offset: int) -> None:
-            group = rep.raft
+            group = rep.group
             if group is None or rep.closed:
                 return
             others = [m for m in group.members if m != rt.me]
             if not others:
                 return
+            # the leader every other time (it has applied the most), else the others in turn
+            # (a leader that lacks the records too, or none known)
+            turn[0] += 1
             leader = group.leader
-            if leader is None or leader == rt.me:   # rotate over the others
-                turn[0] += 1
-                leader = others[turn[0] % len(others)]
-            rt._send(rep, leader, STREAM_FETCH, _U64.pack(offset))
+            if leader is None or leader == rt.me or turn[0] % 2:
+                leader = others[(turn[0] // 2) % len(others)]
+            rt._send(rep, leader, STREAM_FETCH, _U64.pack(offset) + rt.origin.encode())
 
         return fetch
 
@@ -170,7 +181,8 @@ class StreamReplicas:
             return True
         if method.kind == STREAM_FETCH:
             if len(body) >= _U64.size:
-                answer = queue.records_from(_U64.unpack_from(body)[0])
+                origin = bytes(body[_U64.size:]).decode(errors="replace")
+                answer = queue.records_from(_U64.unpack_from(body)[0], origin)
                 if answer is not None:
                     rt._send(rep, channel.connection.peer_node, STREAM_RECORDS, answer)
         else:

@@ -29,6 +29,7 @@ from typing import Any
 
 from cluster.stream.group import StreamGroup
 from cluster.stream.machine import Appended, Effect, Retained, encode_append
+from cluster.stream.observer import ObserverGroup, Tail, decode_tail, encode_tail
 from queues.errors import QueueDeleted
 from queues.message import Message
 from queues.protocols import PublishResult
@@ -38,7 +39,7 @@ from queues.stream.log import StreamLog, short_string
 from queues.stream.manager import StreamManager
 from queues.stream.queue import STREAM, StreamQueue, StreamSettings
 
-__all__ = ["ReplicatedStream", "REPLICATED_STREAM", "FETCH_RETRY_MS", "FETCH_BYTES",
+__all__ = ["ReplicatedStream", "REPLICATED_STREAM", "FETCH_RETRY_MS", "FETCH_BYTES", "OBSERVE_MS",
            "encode_records", "decode_records"]
 
 log = logging.getLogger(__name__)
@@ -47,30 +48,35 @@ log = logging.getLogger(__name__)
 REPLICATED_STREAM: Capabilities = replace(STREAM, replicated=True)
 #: A fetch that got no answer is asked again after this long (ms).
 FETCH_RETRY_MS = 500
+#: A broker outside the members asks for news at most this often (ms).
+OBSERVE_MS = 100
 #: Bytes of records one fetch answer carries (at least one record).
 FETCH_BYTES = 512 << 10
 _HEAD = struct.Struct(">QB")   # first offset, reset flag
 
 
-def encode_records(first: int, reset: bool, records: list[fmt.Record]) -> bytes:
+def encode_records(first: int, reset: bool, tail: Tail, records: list[fmt.Record]) -> bytes:
     """A fetch answer: ``first`` u64 (the answering replica's first offset when ``reset``, else
     the first record's), ``reset`` u8 (the asker is behind the answerer's head: start over at
-    ``first``), then the records in their segment-file encoding."""
-    return b"".join((_HEAD.pack(first, 1 if reset else 0),
+    ``first``), the answerer's ``Tail`` (``cluster.stream.observer``), then the records in their
+    segment-file encoding (none when the answerer has nothing from there)."""
+    return b"".join((_HEAD.pack(first, 1 if reset else 0), encode_tail(tail),
                      *(fmt.encode_record(r.offset, r.timestamp, r.routing, r.header, r.body)
                        for r in records)))
 
 
-def decode_records(payload: bytes, next_offset: int) -> tuple[int, bool, list[fmt.Record]]:
-    """(first, reset, records) of ``encode_records`` bytes; records are decoded from
+def decode_records(payload: bytes, next_offset: int
+                   ) -> tuple[int, bool, Tail, list[fmt.Record]]:
+    """(first, reset, tail, records) of ``encode_records`` bytes; records are decoded from
     ``next_offset`` on (``first`` when ``reset``); decoding stops at the first bad one. Raises
     ``ValueError`` for a payload shorter than its head."""
     if len(payload) < _HEAD.size:
         raise ValueError("short stream records payload")
     first, reset = _HEAD.unpack_from(payload)
+    tail, pos = decode_tail(payload, _HEAD.size)
     start = first if reset else next_offset
-    records, _stop = fmt.scan_records(payload, _HEAD.size, 0, start)
-    return first, bool(reset), records
+    records, _stop = fmt.scan_records(payload, pos, 0, start)
+    return first, bool(reset), tail, records
 
 
 class ReplicatedStream(StreamQueue):
@@ -89,7 +95,8 @@ class ReplicatedStream(StreamQueue):
 
     capabilities = REPLICATED_STREAM
 
-    def __init__(self, vhost: str, name: str, settings: Any, log_: StreamLog, group: StreamGroup,
+    def __init__(self, vhost: str, name: str, settings: Any, log_: StreamLog,
+                 group: StreamGroup | ObserverGroup,
                  stream: StreamSettings, *, arguments: dict, manager: StreamManager,
                  execute: Callable[[list[Any]], None], wake: Callable[[Any], None],
                  now_ms: Callable[[], int], wall_ms: Callable[[], int],
@@ -236,47 +243,62 @@ class ReplicatedStream(StreamQueue):
 
     def expire(self) -> int:
         """The core's poll: on the leader, propose the retention point when it moved; on any
-        member, fetch what this replica lacks. Returns 0 (segments go when the log says)."""
+        member, fetch what this replica lacks; on a broker outside the members, re-send stale
+        publishes and ask a member what is new (every ``OBSERVE_MS``). Returns 0."""
         if self._deleted:
             return 0
-        if self.group.is_leader and (self.stream.max_age_ms is not None or
-                                     self.stream.max_bytes is not None):
+        group = self.group
+        if isinstance(group, ObserverGroup):
+            actions = group.tick(self._now_ms())
+            if actions:
+                self._execute(actions)
+            self.want_fetch(OBSERVE_MS)
+            return 0
+        if group.is_leader and (self.stream.max_age_ms is not None or
+                                self.stream.max_bytes is not None):
             self._retain()
-        if self.log.next_offset < self.group.machine.next_offset:
+        if self.log.next_offset < group.machine.next_offset:
             self.want_fetch()
         return 0
 
     def next_expiry(self) -> int | None:
-        """``clock()`` now when ``expire`` has work: leading with age retention, or records
-        missing here; else None."""
+        """``clock()`` now when ``expire`` has work: leading with age retention, records
+        missing here, or no replica here (always); else None."""
         if self._deleted:
             return None
         group = self.group
-        if (group.is_leader and self.stream.max_age_ms is not None) or \
-                self.log.next_offset < group.machine.next_offset:
+        if not group.holds_replica or (group.is_leader and self.stream.max_age_ms is not None) \
+                or self.log.next_offset < group.machine.next_offset:
             return self._now_ms()
         return None
 
     # ------------------------------------------------------------------ catching up
-    def want_fetch(self) -> None:
-        """Ask another member for the records from this replica's next offset (at most every
-        ``FETCH_RETRY_MS`` while no answer comes)."""
+    def want_fetch(self, interval: int = FETCH_RETRY_MS) -> None:
+        """Ask a member for the records from this replica's next offset, at most every
+        ``interval`` ms while no answer comes."""
         now = self._now_ms()
-        if now - self._fetch_ms >= FETCH_RETRY_MS:
+        if now - self._fetch_ms >= interval:
             self._fetch_ms = now
             self._fetch(self.log.next_offset)
 
-    def records_from(self, offset: int) -> bytes | None:
-        """The answer to another member's fetch from ``offset`` (``encode_records``): the
-        records here from there, or a reset to this replica's first offset when ``offset`` is
-        before it; None when this replica has nothing from ``offset``."""
+    def records_from(self, offset: int, origin: str = "") -> bytes | None:
+        """The answer to another broker's fetch from ``offset`` (``encode_records``): this
+        replica's ``Tail`` (with how far ``origin``'s Appends were applied) and its records
+        from there, or a reset to its first offset when ``offset`` is before it. None after
+        ``delete()``."""
         log_ = self.log
-        if self._deleted or offset >= log_.next_offset:
+        if self._deleted:
             return None
+        group = self.group
+        machine = group.machine
+        tail = Tail(machine.next_offset, machine.first_offset,
+                    machine.next_seq.get(origin, 1) - 1 if origin else 0, group.leader or "")
+        if offset >= log_.next_offset:
+            return encode_records(offset, False, tail, [])
         if offset < log_.first_offset:
-            return encode_records(log_.first_offset, True,
+            return encode_records(log_.first_offset, True, tail,
                                   log_.read_records(log_.first_offset, FETCH_BYTES))
-        return encode_records(offset, False, log_.read_records(offset, FETCH_BYTES))
+        return encode_records(offset, False, tail, log_.read_records(offset, FETCH_BYTES))
 
     def on_records(self, payload: bytes) -> None:
         """A fetch answer: append what follows this replica's segments; ask for more while
@@ -285,9 +307,15 @@ class ReplicatedStream(StreamQueue):
             return
         log_ = self.log
         try:
-            first, reset, records = decode_records(payload, log_.next_offset)
+            first, reset, tail, records = decode_records(payload, log_.next_offset)
         except ValueError:
             return
+        group = self.group
+        if isinstance(group, ObserverGroup):   # no replica here: the members' counters
+            group.told(tail)
+            self._progress()
+            if group.machine.first_offset > log_.first_offset:
+                self._retained(group.machine.first_offset)
         if reset and log_.next_offset < first:
             log_.reset(first)
         wrote = False
@@ -302,6 +330,8 @@ class ReplicatedStream(StreamQueue):
         self._fetch_ms = -FETCH_RETRY_MS
         if log_.next_offset < self.group.machine.next_offset and wrote:
             self.want_fetch()
+        elif wrote or reset:
+            self._fetch_ms = self._now_ms()   # caught up: an observer polls again later
 
     # ------------------------------------------------------------------ the rest
     def delete(self) -> list[Any]:

@@ -151,3 +151,19 @@ def test_retention_is_decided_by_the_leader_and_the_same_on_every_member(three):
     assert counts == [60 - first] * 3
     assert _read(n2, "logs", 60 - first, offset=first) == \
         [(i, b"%04d" % i + b"." * 300) for i in range(first, 60)]
+
+
+def test_a_broker_outside_x_initial_cluster_size_publishes_and_reads_through_the_members(three):
+    _cluster, members, api = three
+    _declare(members[0], "pairs", **{"x-initial-cluster-size": 2})
+    wait_for(lambda: isinstance(api_get(api, "/queues/%2F/pairs"), dict), 10, "not declared")
+    replicas = sorted(api_get(api, "/queues/%2F/pairs")["members"])  # type: ignore[index]
+    assert len(replicas) == 2
+    outside = next(m for m in members if m.name not in replicas)
+    _publish(outside, "pairs", [b"o-%d" % i for i in range(10)])   # confirmed through them
+    _publish(next(m for m in members if m is not outside), "pairs", [b"r-%d" % i for i in range(10)])
+    expected = list(enumerate([b"o-%d" % i for i in range(10)] + [b"r-%d" % i for i in range(10)]))
+    for member in members:
+        assert _read(member, "pairs", 20) == expected, member.name
+    wait_for(lambda: [_count(m, "pairs") for m in members] == [20] * 3, 10,
+             f"counts {[_count(m, 'pairs') for m in members]}")
