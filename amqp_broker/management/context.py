@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.stats import MessageTotals, message_totals
 
@@ -91,7 +91,8 @@ class Management:
     """Everything the HTTP apps need: ``broker``, this node's ``listeners``, ``sampler``,
     ``data_dir`` (for disk figures), ``started_at`` (wall seconds), ``peer_cache`` (the other
     members' listeners by AMQP address, with the monotonic time they expire: ``peers``);
-    ``vhost_meta`` reads the broker's."""
+    ``maintenance_wake``: the event ``maintenance.drain`` sets for ``maintenance.enforce`` (an
+    ``anyio.Event``, made in the event loop); ``vhost_meta`` reads the broker's."""
 
     broker: Broker
     listeners: list[Listener] = field(default_factory=list)
@@ -99,6 +100,7 @@ class Management:
     sampler: Sampler | None = None
     started_at: float = field(default_factory=time.time)
     peer_cache: dict[str, tuple[float, list[Listener] | None]] = field(default_factory=dict)
+    maintenance_wake: Any = None
 
     def __post_init__(self) -> None:
         if self.sampler is None:

@@ -12,7 +12,10 @@ leadership to the most up-to-date member not in maintenance (Raft thesis §3.10:
 timeout to wait out; RabbitMQ stops the leader and lets the others elect). The hand-overs are
 asked again every ``RETRY_S`` until none leads here or ``timeout`` seconds passed (a group
 without another member keeps its leader). Its answer: the node, connections closed, leaders
-handed over, leaders still here. The state is kept in memory only: a restart revives the broker,
+handed over, leaders still here. Until ``revive``, ``enforce`` (a task the management server
+starts; it sleeps while the broker is not drained) keeps it so every ``RETRY_S``: a replica
+opened here meanwhile (a queue declared on another member) is put in standby, and one that
+leads hands over. The state is kept in memory only: a restart revives the broker,
 as RabbitMQ ("Successful boot resets node maintenance state", ``rabbit.erl``).
 ``revive(mgmt)``: clients are accepted again and the replicas may stand for election again;
 leaderships do not move back by themselves (``rebalance`` does that).
@@ -46,7 +49,8 @@ from .context import Management
 from .node import cluster_view
 from .shapes import visible_connections
 
-__all__ = ["drain", "revive", "rebalance", "MAINTENANCE_TEXT", "RETRY_S", "MOVE_TIMEOUT_S"]
+__all__ = ["drain", "enforce", "revive", "rebalance", "MAINTENANCE_TEXT", "RETRY_S",
+           "MOVE_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -168,10 +172,24 @@ async def drain(mgmt: Management, timeout: float = 30.0) -> dict[str, Any]:
             if remaining:
                 _standby(mgmt, True)   # replicas opened meanwhile
                 remaining = _hand_over(mgmt, drained)
+    if mgmt.maintenance_wake is not None:
+        mgmt.maintenance_wake.set()   # ``enforce`` keeps it so from now on
     log.info("Node %s is ready to be shut down for maintenance or upgrade (%d quorum queue "
              "leaders handed over, %d still here)", me, first - remaining, remaining)
     return {"node": me, "connections_closed": len(conns),
             "leaders_transferred": first - remaining, "leaders_remaining": remaining}
+
+
+async def enforce(mgmt: Management) -> None:
+    """While the broker is drained: every ``RETRY_S`` its replicas are put in standby and those
+    that lead hand over (module docstring); asleep otherwise. Runs until cancelled."""
+    while True:
+        mgmt.maintenance_wake = wake = anyio.Event()
+        await wake.wait()
+        while mgmt.broker.draining:
+            _standby(mgmt, True)
+            _hand_over(mgmt, set())
+            await anyio.sleep(RETRY_S)
 
 
 def revive(mgmt: Management) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from hypercorn.config import Config as HyperConfig
 from starlette.types import ASGIApp
 
 from ..server import bind_errors
+from . import maintenance
 from .context import Listener, Management
 from .peers import publish
 
@@ -136,6 +137,8 @@ async def start(broker: Broker, config: Config, tg: TaskGroup) -> Management:
         tg.start_soon(serve_http, build(mgmt), sock, tls)
     if apps:   # the rates feed the HTTP endpoints only: no periodic scan without them
         tg.start_soon(_sampler, mgmt)
+    if config.management_port:   # drain / revive come through the API; asleep until a drain
+        tg.start_soon(maintenance.enforce, mgmt)
     publish(mgmt)
     return mgmt
 

@@ -4,7 +4,8 @@ RabbitMQ's ``rabbitmq-upgrade drain`` / ``revive`` and ``rabbitmq-queues rebalan
 - ``ctl drain`` on one broker: its client connection is closed with 320 CONNECTION_FORCED "Node
   was put into maintenance mode" (RabbitMQ's text), a new client is refused with 320, the quorum
   queues it led are led by the others (as every member sees it), ``/api/nodes`` shows
-  ``being_drained``, and publishing and getting through another member go on;
+  ``being_drained``, publishing and getting through another member go on, and a quorum queue
+  declared meanwhile is led by another member;
 - ``ctl revive``: clients are served again, the broker leads nothing until
 - ``ctl rebalance``: the three queues' leaderships end one per broker, as the table it prints says.
 """
@@ -24,12 +25,12 @@ pytestmark = pytest.mark.timeout(240)
 QUEUES = [f"mq{i}" for i in range(3)]
 
 
-def _leaders(url: str) -> dict[str, str | None]:
-    """Queue name -> its leader, as the broker at ``url`` shows them (empty when it does not
-    answer)."""
+def _leaders(url: str, *names: str) -> dict[str, str | None]:
+    """Queue name -> its leader (of ``QUEUES``, or of ``names``), as the broker at ``url``
+    shows them (empty when it does not answer)."""
     queues = api_get(url, "/queues/%2F") or []
     assert isinstance(queues, list)
-    return {q["name"]: q.get("leader") for q in queues if q["name"] in QUEUES}
+    return {q["name"]: q.get("leader") for q in queues if q["name"] in (names or QUEUES)}
 
 
 def _counts(leaders: dict[str, str | None]) -> dict[str | None, int]:
@@ -88,6 +89,12 @@ def test_drain_revive_and_rebalance(cluster: Cluster, capsys):
     for name in QUEUES:
         ch.basic_publish("", name, b"during maintenance")
     assert ch.basic_get(QUEUES[0], auto_ack=True)[2] == b"during maintenance"
+    conn.close()
+    declare(served, "mq-new")   # a group made during maintenance: the drained member leads not
+    wait_for(lambda: _leaders(urls[others[0]], "mq-new").get("mq-new") in others, 15,
+             f"mq-new led by {target} while drained")
+    conn = _connect(served)
+    conn.channel().queue_delete("mq-new")
     conn.close()
 
     assert ctl.main(["--url", urls[target], "revive"]) == 0
