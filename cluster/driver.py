@@ -3,11 +3,14 @@
 Owns the glue of the Qpid ClusteringHA proposal: feeding ``membership.Node`` with received Cluster
 methods, clock ticks and send failures, and carrying out its actions (send, replay to a joiner and
 Synch, apply a buffered replay in the leader-first order, open the client listener after every
-Synch, publish the view in Connection.Start server properties); propagating a client's change to
-every member (wrapped in Cluster.InVhost for a vhost other than the links' "/") and answering the
-client after the reply policy's number of answers (``all``, ``majority``, ``none`` or a number);
-sending users, permissions, vhosts (Cluster.Definition) and policies as they change; buffering,
-on a joining node, the methods a member sends until its replay may be applied. Sans-IO: the links
+Synch, publish the view in Connection.Start server properties); propagating a client's change
+that is no definition (Queue.Purge; definitions are the metadata log's,
+``amqp_broker.clustering.metadata``) to every member (wrapped in Cluster.InVhost for a vhost other
+than the links' "/") and answering the client after the reply policy's number of answers
+(``all``, ``majority``, ``none`` or a number: ``reply_quorum``, which the metadata log's answers
+use too); buffering, on a joining node, the methods a member sends until its replay may be
+applied. Cluster.Definition and Cluster.Policy (the broadcast design's users, vhosts,
+permissions and policies) are no longer sent; one received is ignored. Sans-IO: the links
 (``cluster.links``) do the I/O, ``tick(now)`` is called by a timer. Must not know: sockets, anyio,
 the core's internals beyond the broker's cluster seams (``peer_handler``, ``cluster_hooks``,
 ``cluster_properties``, ``accepting_clients``).
@@ -163,10 +166,6 @@ class ClusterDriver:
         self.peer_first: PeerHandler | None = None
         self._applied: set[str] = set()
         self.on_view: Callable[[int, a.Members], None] | None = None
-        #: ``on_policy(vhost, name, body)``: a member's Cluster.Policy (empty body: cleared).
-        self.on_policy: Callable[[str, str, str], None] | None = None
-        #: ``on_definition(kind, vhost, user, body)``: a member's Cluster.Definition.
-        self.on_definition: Callable[[str, str, str, str], None] | None = None
         #: ``on_in_vhost(channel, vhost, payload)``: run the method frame ``payload`` a member
         #: sent for ``vhost`` (Cluster.InVhost) on ``channel`` as if it were opened there.
         self.on_in_vhost: Callable[[Any, str, bytes], None] | None = None
@@ -205,13 +204,7 @@ class ClusterDriver:
             if self.on_consumers is not None and method.node != self.node.name:
                 self.on_consumers(method.vhost, method.queue, method.node, method.count)
             return True
-        if isinstance(method, Policy):
-            if self.on_policy is not None:
-                self.on_policy(method.vhost, method.policy, method.body)
-            return True
-        if isinstance(method, Definition):
-            if self.on_definition is not None:
-                self.on_definition(method.kind, method.vhost, method.user, method.body)
+        if isinstance(method, Policy | Definition):   # the broadcast design's: the log has them
             return True
         return False
 
@@ -219,21 +212,6 @@ class ClusterDriver:
         """True on a node still joining while ``sender``'s replay has not been applied."""
         status = self.node.status
         return (status is _JOINING or status is _SYNCING) and sender not in self._applied
-
-    def definition_changed(self, kind: str, vhost: str, user: str, body: str) -> None:
-        """A user, permission or vhost changed here (``body`` JSON, empty: deleted): tell every
-        member (Cluster.Definition, not answered; a member that misses it gets it in a later
-        replay)."""
-        for member, address in self.node.members:
-            if member != self.node.name:
-                self.links.send(member, address, Definition(kind, vhost, user, body))
-
-    def policy_changed(self, vhost: str, name: str, body: str) -> None:
-        """A policy was set (``body``, JSON) or cleared (empty) here: tell every member
-        (Cluster.Policy, not answered; a member that misses it gets it in a later replay)."""
-        for member, address in self.node.members:
-            if member != self.node.name:
-                self.links.send(member, address, Policy(vhost, name, body))
 
     # ------------------------------------------------------------------ shared-queue dealing
     def consumers_changed(self, vhost: str, queue: str, count: int) -> None:

@@ -7,7 +7,7 @@ equal to the records: missing ones created, differing ones changed or re-created
 deleted with their stored messages), ``reconcile_access`` (vhosts, users, permissions, policies)
 and ``reconcile`` (all of it: after a member caught up with the log, or installed a snapshot,
 so it forgets what was deleted while it was away). The broker's own operations
-(``VirtualHost``, ``core.access_store``, ``core.policy_store``, with ``propagate=False``) do the
+(``VirtualHost``, ``core.access_store``, ``core.policy_store``) do the
 changes, so the definitions store (definitions.db) stays their cache, and Basic.Cancel reaches
 the consumers of a deleted queue. Must not know: Raft, links.
 
@@ -66,7 +66,7 @@ def _owner(broker: Broker, origin: str, owner: str) -> Any:
 def _vhost(broker: Broker, st: VhostState) -> VirtualHost:
     vh = broker.vhosts.get(st.name)
     if vh is None:
-        access_store.add_vhost(broker, st.name, st.description, st.tags, propagate=False)
+        access_store.add_vhost(broker, st.name, st.description, st.tags)
         vh = broker.vhosts[st.name]
     return vh
 
@@ -230,42 +230,41 @@ def reconcile_access(broker: Broker, state: MetadataState) -> None:
     ``broker`` made equal to ``state`` (a deleted vhost goes with its connections, queues and
     stored messages, ``access_store.delete_vhost``)."""
     for name in [n for n in broker.vhosts if n not in state.vhosts]:
-        access_store.delete_vhost(broker, name, propagate=False)
+        access_store.delete_vhost(broker, name)
     for name, st in state.vhosts.items():
         if broker.vhosts.get(name) is None or broker.vhost_meta.get(name) != (st.description,
                                                                               st.tags):
-            access_store.add_vhost(broker, name, st.description, st.tags, propagate=False)
+            access_store.add_vhost(broker, name, st.description, st.tags)
     users = broker.access.users
     for name in [n for n in users if n not in state.users]:
-        access_store.delete_user(broker, name, propagate=False)
+        access_store.delete_user(broker, name)
     for name, acc in state.users.items():
         old = users.get(name)
         if old is None or (old.password_hash, old.hashing_algorithm, tuple(old.tags)) != \
                 (acc.password_hash, acc.hashing_algorithm, tuple(acc.tags)):
             access_store.save_user(broker, Account(name, acc.password_hash,
                                                    acc.hashing_algorithm, tuple(acc.tags),
-                                                   old.loopback_only if old else False),
-                                   propagate=False)
+                                                   old.loopback_only if old else False))
     perms = broker.access.permissions
     for user, vhost in [k for k in perms if k not in state.permissions]:
-        access_store.delete_permission(broker, user, vhost, propagate=False)
+        access_store.delete_permission(broker, user, vhost)
     for (user, vhost), grant in state.permissions.items():
         if perms.get((user, vhost)) != grant:
             try:
-                access_store.save_permission(broker, user, vhost, grant, propagate=False)
+                access_store.save_permission(broker, user, vhost, grant)
             except KeyError:
                 pass
     want = {(p.vhost, p.name): p for p in state.policies.list()}
     for p in broker.policies.list():
         if (p.vhost, p.name) not in want:
-            policy_store.clear_policy(broker, p.vhost, p.name, propagate=False)
+            policy_store.clear_policy(broker, p.vhost, p.name)
     for key, p in want.items():
         have = broker.policies.get(*key)
         if have is None or have.to_json() != p.to_json():
             try:
                 policy_store.set_policy(broker, Policy(p.vhost, p.name, p.pattern,
                                                        dict(p.definition), p.priority,
-                                                       p.apply_to), propagate=False)
+                                                       p.apply_to))
             except KeyError:
                 pass
 

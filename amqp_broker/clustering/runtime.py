@@ -28,7 +28,7 @@ from cluster.membership import Node, Status
 
 from .. import __version__
 from ..config import Config
-from ..core import access_store, policy_store, proxies, relay
+from ..core import proxies, relay
 from ..core.broker import Broker
 from ..core.relay_inbox import ACK_DELAY_S
 from . import discovery
@@ -160,8 +160,7 @@ async def start_cluster(broker: Broker, config: Config, port: int,
         link_down(peer)
 
     driver = ClusterDriver(node, broker, links,
-                           lambda shared: replay_methods(broker, shared, config.node_name,
-                                                         definitions=False),
+                           lambda shared: replay_methods(broker, config.node_name),
                            time.monotonic, config.sync_replies, lambda: load_figures(broker),
                            on_consumers, on_node_removed,
                            lambda vote: save_vote(config.data_dir, vote,
@@ -189,10 +188,6 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     driver.on_view = on_view
     driver.peer_first = (quorum or metadata.host).on_peer_method
     broker.cluster_hooks = driver
-    driver.on_policy = lambda vhost, name, body: policy_store.apply_remote(broker, vhost, name,
-                                                                           body)
-    driver.on_definition = lambda kind, vhost, user, body: access_store.apply_remote(
-        broker, kind, vhost, user, body)
     driver.on_in_vhost = lambda channel, vhost, payload: channel.on_method_in_vhost(vhost, payload)
     broker.cluster_properties.update({"cluster_name": node.cluster_name,
                                       "cluster_view": 0, "cluster_members": [me]})

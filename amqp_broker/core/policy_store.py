@@ -1,12 +1,11 @@
 """Setting, clearing and restoring policies (issue 12): ``broker.policies`` (``core.policies``),
 the definitions store (table ``policies`` of definitions.db) and the cluster, in one place.
 
-A change made here (management API, ``amqp-broker ctl set_policy``, a definitions import) is
-applied to this broker, stored, and sent to every other member through
-``broker.cluster_hooks.policy_changed(vhost, name, body)`` when the cluster driver offers it (an
-empty body clears). A member applies a peer's change with ``apply_remote`` (stored, not sent on).
-A joiner gets every policy in the leader's replay. Every change is re-applied to the vhost's
-existing classic queues (``reapply``). Errors: ``PolicyError`` (400) for a bad policy,
+A change made here is applied to this broker and stored: on a single broker by the management
+API (``amqp-broker ctl set_policy``, a definitions import); in a cluster by every member when it
+applies the change committed in the cluster metadata log (``amqp_broker.clustering``), which the
+API proposes instead. Every change is re-applied to the vhost's existing classic queues
+(``reapply``). Errors: ``PolicyError`` (400) for a bad policy,
 ``KeyError`` for an unknown vhost. Source: RabbitMQ "Policies" (policies are cluster-wide and
 survive restarts).
 """
@@ -25,7 +24,7 @@ from .policies import Policy, PolicyError, reapplied_arguments
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["load_policies", "set_policy", "clear_policy", "apply_remote", "reapply"]
+__all__ = ["load_policies", "set_policy", "clear_policy", "reapply"]
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +48,7 @@ def load_policies(broker: Broker) -> int:
     return count
 
 
-def _send(broker: Broker, vhost: str, name: str, body: str) -> None:
-    send = getattr(broker.cluster_hooks, "policy_changed", None)
-    if send is not None:
-        send(vhost, name, body)
-
-
-def set_policy(broker: Broker, policy: Policy, *, propagate: bool = True) -> bool:
+def set_policy(broker: Broker, policy: Policy) -> bool:
     """Add or replace ``policy`` (already validated: ``policies.make_policy``); True when it
     replaced one. ``KeyError`` when its vhost does not exist. Re-applied to the vhost's existing
     classic queues (``reapply``)."""
@@ -66,22 +59,17 @@ def set_policy(broker: Broker, policy: Policy, *, propagate: bool = True) -> boo
     body = policy.encode()
     if store is not None:
         store.save_policy(policy.vhost, policy.name, body)
-    if propagate:
-        _send(broker, policy.vhost, policy.name, body)
     log.info("policy %r of vhost %r set: %s", policy.name, policy.vhost, body)
     reapply(broker, policy.vhost)
     return existed
 
 
-def clear_policy(broker: Broker, vhost: str, name: str, *, propagate: bool = True) -> bool:
-    """Remove policy ``name`` of ``vhost``; False when there was none (still sent on, so a
-    member that had it drops it too)."""
+def clear_policy(broker: Broker, vhost: str, name: str) -> bool:
+    """Remove policy ``name`` of ``vhost``; False when there was none."""
     gone = broker.policies.delete(vhost, name)
     store = broker.durability.definitions
     if store is not None:
         store.delete_policy(vhost, name)
-    if propagate:
-        _send(broker, vhost, name, "")
     if gone:
         log.info("policy %r of vhost %r cleared", name, vhost)
         reapply(broker, vhost)
@@ -121,17 +109,3 @@ def reapply(broker: Broker, vhost_name: str) -> int:
     if changed:
         log.info("policies re-applied to %d queue(s) of vhost %r", changed, vhost_name)
     return changed
-
-
-def apply_remote(broker: Broker, vhost: str, name: str, body: str) -> None:
-    """A member's change (Cluster.Policy): set (``body`` a ``Policy.encode`` text) or clear
-    (empty ``body``) here, without sending it on. A body that does not decode, or names an
-    unknown vhost, is logged and ignored."""
-    if not body:
-        clear_policy(broker, vhost, name, propagate=False)
-        return
-    try:
-        policy = Policy.decode(body)
-        set_policy(broker, policy, propagate=False)
-    except (PolicyError, KeyError) as exc:
-        log.warning("policy %r of vhost %r from a member ignored: %s", name, vhost, exc)

@@ -6,9 +6,9 @@ Owns, per vhost, the map proxy name -> home node. A proxy is only a name in our 
 bindings to it route here) with no queue object: messages routed to proxies are collected per home
 node and relayed once per home (``relay(home, vhost, "", message)``); the home then routes the
 message itself and keeps it for its private queues only (``route_private``). A proxy is made when
-a member announces a private queue (Queue.Declare with ``x-cluster-home``), and dropped when that
-queue is deleted or its home leaves the view. Must not know: links (the sink is
-``broker.relay_sink``).
+the cluster metadata log records a private queue of another member (``clustering.metadata_follow``),
+and dropped when that queue is deleted or its home leaves the view. Must not know: links (the sink
+is ``broker.relay_sink``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ if TYPE_CHECKING:
 
     from .vhost import VirtualHost
 
-__all__ = ["HOME_ARGUMENT", "add_proxy", "remove_proxy", "remove_home", "relay_to_homes",
-           "route_private"]
-
-HOME_ARGUMENT = "x-cluster-home"
+__all__ = ["add_proxy", "remove_proxy", "remove_home", "relay_to_homes", "route_private"]
 
 
 def add_proxy(vhost: VirtualHost, name: str, home: str) -> None:

@@ -134,31 +134,29 @@ class SingleBroker:
                     "priority": cmd.priority, "apply-to": cmd.apply_to})
             except PolicyError:
                 return ("refused",)
-            return ("stored", not policy_store.set_policy(b, policy, propagate=False))
+            return ("stored", not policy_store.set_policy(b, policy))
         if isinstance(cmd, m.ClearPolicy):
-            return ("deleted", policy_store.clear_policy(b, cmd.vhost, cmd.name,
-                                                         propagate=False))
+            return ("deleted", policy_store.clear_policy(b, cmd.vhost, cmd.name))
         if isinstance(cmd, m.AddVhost):
             return ("stored", access_store.add_vhost(b, cmd.name, cmd.description, cmd.tags,
-                                                     cmd.creator, propagate=False))
+                                                     cmd.creator))
         if isinstance(cmd, m.DeleteVhost):
-            return ("deleted", access_store.delete_vhost(b, cmd.name, propagate=False))
+            return ("deleted", access_store.delete_vhost(b, cmd.name))
         if isinstance(cmd, m.PutUser):
             new = cmd.name not in b.access.users
             access_store.save_user(b, Account(cmd.name, cmd.password_hash,
-                                              cmd.hashing_algorithm, cmd.tags), propagate=False)
+                                              cmd.hashing_algorithm, cmd.tags))
             return ("stored", new)
         if isinstance(cmd, m.DeleteUser):
-            return ("deleted", access_store.delete_user(b, cmd.name, propagate=False))
+            return ("deleted", access_store.delete_user(b, cmd.name))
         if isinstance(cmd, m.SetPermission):
             if cmd.vhost not in b.vhosts or cmd.user not in b.access.users:
                 return ("refused",)   # 400 vhost_or_user_not_found
             new = (cmd.user, cmd.vhost) not in b.access.permissions
-            access_store.save_permission(b, cmd.user, cmd.vhost, Grant(cmd.configure, cmd.write, cmd.read), propagate=False)
+            access_store.save_permission(b, cmd.user, cmd.vhost, Grant(cmd.configure, cmd.write, cmd.read))
             return ("stored", new)
         assert isinstance(cmd, m.ClearPermission)
-        return ("deleted", access_store.delete_permission(b, cmd.user, cmd.vhost,
-                                                          propagate=False))
+        return ("deleted", access_store.delete_permission(b, cmd.user, cmd.vhost))
 
     def definitions(self) -> dict[str, Any]:
         """Everything the machine must hold too, in comparable shapes."""

@@ -21,7 +21,6 @@ from routing.destination import Destination
 from ...protocol import constants as c
 from ...protocol.errors import ChannelException, ConnectionException
 from ..access import permit, permit_bind
-from ..proxies import HOME_ARGUMENT, add_proxy, remove_proxy
 from ..vhost import send_cancel
 from .propagation import metadata_of, propose, reply
 
@@ -50,11 +49,6 @@ def queue_name(ch: Channel, name: str) -> str:
 def declare(ch: Channel, m: cmd.Queue.Declare) -> None:
     """Queue.Declare -> Declare-Ok(queue, message_count, consumer_count)."""
     name = m.queue
-    if ch.connection.is_peer and m.arguments and HOME_ARGUMENT in m.arguments:
-        add_proxy(ch.vhost, name, str(m.arguments[HOME_ARGUMENT]))  # another member's private queue
-        if not m.nowait:
-            ch.connection.send_method(ch.id, cmd.Queue.DeclareOk(name, 0, 0))
-        return
     if not name:
         if m.passive:
             name = queue_name(ch, name)
@@ -73,13 +67,9 @@ def declare(ch: Channel, m: cmd.Queue.Declare) -> None:
     if q.capabilities.replicated and not m.passive:
         # with the group its factory chose (x-quorum-members); declared as a field table
         m.arguments = cast("FieldTable", q.arguments)
-    ok = None if m.nowait else cmd.Queue.DeclareOk(q.name, q.message_count, q.consumer_count)
-    if q.exclusive_owner is not None:  # private: the other members get a proxy of it
-        proxy = cmd.Queue.Declare(queue=q.name, arguments={
-            HOME_ARGUMENT: ch.connection.broker.settings.node_name})
-        reply(ch, proxy, ok, local_only=m.passive)
-    else:
-        reply(ch, m, ok, local_only=m.passive)
+    if not m.nowait:   # a single broker's, or a passive one's in a cluster
+        ch.connection.send_method(ch.id, cmd.Queue.DeclareOk(q.name, q.message_count,
+                                                             q.consumer_count))
 
 
 def _propose_declare(ch: Channel, m: cmd.Queue.Declare, name: str) -> None:
@@ -100,22 +90,8 @@ def _propose_declare(ch: Channel, m: cmd.Queue.Declare, name: str) -> None:
     propose(ch, m, ok)
 
 
-def _peer_proxy_bind(ch: Channel, m: cmd.Queue.Bind | cmd.Queue.Unbind, unbind: bool) -> bool:
-    """A member binds its private queue: we bind our proxy of it. False when not that case."""
-    if not (ch.connection.is_peer and m.queue in ch.vhost.proxies):
-        return False
-    ch.vhost.bind(m.exchange, Destination("queue", m.queue), m.routing_key, m.arguments,
-                  unbind=unbind)
-    # Queue.Unbind has no nowait: ``unbind`` tells which method ``m`` is
-    if unbind or not cast(cmd.Queue.Bind, m).nowait:
-        ch.connection.send_method(ch.id, cmd.Queue.UnbindOk() if unbind else cmd.Queue.BindOk())
-    return True
-
-
 def bind(ch: Channel, m: cmd.Queue.Bind) -> None:
-    """Queue.Bind -> Bind-Ok (propagated; for a private queue, to the members' proxies)."""
-    if _peer_proxy_bind(ch, m, unbind=False):
-        return
+    """Queue.Bind -> Bind-Ok."""
     permit_bind(ch, m.exchange, "queue", queue_name(ch, m.queue))
     if metadata_of(ch) is not None:
         m.queue = queue_name(ch, m.queue)
@@ -130,8 +106,6 @@ def bind(ch: Channel, m: cmd.Queue.Bind) -> None:
 def unbind(ch: Channel, m: cmd.Queue.Unbind) -> None:
     """Queue.Unbind -> Unbind-Ok. Idempotent as in RabbitMQ: a missing queue, exchange or
     binding is not an error (405 still for another connection's exclusive queue)."""
-    if _peer_proxy_bind(ch, m, unbind=True):
-        return
     permit_bind(ch, m.exchange, "queue", queue_name(ch, m.queue))
     name = queue_name(ch, m.queue)
     if metadata_of(ch) is not None:
@@ -186,10 +160,6 @@ def delete(ch: Channel, m: cmd.Queue.Delete) -> None:
     name = queue_name(ch, m.queue)
     permit(ch, "configure", "queue", name)
     vhost = ch.vhost
-    if ch.connection.is_peer and remove_proxy(vhost, name):
-        if not m.nowait:
-            ch.connection.send_method(ch.id, cmd.Queue.DeleteOk(0))
-        return
     q = vhost.queues.get(name)
     count = 0
     cancels: list[tuple[Channel, str]] = []
