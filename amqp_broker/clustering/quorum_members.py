@@ -259,10 +259,16 @@ class ReplicaManagement:
     # ------------------------------------------------------------------ operations
     def find(self, vhost: str, name: str) -> Any:
         """The quorum queue ``name`` of ``vhost`` here. Raises ``MemberError("not_found")``."""
-        for rep in self.replicas.values():
-            if rep.vhost == vhost and rep.name == name and not rep.closed:
+        for rep in self._quorum_replicas():
+            if rep.vhost == vhost and rep.name == name:
                 return rep
         raise MemberError("not_found")
+
+    def _quorum_replicas(self) -> list[Any]:
+        """The open replicas of quorum queues (a replicated stream's group is hosted here too,
+        ``amqp_broker.clustering.stream``, but has no replica management yet)."""
+        return [r for r in list(self.replicas.values())
+                if not r.closed and not getattr(r.queue, "is_stream", False)]
 
     def members_of(self, rep: Any) -> tuple[str, ...]:
         """The group's committed members as this broker knows them."""
@@ -319,8 +325,8 @@ class ReplicaManagement:
         if node not in self.view:
             raise MemberError("node_not_running")
         vre, qre = re.compile(vhost_pattern), re.compile(queue_pattern)
-        chosen = [r for r in list(self.replicas.values())
-                  if not r.closed and vre.fullmatch(r.vhost) and qre.fullmatch(r.name)
+        chosen = [r for r in self._quorum_replicas()
+                  if vre.fullmatch(r.vhost) and qre.fullmatch(r.name)
                   and grows(strategy, node, self.members_of(r))]
         return await self._each(chosen, ADD, node, timeout)
 
@@ -328,8 +334,7 @@ class ReplicaManagement:
         """``rabbitmq-queues shrink NODE``: delete ``node``'s replica from every quorum queue
         it is a member of (a dead node's too); a queue whose only member it is reports
         ``last_node``. One result per queue as ``grow``."""
-        chosen = [r for r in list(self.replicas.values())
-                  if not r.closed and node in self.members_of(r)]
+        chosen = [r for r in self._quorum_replicas() if node in self.members_of(r)]
         return await self._each(chosen, DELETE, node, timeout)
 
     async def _each(self, reps: list[Any], op: int, node: str, timeout: float) -> list[dict]:
