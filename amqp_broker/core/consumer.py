@@ -15,7 +15,7 @@ from ..protocol.delivery import (
     encode_deliver_parts,
     encode_routing,
 )
-from .stats import CONSUME_AUTO, CONSUME_MANUAL, REDELIVERED, typed_slot
+from .stats import ACKED, CONSUME_AUTO, CONSUME_MANUAL, REDELIVERED, typed_slot
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
@@ -37,7 +37,7 @@ class ChannelConsumer:
     """
 
     __slots__ = ("tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "channel", "queue",
-                 "_prefix", "arguments", "_slot", "_redelivered_slot")
+                 "_prefix", "arguments", "_slot", "_redelivered_slot", "acked_slot")
 
     def __init__(self, channel: Channel, queue: QueueType, tag: str, *, no_ack: bool, exclusive: bool,
                  prefetch: int, priority: int = 0, arguments: dict | None = None) -> None:
@@ -54,6 +54,7 @@ class ChannelConsumer:
         # the channel's counters this consumer's deliveries go to (``core.stats``)
         self._slot = typed_slot(CONSUME_AUTO if no_ack else CONSUME_MANUAL, queue)
         self._redelivered_slot = typed_slot(REDELIVERED, queue)
+        self.acked_slot = typed_slot(ACKED, queue)   # counted where its deliveries are acked
 
     def can_deliver(self) -> bool:
         """True when a delivery now respects prefetch, channel flow and connection output credit."""

@@ -332,8 +332,8 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
             else:
                 q.reject(entry)
             continue
-        if ack:
-            ch.typed[typed_slot(ACKED, q)] += 1
+        if ack:  # a consumer's slot is computed once; a Basic.Get's here
+            ch.typed[consumer.acked_slot if consumer is not None else typed_slot(ACKED, q)] += 1
         if single:
             q.ack(entry)
         else:
