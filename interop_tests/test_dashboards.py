@@ -43,6 +43,7 @@ from interop_tests.rabbitmq_node import (
 )
 
 pytestmark = [pytest.mark.interop,
+              pytest.mark.timeout(300),   # the first test to need RabbitMQ boots it (15-100 s)
               pytest.mark.skipif(prometheus_binary() is None or shutil.which("promtool") is None,
                                  reason="prometheus not installed (interop_tests/setup.sh)")]
 
