@@ -13,10 +13,12 @@ timers and orderly leadership hand-over as a quorum queue's), and:
   ``done(None)`` (Ok) or ``done((code, text, connection_level))`` comes from this member's own
   machine's outcome at the command's log index, once ``--sync-replies`` other members of the
   view (``all``, ``majority``, ``none``, N: ``cluster.driver.reply_quorum``) reported that index
-  applied; ``outcomes.timeout_refusal`` (541) when it did not within ``--metadata-timeout``
-  seconds (default 30, RabbitMQ 4's ``khepri_default_timeout``): a minority member, or no
-  leader. A command that timed out may still commit later (as with Khepri: a timeout is no
-  refusal).
+  applied; ``outcomes.timeout_refusal`` (541) when it was not applied here within
+  ``--metadata-timeout`` seconds (default 30, RabbitMQ 4's ``khepri_default_timeout``): a
+  minority member, or no leader (applied here but not reported by enough members in that time:
+  the outcome, since it is committed). A command that timed out may still commit later (as with
+  Khepri: a timeout is no refusal); one that a snapshot installed here covers before this
+  member applied it gets the timeout refusal too (its outcome is not in the snapshot).
 - following the log: every applied command makes the broker's objects follow the records it
   changed (``metadata_follow``: the vhost it touched; users, vhosts, permissions and policies),
   in log order, on every member; the whole state once the replica caught up with the log after
