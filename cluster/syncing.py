@@ -1,9 +1,10 @@
 """A joining broker's wait for the members' replays (proposal "Cluster Management", Cluster.Synch).
 
 Owns one rule set: after the view that admits us, every other member replays its state and ends
-with Synch; the leader's replay (exchanges, shared queues, their bindings) is applied before any
-other member's (their private queues' bindings need those exchanges), so other replays that finish
-first are buffered; we accept clients when every member of the view has synched (members that leave
+with Synch; the leader's replay is applied before any other member's, so other replays that finish
+first are buffered (the order mattered when replays carried definitions: a member's private
+queues' bindings needed the leader's exchanges; since the cluster metadata log carries every
+definition, a replay is the member's consumer counts, ``amqp_broker.clustering.replay``); we accept clients when every member of the view has synched (members that leave
 the view meanwhile are no longer waited for). A Synch may overtake the Membership that admits us (it
 comes on another link): it is remembered until then. Must not know: sockets, views' numbering,
 failure detection (``membership`` drives this).
