@@ -91,11 +91,14 @@ class Publisher:
 class Consumer(HoldingConsumer):
     """Consumes ``queue`` on ``member`` with acks (prefetch ``prefetch``) in a thread;
     ``received`` bodies in order, ``redelivered`` the redelivered ones, ``headers`` each one's
-    headers; ``error`` what ended it early."""
+    headers; ``error`` what ended it early. ``reject``: reject each one without requeue
+    instead (dead-lettered) of acking it."""
 
-    def __init__(self, member: Member, queue: str, prefetch: int = 100) -> None:
+    def __init__(self, member: Member, queue: str, prefetch: int = 100,
+                 reject: bool = False) -> None:
         self.headers: list[dict] = []
         self.error: BaseException | None = None
+        self.reject = reject
         super().__init__(member, queue, prefetch)
 
     def _run(self, member: Member, queue: str, prefetch: int) -> None:
@@ -109,7 +112,10 @@ class Consumer(HoldingConsumer):
                 self.headers.append(dict(props.headers or {}))
                 if method.redelivered:
                     self.redelivered.append(body.decode())
-                _ch.basic_ack(method.delivery_tag)
+                if self.reject:
+                    _ch.basic_reject(method.delivery_tag, requeue=False)
+                else:
+                    _ch.basic_ack(method.delivery_tag)
 
             ch.basic_consume(queue, on_message)
             self._ready.set()

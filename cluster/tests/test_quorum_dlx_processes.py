@@ -8,50 +8,13 @@ sends them. Source: RabbitMQ "Quorum Queues" (at-least-once dead-lettering)."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 
-from cluster.tests.processes import Member, wait_for
-from cluster.tests.quorum_scenarios import Publisher, declare, drain, wait_leader
+from cluster.tests.processes import wait_for
+from cluster.tests.quorum_scenarios import Consumer, Publisher, declare, drain, wait_leader
 
 pytestmark = pytest.mark.timeout(180)
 COUNT = 100
-
-
-class Rejecter:
-    """Consumes ``queue`` on ``member`` and rejects every message without requeue (a thread);
-    ``seen``: the bodies it rejected."""
-
-    def __init__(self, member: Member, queue: str) -> None:
-        self.seen: list[str] = []
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(member, queue), daemon=True)
-        self._thread.start()
-
-    def _run(self, member: Member, queue: str) -> None:
-        try:
-            conn = member.connect()
-            ch = conn.channel()
-            ch.basic_qos(prefetch_count=20)
-
-            def on_message(_ch, method, _props, body):
-                self.seen.append(body.decode())
-                _ch.basic_reject(method.delivery_tag, requeue=False)
-
-            ch.basic_consume(queue, on_message)
-            deadline = time.monotonic() + 150
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                conn.process_data_events(time_limit=0.1)
-            conn.close()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
 
 
 def test_dead_letters_held_at_least_once_survive_a_kill_of_the_leader_and_reach_a_late_target(
@@ -75,9 +38,9 @@ def test_dead_letters_held_at_least_once_survive_a_kill_of_the_leader_and_reach_
     pub = Publisher(publisher_at, "source", COUNT)
     pub.join(90)
     assert pub.error is None and len(pub.confirmed) == COUNT, pub.error
-    rejecter = Rejecter(rejecter_at, "source")
-    wait_for(lambda: len(set(rejecter.seen)) >= COUNT, 60,
-             f"only {len(set(rejecter.seen))} of {COUNT} rejected")
+    rejecter = Consumer(rejecter_at, "source", prefetch=20, reject=True)
+    wait_for(lambda: len(set(rejecter.received)) >= COUNT, 60,
+             f"only {len(set(rejecter.received))} of {COUNT} rejected")
     rejecter.stop()
     assert rejecter.error is None, rejecter.error
     cluster.kill(leader)   # SIGKILL: the dead letters are held by the replicated state only

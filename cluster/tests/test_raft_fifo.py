@@ -118,8 +118,13 @@ def test_replicas_applying_the_same_commands_agree_and_snapshots_restore() -> No
             consumer = rng.choice("abc")
             cmds.append(rng.choice([f.Settle(consumer, ids), f.Discard(consumer, ids),
                                     f.Return(consumer, ids, i)]))
-    cfg = dict(max_length=30, delivery_limit=3, message_ttl_ms=200, dedup_window=20,
-               single_active_consumer=False)
+    assert_replicas_agree(cmds, max_length=30, delivery_limit=3, message_ttl_ms=200,
+                          dedup_window=20, single_active_consumer=False)
+
+
+def assert_replicas_agree(cmds: list[f.Command], **cfg: object) -> None:
+    """Two replicas applying ``cmds`` agree, and a third restored from a snapshot taken
+    halfway makes the same effects and reaches the same state."""
     one, two = Q(**cfg), Q(**cfg)
     effects_one = [one(c) for c in cmds]
     half = len(cmds) // 2

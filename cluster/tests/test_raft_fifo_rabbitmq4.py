@@ -6,24 +6,13 @@ at-least-once dead-lettering); ``rabbit_fifo`` / ``rabbit_fifo_q`` 4.0."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 
 from cluster.quorum import config as qconfig
 from cluster.raft import fifo as f
+from cluster.tests.test_raft_fifo import Q, assert_replicas_agree
 from queues.arguments import parse_arguments
-
-
-class Q:
-    """A FifoQueue fed through the byte encoding, with Raft-like increasing indexes."""
-
-    def __init__(self, **cfg: object) -> None:
-        self.q = f.FifoQueue(f.FifoConfig(**cfg))  # type: ignore[arg-type]
-        self.index = itertools.count(1)
-
-    def __call__(self, cmd: f.Command) -> list[f.Effect]:
-        return self.q.apply(next(self.index), f.encode(cmd))
 
 
 def pub(seq: int, body: bytes, *, high: bool = False, ttl: int = -1, now: int = 0) -> f.Enqueue:
@@ -163,18 +152,8 @@ def test_replicas_agree_and_snapshots_restore_with_priorities_ttl_and_held_dead_
             cmds.append(rng.choice([f.Settle(consumer, ids), f.Discard(consumer, ids),
                                     f.Return(consumer, ids, i)]))
     for limit in (3, None):
-        cfg = dict(max_length=40, overflow="reject-publish", delivery_limit=limit,
-                   message_ttl_ms=200, dlx_at_least_once=True)
-        one, two = Q(**cfg), Q(**cfg)
-        effects_one = [one(c) for c in cmds]
-        half = len(cmds) // 2
-        for c in cmds[:half]:
-            two(c)
-        three = Q(**cfg)
-        three.q.restore(two.q.snapshot())
-        three.index = itertools.count(half + 1)
-        assert [three(c) for c in cmds[half:]] == effects_one[half:]
-        assert three.q.snapshot() == one.q.snapshot()
+        assert_replicas_agree(cmds, max_length=40, overflow="reject-publish",
+                              delivery_limit=limit, message_ttl_ms=200, dlx_at_least_once=True)
 
 
 def test_the_declaration_gives_rabbitmq_4_defaults_and_strategy_fallbacks() -> None:
