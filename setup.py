@@ -30,9 +30,26 @@ def _warn(what: str) -> None:
     print(f"*** amqp-broker: {what}; the broker will run from its Python source", file=sys.stderr)
 
 
+#: setup.py commands that build extensions. pip's PEP 517 hooks run setup.py three times per
+#: install (``egg_info`` for the build requirements, ``dist_info`` for the metadata, then
+#: ``editable_wheel`` or ``bdist_wheel``: setuptools' ``build_meta``), and mypyc's type check and
+#: C generation take 15-40 s a time, so they run only when one of these commands is there.
+BUILDS = {"build", "build_ext", "bdist", "bdist_wheel", "bdist_egg", "editable_wheel", "install",
+          "develop"}
+
+
+def _builds(argv: list[str]) -> bool:
+    """Whether setup.py's command line ``argv`` runs a command of ``BUILDS`` (an option's value
+    spelled like one counts too: then mypyc runs for nothing, never the other way round)."""
+    return any(arg in BUILDS for arg in argv[1:])
+
+
 def _extensions() -> list:
-    """mypyc's extensions for ``MODULES``, their shims renamed to build into ``_lib/``."""
+    """mypyc's extensions for ``MODULES``, their shims renamed to build into ``_lib/``; none when
+    setup.py only writes metadata (``_builds``)."""
     if os.environ.get("AMQP_BROKER_PURE_BUILD", "") not in ("", "0"):
+        return []
+    if not _builds(sys.argv):
         return []
     try:
         from mypyc.build import mypycify
