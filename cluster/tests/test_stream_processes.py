@@ -8,6 +8,7 @@ Source: RabbitMQ "Streams" (replication, offsets), DESIGN.md §4 (replicated que
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import pika
@@ -99,6 +100,15 @@ def test_published_on_one_member_read_at_the_same_offsets_on_the_others(three):
     for member in (n2, n3, n4):
         assert _read(member, "events", 100) == expected, member.name
     assert _read(n4, "events", 10, offset=90) == expected[90:]
+    assert _read(n2, "events", 1, offset="last") == expected[-1:]
+    assert _read(n3, "events", 100, offset=datetime.datetime(2020, 1, 1)) == expected
+    conn = n4.connect()   # Basic.Qos required, as on one broker (RabbitMQ: 406)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        ch = conn.channel()
+        ch.basic_consume("events", lambda *_: None, arguments={"x-stream-offset": "first"})
+        conn.process_data_events(time_limit=1)
+    assert refused.value.reply_code == 406
+    conn.close()
     wait_for(lambda: [_count(m, "events") for m in (n2, n3, n4)] == [100] * 3, 10,
              f"counts {[_count(m, 'events') for m in (n2, n3, n4)]}")
     queue = api_get(api, "/queues/%2F/events")
