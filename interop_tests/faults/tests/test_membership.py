@@ -1,5 +1,5 @@
 """A short run of the ``membership`` nemesis (issue 24) against a quorum queue: 3 brokers in
-network namespaces, one fault of about 3 s in an 8 s workload -- a broker's data dir wiped while
+network namespaces, one fault of about 2 s in a 6 s workload -- a broker's data dir wiped while
 its replica is a member (``wipe-rejoin``, the operation that found the bootstrap bug of
 ``cluster/tests/test_quorum_rejoin.py``) or a replica deleted and added again while a companion
 fault (a kill, a partition) runs, as the seed picks. Kept short for make test's budget (about
@@ -41,7 +41,7 @@ def test_membership_short_run(tmp_path: Path) -> None:
     env = {**os.environ, OPS_ENV: "wipe-rejoin,delete-add"}
     proc = subprocess.run(
         [sys.executable, "-m", "interop_tests.faults", "--nemesis", "membership",
-         "--seconds", "8", "--fault-s", "3", "--calm-s", "1", "--runs", "1", "--brokers", "3",
+         "--seconds", "6", "--fault-s", "2", "--calm-s", "1", "--runs", "1", "--brokers", "3",
          "--queue-type", "quorum", "--seed", "3", "--no-results",
          "--work-dir", str(tmp_path / "runs"), "--json", str(out), "--keep"],
         cwd=REPO, capture_output=True, text=True, timeout=170, env=env)
