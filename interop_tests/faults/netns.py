@@ -27,7 +27,7 @@ import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["NetnsError", "Network", "PREFIX", "available", "enter_namespace", "remove_stale",
@@ -209,7 +209,7 @@ class Network:
         self.restore(a, b)
         self.restore(b, a)
 
-    def apply_grudge(self, grudge: dict[int, Iterable[int]]) -> None:
+    def apply_grudge(self, grudge: Mapping[int, Iterable[int]]) -> None:
         """Install a Jepsen grudge: ``{node: nodes it must not hear from}``; a node hears nobody
         in its set, so each ``src`` in ``grudge[node]`` gets ``cut(src, node)``. Cuts already
         installed stay; call :meth:`heal` first for a fresh pattern."""
