@@ -1,11 +1,12 @@
-"""The ``disk-full`` nemesis: one broker's data dir runs out of space while publishers run.
+"""The ``disk-full`` nemesis: a broker's data dir runs out of space while publishers run.
 
 Every broker's data dir is a small ext4 file system of its own (``DISK_BYTES``, on a loop
 device: :mod:`interop_tests.faults.loopdisk`), and every broker runs with ``--disk-free-limit
 DISK_FREE_LIMIT`` (RabbitMQ's ``disk_free_limit``; our broker checks it every second,
-``amqp_broker.server.listener``). Each fault picks one broker (the quorum queue's Raft leader half
-the time when one is known, else any) and fills its file system with a filler file, in one of two
-ways, chosen at random:
+``amqp_broker.server.listener``). Each fault picks one broker (the quorum queue's Raft leader
+when one is known, or any, 40 % each) or every broker at once (``ALL_SHARE``, 20 %: nothing can
+be written anywhere, a quorum queue commits nothing) and fills its file system with a filler
+file, in one of two ways, chosen at random:
 
 - ``alarm``: until ``DISK_FREE_LIMIT // 2`` bytes are free: below the limit, so the broker's disk
   alarm trips at its next check and blocks its publishers (Connection.Blocked, "low on disk"), as
@@ -24,7 +25,8 @@ A new pika connection to the filled broker then publishes one message and must h
 Connection.Blocked (:func:`client_blocked`; recorded, not a failure of the run: pinned
 publishers may also have been blocked, the CI test checks it).
 
-History events: ``disk-full`` (target, mode, filler bytes, free bytes after), ``disk-alarm``
+History events, one per filled broker: ``disk-full`` (target, mode, filler bytes, free bytes
+after, kind ``queue-leader``/``random``/``all``), ``disk-alarm``
 (target, raised: bool, after_s, client_blocked: bool or None), ``disk-freed``,
 ``disk-alarm-cleared`` (cleared: bool, after_s).
 """
@@ -49,6 +51,8 @@ DISK_BYTES = 96 << 20
 #: The brokers' ``--disk-free-limit`` in these runs, bytes.
 DISK_FREE_LIMIT = 16 << 20
 MODES = ("alarm", "enospc")
+#: Share of faults that fill every broker's file system at once (the rest fill one).
+ALL_SHARE = 0.2
 #: Seconds the nemesis waits for the alarm to be raised, and to be cleared once space is back
 #: (the broker checks every second; a loaded machine is slower).
 ALARM_WAIT = 10.0
@@ -110,40 +114,52 @@ def _check_alive(ctx: Context, index: int, when: str) -> None:
         raise RuntimeError(f"{b.name} exited (code {code}) {when}\n{b.log_tail(20)}")
 
 
+def _targets(ctx: Context) -> tuple[list[int], str]:
+    leader = queue_leader(ctx) if ctx.queue_type == "quorum" else None
+    draw = ctx.rng.random()
+    if draw < ALL_SHARE:
+        return list(range(len(ctx.brokers))), "all"
+    if leader is not None and draw < (1 + ALL_SHARE) / 2:
+        return [leader], "queue-leader"
+    return [ctx.rng.randrange(len(ctx.brokers))], "random"
+
+
 def disk_full(ctx: Context, duration: float) -> None:
-    """Fill one broker's file system (see the module docstring) for ``duration`` s, then free
-    it. Raises ``RuntimeError`` when the broker exits or its alarm stays raised with the space
-    back."""
+    """Fill the file system of one broker, or of every broker (see the module docstring), for
+    ``duration`` s, then free it. Raises ``RuntimeError`` when a filled broker exits or its
+    alarm stays raised with the space back."""
     disks = ctx.brokers.disks
     if not disks:
         raise RuntimeError("disk-full needs the brokers on loop disks (Brokers(disk=...))")
-    leader = queue_leader(ctx) if ctx.queue_type == "quorum" else None
-    target = (leader if leader is not None and ctx.rng.random() < 0.5
-              else ctx.rng.randrange(len(ctx.brokers)))
-    name = ctx.brokers[target].name
+    targets, kind = _targets(ctx)
     mode = ctx.rng.choice(MODES)
-    disk = disks[target]
     started = ctx.history.now()
     try:
-        filler = disk.fill(DISK_FREE_LIMIT // 2 if mode == "alarm" else 0)
-        ctx.record("disk-full", target=name, mode=mode, filler=filler, free=disk.free_bytes(),
-                   kind="queue-leader" if target == leader else "random")
-        raised, after = _await_alarm(ctx, target, True)
-        blocked = client_blocked(ctx, target) if raised else None
-        ctx.record("disk-alarm", target=name, raised=raised, after_s=after,
-                   client_blocked=blocked)
+        for t in targets:
+            filler = disks[t].fill(DISK_FREE_LIMIT // 2 if mode == "alarm" else 0)
+            ctx.record("disk-full", target=ctx.brokers[t].name, mode=mode, filler=filler,
+                       free=disks[t].free_bytes(), kind=kind)
+        for i, t in enumerate(targets):
+            raised, after = _await_alarm(ctx, t, True)
+            blocked = client_blocked(ctx, t) if raised and i == 0 else None
+            ctx.record("disk-alarm", target=ctx.brokers[t].name, raised=raised, after_s=after,
+                       client_blocked=blocked)
         ctx.sleep(max(0.0, duration - ctx.history.now() + started))
-        _check_alive(ctx, target, f"while its disk was full ({mode})")
+        for t in targets:
+            _check_alive(ctx, t, f"while its disk was full ({mode})")
     finally:
-        disk.free()
-        ctx.record("disk-freed", target=name, free=disk.free_bytes())
-    cleared, after = _await_alarm(ctx, target, False)
-    ctx.record("disk-alarm-cleared", target=name, cleared=cleared, after_s=after)
-    _check_alive(ctx, target, "after its disk was freed")
-    if not cleared and not ctx.abort.is_set():
-        raise RuntimeError(f"{name}'s disk alarm still raised {after} s after the space came "
-                           f"back\n{ctx.brokers[target].log_tail(20)}")
-    _await_rejoin(ctx, name)
+        for t in targets:
+            disks[t].free()
+            ctx.record("disk-freed", target=ctx.brokers[t].name, free=disks[t].free_bytes())
+    for t in targets:
+        name = ctx.brokers[t].name
+        cleared, after = _await_alarm(ctx, t, False)
+        ctx.record("disk-alarm-cleared", target=name, cleared=cleared, after_s=after)
+        _check_alive(ctx, t, "after its disk was freed")
+        if not cleared and not ctx.abort.is_set():
+            raise RuntimeError(f"{name}'s disk alarm still raised {after} s after the space "
+                               f"came back\n{ctx.brokers[t].log_tail(20)}")
+    _await_rejoin(ctx, ",".join(ctx.brokers[t].name for t in targets))
 
 
 NEMESES["disk-full"] = disk_full
