@@ -127,8 +127,11 @@ class _AmqpStep(Step):
             return exc.reply_code, exc.reply_text
 
     def close(self) -> None:
-        if self.conn is not None and self.conn.is_open:
-            self.conn.close()
+        try:
+            if self.conn is not None and self.conn.is_open:
+                self.conn.close()
+        except pika.exceptions.AMQPError:   # the broker closed it first (a deleted vhost: 320)
+            pass
 
 
 class _HttpStep(Step):
