@@ -91,6 +91,14 @@ def _load(uri: str, prefix: str) -> list[pika.BlockingConnection]:
     return [pub, sub]
 
 
+def _delete_queues(uri: str, prefix: str) -> None:
+    """Remove what ``_load`` declared (the RabbitMQ node is shared by the test session)."""
+    with pika.BlockingConnection(pika.URLParameters(uri)) as conn:
+        ch = conn.channel()
+        for name in ("qq", "cq", "empty"):
+            ch.queue_delete(f"{prefix}.{name}")
+
+
 def _with_job(selector: str, job: str) -> str:
     """``selector`` restricted to ``job`` (a metric name with or without matchers)."""
     if "{" in selector:
@@ -198,6 +206,7 @@ def test_dashboard_panels_fill_in_as_on_rabbitmq(broker_factory, tmp_path):
             if c.is_open:
                 c.close()
     theirs_po, mine_po = _per_object_labels(rabbit_prom), _per_object_labels(ours_prom)
+    _delete_queues(rabbit_amqp, prefix)
     for name in ("rabbitmq_raft_term_total", "rabbitmq_raft_log_snapshot_index",
                  "rabbitmq_raft_log_last_applied_index", "rabbitmq_raft_log_commit_index",
                  "rabbitmq_raft_log_last_written_index",
