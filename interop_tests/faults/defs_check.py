@@ -12,6 +12,9 @@ has healed:
 - **lost_changes**: acknowledged changes that the final definitions do not show, although no
   later change could have undone them (:func:`lost_changes`, over the history's ``define``
   events). Jepsen's "every acknowledged write is visible unless overwritten", per name.
+- **misattributed** answers: a refusal whose text is about another name than the change's
+  (:func:`misattributed`; seen on the broadcast design: an ``exchange.declare`` answered with a
+  queue's 406). A run with any is not valid; they are listed in the run's line.
 
 A ``define`` event (``interop_tests.faults.history``): ``{"t", "op": "define", "type":
 "invoke"|"ok"|"fail"|"info", "n": int (one per operation), "client", "broker", "action":
@@ -22,13 +25,14 @@ did not happen: a 404, 406, 405...); ``info`` an unknown outcome (connection los
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ABSENT", "DefinitionsResult", "check_definitions", "divergent", "keyed",
-           "lost_changes", "removes"]
+           "lost_changes", "misattributed", "removes"]
 
 SAMPLE = 20   # how many names of each kind a result keeps for the report
 ABSENT = None  # the "value" of a name a member does not hold
@@ -227,11 +231,14 @@ class DefinitionsResult:
     unread: tuple[str, ...] = ()
     divergent_names: tuple[str, ...] = field(default=())
     lost_names: tuple[str, ...] = field(default=())
+    misattributed: tuple[str, ...] = field(default=())
 
     @property
     def valid(self) -> bool:
-        """True when every member answered, none differs and nothing acknowledged is lost."""
-        return self.divergent == 0 and self.lost_changes == 0 and not self.unread
+        """True when every member answered, none differs, nothing acknowledged is lost and no
+        refusal was about another name than the change's."""
+        return (self.divergent == 0 and self.lost_changes == 0 and not self.unread
+                and not self.misattributed)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready counts."""
@@ -240,7 +247,8 @@ class DefinitionsResult:
                 "lost_changes": self.lost_changes, "members": list(self.members),
                 "unread": list(self.unread),
                 "divergent_names": list(self.divergent_names),
-                "lost_names": list(self.lost_names), "valid": self.valid}
+                "lost_names": list(self.lost_names),
+                "misattributed": list(self.misattributed), "valid": self.valid}
 
 
 def check_definitions(events: Iterable[Mapping[str, Any]],
@@ -255,10 +263,48 @@ def check_definitions(events: Iterable[Mapping[str, Any]],
             kinds[e["n"]] = e["type"] if e["type"] != "invoke" else kinds.get(e["n"], "info")
     diff = divergent(per_member)
     lost = lost_changes(events, per_member)
+    wrong = misattributed(events)
     return DefinitionsResult(
         changes=len(kinds), acked=sum(1 for k in kinds.values() if k == "ok"),
         refused=sum(1 for k in kinds.values() if k == "fail"),
         unknown=sum(1 for k in kinds.values() if k == "info"),
         divergent=len(diff), lost_changes=len(lost), members=tuple(sorted(per_member)),
         unread=tuple(sorted(unread)),
-        divergent_names=tuple(diff[:SAMPLE]), lost_names=tuple(lost[:SAMPLE]))
+        divergent_names=tuple(diff[:SAMPLE]), lost_names=tuple(lost[:SAMPLE]),
+        misattributed=tuple(wrong[:SAMPLE]))
+
+
+_NAMED = re.compile(r"for (queue|exchange) '([^']*)' in vhost '([^']*)'")
+
+
+def misattributed(events: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Refusals whose reply text names another queue or exchange than the change's own
+    (``"<key>: <reply>"``): an answer that belongs to another client's change (RabbitMQ's 406
+    and 404 texts name the entity: "inequivalent arg 'x' for queue 'q' in vhost '/'"). A
+    binding's refusal may name its exchange or its queue."""
+    keys: dict[Any, str] = {}
+    out = []
+    for e in events:
+        if e.get("op") != "define":
+            continue
+        if e["type"] == "invoke":
+            keys[e["n"]] = e["key"]
+        elif e["type"] == "fail" and e["n"] in keys:
+            found = _NAMED.search(str(e.get("error", "")))
+            key = keys[e["n"]]
+            if found is None:
+                continue
+            kind, name, vhost = found.groups()
+            if f"{kind}:{vhost}:{name}" != key and not (
+                    key.startswith("binding:") and _in_binding(key, kind, vhost, name)):
+                out.append(f"{key}: {e['error']}")
+    return out
+
+
+def _in_binding(key: str, kind: str, vhost: str, name: str) -> bool:
+    bvhost, _, rest = key[len("binding:"):].partition(":")
+    source, _, dest = rest.partition(">")
+    dkind, _, dname_rk = dest.partition(":")
+    dname = dname_rk.rsplit(":", 1)[0]
+    return bvhost == vhost and ((kind == "exchange" and source == name)
+                                or (kind == dkind and dname == name))

@@ -117,6 +117,8 @@ def run_line(index: int, total: int, o: RunOutcome) -> str:
         if d.divergent_names or d.lost_names or d.unread:
             head += (f" divergent_names={list(d.divergent_names)} lost_names="
                      f"{list(d.lost_names)} unread={list(d.unread)}")
+        if d.misattributed:
+            head += f" MISATTRIBUTED={list(d.misattributed)}"
     if o.result is None and (o.workload != "definitions" or o.error):
         return f"{head} ERROR (see {o.run_dir}): {(o.error or '').strip().splitlines()[-1:]}"
     if o.result is None:

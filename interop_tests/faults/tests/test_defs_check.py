@@ -12,6 +12,7 @@ from interop_tests.faults.defs_check import (
     divergent,
     keyed,
     lost_changes,
+    misattributed,
     removes,
 )
 from interop_tests.faults.report import DEFS_SECTION, append_results, run_line, summary_line
@@ -123,3 +124,19 @@ def test_a_definitions_run_passes_only_without_divergence_and_reports_it(tmp_pat
     append_results(path, "cmd", "kill", "classic", 3, 10, [outcome])
     text = path.read_text()
     assert text.count(DEFS_SECTION) == 1 and "| kill | 3 | 10 | 1 | 0 | 0 | 0 | 0 | 1 | 0 |" in text
+
+
+def test_a_refusal_about_another_name_is_misattributed() -> None:
+    x406 = "406 PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'd.q3' in vhost '/'"
+    b = binding_key("/", "d.x0", "queue", "d.q3", "a")
+    events = [define(1, 1.0, "invoke", "put", "exchange:/:d.x2", {}),
+              {**define(1, 1.1, "fail"), "error": x406},
+              define(2, 1.0, "invoke", "put", "queue:/:d.q3", {}),
+              {**define(2, 1.1, "fail"), "error": x406},
+              define(3, 1.0, "invoke", "put", b, {}),
+              {**define(3, 1.1, "fail"), "error": "404 NOT_FOUND - no queue 'd.q3' in vhost '/'"},
+              define(4, 1.0, "invoke", "put", b, {}),
+              {**define(4, 1.1, "fail"),
+               "error": "404 NOT_FOUND - inequivalent for exchange 'd.x0' in vhost '/'"}]
+    assert misattributed(events) == [f"exchange:/:d.x2: {x406}"]
+    assert not check_definitions(events, {"n1": {}}).valid
