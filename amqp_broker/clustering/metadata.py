@@ -248,7 +248,12 @@ class MetadataRuntime:
             p = self.pending.get(c.seq) if c.origin == self.origin else None
             if self.ready:
                 cancels = p.then if p is not None else None
-                orphans += self._follow(c, cancels)
+                try:
+                    orphans += self._follow(c, cancels)
+                except Exception:   # a bug here must not stop the log: re-follow it all
+                    log.exception("metadata log: following index %d failed; reconciling "
+                                  "everything", c.index)
+                    self.ready = False
             if p is not None:
                 p.index, p.outcome = c.index, c.outcome
                 self._check(c.seq, p)
