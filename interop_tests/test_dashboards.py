@@ -152,6 +152,12 @@ def _wait_for_samples(prom: PrometheusServer, jobs: tuple[str, ...], count: int,
         time.sleep(0.5)
 
 
+def _samples(url: str) -> dict[tuple[str, frozenset], float]:
+    text = urllib.request.urlopen(url, timeout=30).read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
 def _per_object_labels(url: str) -> dict[str, set[frozenset[str]]]:
     text = urllib.request.urlopen(url + "/metrics/per-object", timeout=30).read().decode()
     out: dict[str, set[frozenset[str]]] = {}
@@ -212,6 +218,23 @@ def test_dashboard_panels_fill_in_as_on_rabbitmq(broker_factory, tmp_path):
                  "rabbitmq_raft_log_last_written_index",
                  "rabbitmq_raft_entry_commit_latency_seconds"):
         assert theirs_po.get(name) == mine_po.get(name) == {frozenset({"vhost", "queue"})}, name
+    # ours aggregates the Raft series on /metrics as RabbitMQ does: the sum over the replicas
+    # (compared once the log stands still: the consumers' cancels were being committed)
+    names = ("rabbitmq_raft_log_commit_index", "rabbitmq_raft_log_last_written_index",
+             "rabbitmq_raft_term_total")
+
+    def raft_sums() -> tuple[dict[str, float], dict[str, float]]:
+        agg, per = _samples(ours_prom + "/metrics"), _samples(ours_prom + "/metrics/per-object")
+        return ({n: agg[(n, frozenset())] for n in names},
+                {n: sum(v for (m, _labels), v in per.items() if m == n) for n in names})
+
+    for _ in range(50):
+        aggregated, summed = raft_sums()
+        if aggregated == summed:
+            break
+        time.sleep(0.2)
+    assert aggregated == summed
+    assert aggregated["rabbitmq_raft_log_commit_index"] >= 20   # the 20 publishes at least
     differ = {n: (mine_po[n], theirs_po[n]) for n in set(mine_po) & set(theirs_po)
               if n != "rabbitmq_identity_info" and mine_po[n] != theirs_po[n]}
     assert not differ, differ

@@ -6,8 +6,8 @@ this node (here: each quorum queue this broker holds a replica of).
   the replicas here of rabbitmq_raft_term_total (counter), rabbitmq_raft_log_snapshot_index,
   rabbitmq_raft_log_last_applied_index, rabbitmq_raft_log_commit_index,
   rabbitmq_raft_log_last_written_index (gauges), and rabbitmq_raft_entry_commit_latency_seconds,
-  their average (gauge, seconds); all zero when there is no replica (RabbitMQ emits them then
-  too). The Grafana dashboard "RabbitMQ-Quorum-Queues-Raft" (id 11340) reads these.
+  the average over the replicas here that lead (gauge, seconds: only a leader measures it); all
+  zero when there is no replica (RabbitMQ emits them then too). The Grafana dashboard "RabbitMQ-Quorum-Queues-Raft" (id 11340) reads these.
 - ``/metrics/per-object``: the same names per replica with labels ``vhost`` and ``queue``, plus
   ours: rabbitmq_raft_leader_info{vhost, queue, leader} (the replica leading the queue, as this
   node knows it) and, on the leader, rabbitmq_raft_follower_lag_entries{vhost, queue, member}
@@ -67,13 +67,17 @@ def raft_families(broker: Broker, per_object: bool) -> Iterator[Metric]:
     rows = list(replicas(broker))
     if not per_object:
         sums = [0.0] * len(_GAUGES)
-        term_sum = 0
+        term_sum = leaders = 0
         for _, q, node in rows:
             term_sum += node.term
-            for i, value in enumerate(_values(q, node)):
+            values = _values(q, node)
+            for i, value in enumerate(values[:-1]):
                 sums[i] += value
-        if rows:
-            sums[-1] /= len(rows)  # the latency is an average, as RabbitMQ's
+            if node.is_leader:
+                leaders += 1
+                sums[-1] += values[-1]
+        if leaders:
+            sums[-1] /= leaders  # the latency is an average, as RabbitMQ's
         term.add_metric([], term_sum)
         for fam, value in zip(gauges, sums, strict=True):
             fam.add_metric([], value)
