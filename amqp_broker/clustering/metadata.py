@@ -75,6 +75,8 @@ METADATA_GROUP = "metadata"
 #: Raft timings of the metadata group (as quorum queues': a dead leader is replaced in ~1-1.5 s).
 TIMING = ra.Timing(election_ms=600, heartbeat_ms=100, max_batch_entries=512,
                    max_batch_bytes=1 << 20, max_inflight=8, snapshot_keep=256)
+#: The vote floor of an empty replica until it caught up (``RaftNode.vote_floor``).
+NO_VOTE = 1 << 62
 #: ``done(None)``: Ok; ``done((reply code, text, connection level))``: refused.
 Done = Callable[[tuple[int, str, bool] | None], None]
 _TICK_S = 0.1
@@ -128,8 +130,12 @@ class MetadataRuntime:
         disk = DiskLog(self.directory, fsync=self.host.fsync)
         state = disk.load()
         empty = not state.entries and not state.snapshot.index
+        # an empty replica that does not found the group (a joiner, a member whose data was
+        # wiped) grants no vote until it caught up (``MetadataGroup.apply`` lowers the floor):
+        # else its empty log could elect a candidate that lacks committed entries
         node = RaftNode(self.me, state, self.host.now_ms(), TIMING, random.Random(),
-                        bootstrap=(self.me,) if found and empty else ())
+                        bootstrap=(self.me,) if found and empty else (),
+                        vote_floor=NO_VOTE if empty and not found else 0)
         group = self.group = MetadataGroup(self.me, self.origin, node)
         group.on_restore = self._restored
         self.rep = self.host.host_group(METADATA_GROUP, self.directory, group, disk, self)

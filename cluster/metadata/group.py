@@ -168,7 +168,16 @@ class MetadataGroup:
     # ------------------------------------------------------------------ inputs
     def receive(self, frm: str, msg: Message, now_ms: int) -> list[Action]:
         """A Raft message from member ``frm``."""
-        return list(self.node.receive(frm, msg, now_ms))
+        actions: list[Action] = list(self.node.receive(frm, msg, now_ms))
+        self._may_vote()
+        return actions
+
+    def _may_vote(self) -> None:
+        """A replica opened empty with a high ``vote_floor`` (a joiner) votes once it caught up:
+        the floor comes down to the commit index it reached."""
+        node = self.node
+        if node.vote_floor > node.commit_index and self.caught_up:
+            node.vote_floor = node.commit_index
 
     def forwarded(self, frm: str, envs: Iterable[bytes]) -> list[Action]:
         """Entries another member forwarded: proposed when leading, passed once to the leader we
@@ -280,6 +289,7 @@ class MetadataGroup:
             done.append(Committed(e.index, origin, seq, command, outcome))
         if gap:
             more += self.resend(now_ms)
+        self._may_vote()
         more += self._report()
         if self.machine_index - self.last_snapshot >= SNAPSHOT_ENTRIES and \
                 self.machine_index <= node.applied_index:

@@ -121,3 +121,33 @@ def test_a_follower_forwards_and_a_snapshot_keeps_the_sessions():
     node.leader = "a"
     follower.submit(m.DeleteExchange("/", "x"))
     assert follower.flush(0) == [Forward("a", tuple(follower.outbox.pending.values()))]
+
+
+def test_a_joiner_votes_only_once_it_caught_up():
+    leader, _out = _leader()
+    for name in ("x", "y"):
+        leader.submit(m.DeclareExchange("/", name))
+    run(leader, leader.flush(10_000), [])
+    node = RaftNode("f", PersistentState(), 0, ra.Timing(), random.Random(3), vote_floor=1 << 62)
+    joiner = MetadataGroup("f", "f#1", node)
+    groups = {"a": leader, "f": joiner}
+    inbox: list[tuple[str, str, object]] = []
+
+    def step(me: str, actions: list) -> None:
+        out: list = []
+        run(groups[me], actions, out)
+        inbox.extend((me, a.to, a.message) for a in out if isinstance(a, ra.Send))
+
+    step("a", leader.leader_duties(10_000, 0, {"a", "f"}))
+    floors = [node.vote_floor]
+    for now in range(10_100, 12_000, 100):   # heartbeats; bounded
+        step("a", leader.tick(now))
+        for _ in range(50):   # deliver until quiet (bounded)
+            if not inbox:
+                break
+            frm, to, msg = inbox.pop(0)
+            step(to, groups[to].receive(frm, msg, now))
+            floors.append(node.vote_floor)
+    assert floors[0] == 1 << 62   # empty: no vote yet
+    assert joiner.machine.state.vhosts["/"].routing.get_exchange("y") is not None
+    assert "f" in leader.members and node.vote_floor <= node.commit_index
