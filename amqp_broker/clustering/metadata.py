@@ -308,7 +308,11 @@ class MetadataRuntime:
             return
         if group.outbox.applied < self._ready_seq:
             return
-        orphans = reconcile(self.broker, group.machine.state, self.me, self.origin)
+        try:
+            orphans = reconcile(self.broker, group.machine.state, self.me, self.origin)
+        except Exception:   # tried again at the next round (``run``)
+            log.exception("metadata log: reconciling the broker with the log failed")
+            return
         self.ready = True
         log.info("metadata log: caught up at index %d; definitions follow it",
                  group.machine_index)
