@@ -27,7 +27,7 @@ def fault(sim: RaftSim, rng: random.Random, allow_membership: bool) -> str:
     """Apply one random fault (or none) now; returns its name for failure messages."""
     ids = [i for i in sim.ids if i not in sim.crashed]
     kind = rng.choice(["none", "crash", "crash", "restart", "restart", "split", "oneway", "ring",
-                       "isolate", "heal", "heal", "transfer", "member"])
+                       "isolate", "heal", "heal", "transfer", "member", "wipe"])
     if kind == "crash" and ids:
         victim = rng.choice(ids)
         sim.crash(victim)
@@ -64,7 +64,30 @@ def fault(sim: RaftSim, rng: random.Random, allow_membership: bool) -> str:
             return f"transfer from {leader}"
     if kind == "member" and allow_membership:
         return member_change(sim, rng)
+    if kind == "wipe" and allow_membership:
+        return wipe_member(sim, rng)
     return "none"
+
+
+def wipe_member(sim: RaftSim, rng: random.Random) -> str:
+    """A member's disk replaced while it stays in the configuration (issue 24's ``wipe-rejoin``:
+    the operator skipped ``shrink``): it comes back empty, as the broker makes it once the
+    leader's members notice names it -- at the leader's term, voting only once its log reaches
+    the leader's commit index, which the leader sends only after committing an entry of its
+    term (``QuorumGroup.leader_duties``)."""
+    leader = sim.leader()
+    if leader is None:
+        return "wipe: no leader"
+    node = sim.replicas[leader].node
+    if node.commit_index < node.term_start_index or node.log.configs[-1][0] > node.commit_index:
+        return "wipe: leader has not committed in its term, or a change is under way"
+    others = [m for m in node.members if m != leader and m not in sim.crashed
+              and (leader, m) not in sim.blocked]   # the notice reaches it
+    if not others:
+        return "wipe: no follower"
+    victim = rng.choice(others)
+    sim.recreate(victim, node.term, node.commit_index)
+    return f"wipe {victim} (floor {node.commit_index})"
 
 
 def member_change(sim: RaftSim, rng: random.Random) -> str:
