@@ -340,7 +340,10 @@ def read_definitions(brokers: Brokers, settle_s: float = 10.0, prefix: str = PRE
         unread = []
         for b in brokers.brokers:
             try:
-                per_member[b.name] = keyed(management(b.host, "GET", "/definitions"), prefix)
+                data = management(b.host, "GET", "/definitions")
+                if not isinstance(data, dict):
+                    raise TypeError("not a definitions document")
+                per_member[b.name] = keyed(data, prefix)
             except (Refused, Unknown, KeyError, TypeError):
                 unread.append(b.name)
         if (not unread and not divergent(per_member)) or time.monotonic() >= deadline:
