@@ -18,6 +18,8 @@ Modules, one job each: ``netns`` (namespaces, addresses, cuts), ``brokers`` (pro
 ``diskfull`` / ``loopdisk`` (a full disk on a loop-mounted file system), ``lossy`` (packet loss and
 bandwidth limits between brokers),
 ``membership`` (replicas added and removed, brokers replaced, under kills and partitions),
+``defs_workload`` / ``defs_check`` (issue 23's ``--workload definitions``: clients changing the
+same definitions on every member; divergent names and lost changes after the heal),
 ``history`` (the operation log), ``checker`` (history in, counts out; pure), ``replicas`` (the
 quorum replicas compared), ``logscan`` (tracebacks in the logs), ``runner`` (one run),
 ``report`` (summary line, RESULTS.md), ``cli`` (the command). Needs root (``ip netns``).
