@@ -28,7 +28,10 @@ rebalance: spread the quorum queue leaders evenly over the members not in mainte
 the leaders per member), and rabbitmq-upgrade's drain and revive (maintenance mode of the
 member at the first ``--url`` only, never another one: stop serving clients, close their
 connections with 320, hand its quorum queue leaderships to other members and take no new
-ones; revive undoes it). Lists print tab-separated columns
+ones; revive undoes it), check_if_node_is_quorum_critical (rabbitmq-queues': exit 1 and the
+queues when stopping the member at the first ``--url`` would leave a quorum queue without its
+quorum) and await_online_quorum_plus_one [--wait S] (rabbitmq-upgrade's: waits, default 120 s,
+until no queue of that member is quorum-critical; exit 1 when the time is up). Lists print tab-separated columns
 with a header line, as rabbitmqctl does (default columns: ``COLUMNS``, e.g. name and type for
 list_exchanges); any field of the API's objects is a column (e.g. ``list_exchanges vhost name
 type``, ``list_queues name type leader members online members_in_sync`` for replicated queues).
@@ -46,6 +49,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -125,17 +129,31 @@ def build_parser() -> argparse.ArgumentParser:
                    "classic_queues, quorum_queues, exchanges or all")
     p.add_argument("--vhost-pattern", default=".*", help="grow: the vhosts (regex)")
     p.add_argument("--queue-pattern", default=".*", help="grow: the queues (regex)")
+    p.add_argument("--wait", type=float, default=120.0, help="await_online_quorum_plus_one: "
+                   "seconds to wait (default 120, as rabbitmq-upgrade)")
     p.add_argument("command")
     p.add_argument("args", nargs="*")
     return p
 
 
+def _quorum_critical(api: Api) -> list[dict]:
+    """The queues the member's health check says would lose their quorum ([] when none)."""
+    try:
+        api.request("GET", "/health/checks/node-is-quorum-critical")
+    except ApiError as exc:
+        if exc.status != 503:
+            raise
+        return list(exc.body.get("queues") or []) if isinstance(exc.body, dict) else [{}]
+    return []
+
+
 def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         priority: int = 0, apply_to: str = "queues",
-        patterns: tuple[str, str] = (".*", ".*")) -> None:
+        patterns: tuple[str, str] = (".*", ".*"), wait: float = 120.0) -> None:
     """Run one command (see module docstring); raises ``ApiError`` or ``ValueError`` (usage).
     ``priority`` and ``apply_to``: set_policy's ``--priority`` and ``--apply-to``;
-    ``patterns``: grow's ``--vhost-pattern`` and ``--queue-pattern``."""
+    ``patterns``: grow's ``--vhost-pattern`` and ``--queue-pattern``; ``wait``:
+    await_online_quorum_plus_one's ``--wait`` (seconds)."""
     v = vhost or "/"
 
     def need(n: int) -> None:
@@ -268,6 +286,21 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         print("Re-balancing leaders of quorum queues...")
         _print_table(api.request("POST", "/rebalance/queues"),
                      ["Node name", "Number of quorum queues"], as_json)
+    elif cmd == "check_if_node_is_quorum_critical":
+        critical = _quorum_critical(api)
+        if critical:
+            _print_table(critical, ["virtual_host", "name", "readable_name"], as_json)
+            raise ApiError(503, "There are quorum queues that would lose their quorum if the "
+                           "target node is shut down")
+        print("Node is not quorum-critical: stopping it leaves every quorum queue its quorum")
+    elif cmd == "await_online_quorum_plus_one":
+        deadline = time.monotonic() + wait
+        while _quorum_critical(api):
+            if time.monotonic() >= deadline:
+                raise ApiError(503, "time is up, no quorum + 1 online replicas came online for "
+                               "at least some quorum queues")
+            time.sleep(0.2)   # RabbitMQ's sampling interval
+        print("Every quorum queue with a replica on the node has quorum + 1 replicas online")
     elif cmd == "cluster_status":
         status = api.request("GET", "/cluster-status")
         nodes = api.request("GET", "/nodes")
@@ -306,14 +339,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     cache = MemberCache()
     # replica changes wait for the committed configuration (the API gives up after 30 s)
-    # drain and revive act on the first member named, never on another that answers instead
-    single = args.command in ("drain", "revive")
+    # these act on (or ask about) the first member named, never another that answers instead
+    single = args.command in ("drain", "revive", "check_if_node_is_quorum_critical",
+                              "await_online_quorum_plus_one")
     api = Api(urls[:1] if single else urls, args.username, args.password, timeout=90.0,
               connect_timeout=args.timeout, fallback=None if single else cache.get(",".join(urls)))
     code = 0
     try:
         run(api, args.command, args.args, args.vhost, args.formatter == "json", args.priority,
-            args.apply_to, (args.vhost_pattern, args.queue_pattern))
+            args.apply_to, (args.vhost_pattern, args.queue_pattern), args.wait)
     except ValueError as exc:
         print(f"amqp-broker ctl: {exc}", file=sys.stderr)
         code = 2

@@ -46,13 +46,14 @@ _WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 
 
 class ApiError(Exception):
-    """The API answered with an error (``status``, ``reason``), or no member could be reached
-    (``status`` 0)."""
+    """The API answered with an error (``status``, ``reason``; ``body``: its decoded JSON, None
+    when it had none), or no member could be reached (``status`` 0)."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, body: Any = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.body = body
 
 
 class _Unreachable(Exception):
@@ -172,11 +173,13 @@ class Api:
     def _answer(self, status: int, reason: str, raw: bytes) -> Any:
         if 200 <= status < 300:
             return json.loads(raw) if raw.strip() else None
+        body = None
         try:
-            reason = json.loads(raw).get("reason", reason)
+            body = json.loads(raw)
+            reason = body.get("reason", reason)
         except (ValueError, AttributeError):
             pass
-        raise ApiError(status, str(reason))
+        raise ApiError(status, str(reason), body)
 
     def _choose(self, method: str, path: str, data: bytes | None,
                 headers: dict[str, str]) -> Any:

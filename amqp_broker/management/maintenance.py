@@ -25,6 +25,11 @@ cluster view less those in maintenance); each move asks the queue's leader (here
 peer link: Cluster.Quorum ``QUORUM_CHANGE`` ``TRANSFER``) to hand over, and waits up to
 ``MOVE_TIMEOUT_S`` for this broker to see the new leader. Returns the leaders per member after
 the plan, as rabbitmq-queues prints them.
+``quorum_critical(mgmt)``: the quorum queues with a replica here that would lose their quorum if
+this broker stopped: those whose online members (in this broker's cluster view) are no more
+than a majority of their members (RabbitMQ's ``rabbit_quorum_queue:filter_quorum_critical``),
+each as RabbitMQ lists them (``readable_name``, ``name``, ``virtual_host``, ``type``); the
+health check ``node-is-quorum-critical`` and ``ctl await_online_quorum_plus_one`` ask it.
 Which members are in maintenance: each broker announces it in its Connection.Start server
 properties (``being_drained``), read from every member of the view when needed (as
 ``peers`` reads their listeners). Sources: RabbitMQ "Upgrading RabbitMQ" (maintenance mode),
@@ -49,8 +54,8 @@ from .context import Management
 from .node import cluster_view
 from .shapes import visible_connections
 
-__all__ = ["drain", "enforce", "revive", "rebalance", "MAINTENANCE_TEXT", "RETRY_S",
-           "MOVE_TIMEOUT_S"]
+__all__ = ["drain", "enforce", "revive", "rebalance", "quorum_critical", "MAINTENANCE_TEXT",
+           "RETRY_S", "MOVE_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -249,3 +254,22 @@ async def rebalance(mgmt: Management) -> list[dict[str, object]]:
         plan.done(move, migrated)
     log.info("Finished queue rebalance operation")
     return plan.summary()
+
+
+def quorum_critical(mgmt: Management) -> list[dict[str, str]]:
+    """The quorum queues that would lose their quorum if this broker stopped (module
+    docstring)."""
+    runtime = _runtime(mgmt)
+    if runtime is None:
+        return []
+    view = runtime.view
+    out = []
+    for rep in _replicas(mgmt):
+        if rep.raft is None or rep.group is not rep.raft:   # no replica here
+            continue
+        members = runtime.members_of(rep)
+        online = [m for m in members if m in view]
+        if len(online) <= len(members) // 2 + 1:
+            out.append({"readable_name": f"queue '{rep.name}' in vhost '{rep.vhost}'",
+                        "name": rep.name, "virtual_host": rep.vhost, "type": "quorum"})
+    return out

@@ -5,12 +5,17 @@
                                            "leaders_remaining"}
     POST /api/maintenance/revive   -> 200 {"node"}
     POST /api/rebalance/queues     -> 200 [{"Node name", "Number of quorum queues"}]
+    GET  /api/health/checks/node-is-quorum-critical
+                                   -> 200 {"status": "ok"} (with "reason": "single node
+                                      cluster" alone), or 503 {"status": "failed", "reason":
+                                      ..., "queues": [...]} (RabbitMQ's route and answers)
 
 Drain and revive act on the broker that answers (RabbitMQ's ``rabbitmq-upgrade drain`` /
 ``revive`` act on the node the CLI names; RabbitMQ's HTTP API has no route for them, these are
 ours). ``/api/rebalance/queues`` is RabbitMQ's route (3.9+), which answers 204 and rebalances
 in the background; ours answers when the moves are done, with the leaders per member
-(``rabbitmq-queues rebalance quorum``'s table). Administrator only. ``GET /api/nodes`` shows
+(``rabbitmq-queues rebalance quorum``'s table). Administrator only, but the health check (any
+management user, as RabbitMQ's). ``GET /api/nodes`` shows
 ``being_drained`` (RabbitMQ's field) for this broker.
 """
 
@@ -25,6 +30,7 @@ from . import maintenance
 from .api import endpoint
 from .context import Management
 from .http import json_response
+from .node import cluster_view
 
 __all__ = ["ROUTES"]
 
@@ -44,8 +50,21 @@ async def rebalance(request: Request, mgmt: Management, user: Account) -> Respon
     return json_response(await maintenance.rebalance(mgmt))
 
 
+@endpoint()
+async def quorum_critical(request: Request, mgmt: Management, user: Account) -> Response:
+    if len(cluster_view(mgmt)["member_names"]) <= 1:
+        return json_response({"status": "ok", "reason": "single node cluster"})
+    queues = maintenance.quorum_critical(mgmt)
+    if not queues:
+        return json_response({"status": "ok"})
+    return json_response({"status": "failed", "reason": "There are quorum queues that would "
+                          "lose their quorum if the target node is shut down",
+                          "queues": queues}, 503)
+
+
 ROUTES = [
     Route("/api/maintenance/drain", drain, methods=["POST"]),
     Route("/api/maintenance/revive", revive, methods=["POST"]),
     Route("/api/rebalance/queues", rebalance, methods=["POST"]),
+    Route("/api/health/checks/node-is-quorum-critical", quorum_critical),
 ]

@@ -7,7 +7,10 @@ RabbitMQ's ``rabbitmq-upgrade drain`` / ``revive`` and ``rabbitmq-queues rebalan
   ``being_drained``, publishing and getting through another member go on, and a quorum queue
   declared meanwhile is led by another member;
 - ``ctl revive``: clients are served again, the broker leads nothing until
-- ``ctl rebalance``: the three queues' leaderships end one per broker, as the table it prints says.
+- ``ctl rebalance``: the three queues' leaderships end one per broker, as the table it prints says;
+- the health check ``node-is-quorum-critical`` and ``ctl await_online_quorum_plus_one`` /
+  ``check_if_node_is_quorum_critical``: ok with three brokers up; once one is killed, a survivor
+  is critical for every queue (503, the queues listed; ctl exits 1).
 """
 
 from __future__ import annotations
@@ -112,3 +115,18 @@ def test_drain_revive_and_rebalance(cluster: Cluster, capsys):
     for url in urls.values():
         wait_for(lambda u=url: _counts(_leaders(u)) == {n: 1 for n in everyone}, 15,
                  f"leaders not spread as {url} sees them: {_leaders(url)}")
+
+    # all three up: stopping one leaves each queue its quorum
+    survivor, gone = others[0], cluster.members[others[1]]
+    assert api_get(urls[survivor], "/health/checks/node-is-quorum-critical") == {"status": "ok"}
+    assert ctl.main(["--url", urls[survivor], "await_online_quorum_plus_one"]) == 0
+    cluster.kill(gone)   # now stopping another would leave every queue without its quorum
+    wait_for(lambda: api_get(urls[survivor], "/health/checks/node-is-quorum-critical") is None,
+             15, "never quorum-critical")
+    capsys.readouterr()
+    assert ctl.main(["--url", urls[survivor], "check_if_node_is_quorum_critical"]) == 1
+    captured = capsys.readouterr()
+    assert sorted(line.split("\t")[1] for line in captured.out.splitlines()[1:]) == QUEUES
+    assert "would lose their quorum" in captured.err
+    assert ctl.main(["--url", urls[survivor], "await_online_quorum_plus_one", "--wait", "1"]) == 1
+    assert "time is up" in capsys.readouterr().err
