@@ -37,7 +37,7 @@ from queues.queue_type import Capabilities, SafeWaiter
 from queues.stream import format as fmt
 from queues.stream.log import StreamLog, short_string
 from queues.stream.manager import StreamManager
-from queues.stream.queue import STREAM, StreamQueue, StreamSettings
+from queues.stream.queue import STREAM, OffsetSpec, StreamQueue, StreamSettings
 
 __all__ = ["ReplicatedStream", "REPLICATED_STREAM", "FETCH_RETRY_MS", "FETCH_BYTES", "OBSERVE_MS",
            "encode_records", "decode_records"]
@@ -128,6 +128,24 @@ class ReplicatedStream(StreamQueue):
         """Messages in the stream as this member's replica applied them (RabbitMQ reports the
         stream's length for streams)."""
         return self.group.machine.length
+
+    def start_offset(self, spec: OffsetSpec) -> int:
+        """As ``StreamQueue.start_offset`` but against the stream as the group applied it: a
+        replica still catching up (its segments behind its group) starts a consumer at the
+        offset asked for, "next" and "last" at the stream's end, and the consumer waits for the
+        records to arrive here."""
+        end = self.group.machine.next_offset
+        log_ = self.log
+        if end <= log_.next_offset:
+            return super().start_offset(spec)
+        kind = spec.kind
+        if kind == "next":
+            return end
+        if kind == "last":
+            return end - 1
+        if kind == "offset":
+            return min(max(spec.value, log_.first_offset), end)
+        return super().start_offset(spec)
 
     # ------------------------------------------------------------------ publishing, confirms
     def publish(self, message: Message) -> PublishResult:

@@ -3,17 +3,23 @@ module (n2, n3, n4 on 127.0.0.2-4). A stream declared on one member is one log: 
 published on n3 is read at the same offsets with the same bodies on n2 and n4; a kill -9 of the
 broker a publisher is connected to loses no confirmed message; a restarted member catches up
 from the others without stopping the stream; every member reports the same message count
-(passive declare, the management API). Every wait is bounded.
+(passive declare, the management API). With ``AMQP_STREAMS_LONG=1`` also a member that returns
+after a snapshot compacted the leader's log (a minute or more). Every wait is bounded.
 Source: RabbitMQ "Streams" (replication, offsets), DESIGN.md §4 (replicated queues)."""
 
 from __future__ import annotations
 
 import datetime
+import json
+import os
+import subprocess
+import sys
 import time
 
 import pika
 import pytest
 
+from cluster.stream.group import SNAPSHOT_MIN_ENTRIES
 from cluster.tests.processes import Cluster, Member, api_get, start_with_api, wait_for
 from cluster.tests.quorum_scenarios import Publisher
 
@@ -177,3 +183,26 @@ def test_a_broker_outside_x_initial_cluster_size_publishes_and_reads_through_the
         assert _read(member, "pairs", 20) == expected, member.name
     wait_for(lambda: [_count(m, "pairs") for m in members] == [20] * 3, 10,
              f"counts {[_count(m, 'pairs') for m in members]}")
+
+
+@pytest.mark.skipif(os.environ.get("AMQP_STREAMS_LONG") != "1",
+                    reason="a minute or more: set AMQP_STREAMS_LONG=1")
+def test_a_member_back_after_a_snapshot_fetches_the_records_from_the_others(three):
+    """n4 is down while more than ``SNAPSHOT_MIN_ENTRIES`` messages are published (our asyncio
+    client, window 256): the leader compacts its Raft log, so n4 gets a snapshot and fetches the
+    records from the others' segments (STREAM_FETCH); a consumer on n4 at an offset it does not
+    have yet waits for it, and reads what n2 reads."""
+    cluster, (n2, n3, n4), _api = three
+    _declare(n2, "bench")
+    cluster.kill(n4)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.quorum", "--role", "publish",
+                           "--url", n3.uri, "--seconds", "15"], capture_output=True, text=True,
+                          timeout=120)
+    assert json.loads(done.stdout)["confirmed"] > SNAPSHOT_MIN_ENTRIES + 1000, done.stdout
+    total = _count(n2, "bench")
+    cluster.start(4, n2)
+    assert _read(n4, "bench", 50, offset=total - 50, timeout=60) == \
+        _read(n2, "bench", 50, offset=total - 50)
+    assert _read(n4, "bench", 20) == _read(n2, "bench", 20)
+    wait_for(lambda: _count(n4, "bench") == total, 30, f"n4 reports {_count(n4, 'bench')}")
+    assert "caught up to offset" in n4.log_path.read_text(errors="replace")
