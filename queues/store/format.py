@@ -69,6 +69,8 @@ __all__ = [
 ]
 
 MAGIC = b"AMQS"
+#: A newer format must differ from this in at least two bits (2, 4, 6, 7, ...): a version one
+#: bit away from ours is read as a flipped bit (``header_damage``), not as a newer format.
 FORMAT_VERSION = 1
 _FILE_HEADER = struct.Struct(">4sHHQ")
 FILE_HEADER_SIZE = _FILE_HEADER.size  # 16
@@ -142,8 +144,10 @@ def header_damage(data: bytes | memoryview, base: int, magic: bytes = MAGIC,
     flipped bits (at most ``HEADER_DAMAGE_BITS`` differ from ``file_header(base, magic,
     version)``): the caller rewrites it and checks the records one by one (each has its crc);
     None when the header is valid. Raises ``FormatError`` for what is not ours to repair: a torn
-    header (fewer than 16 bytes), a newer version of this format (refused: a downgrade), or a
-    header of another format (too many bits differ)."""
+    header (fewer than 16 bytes), a newer version of this format (refused: a downgrade; a
+    version one bit away from ours is a flipped bit, not a newer format: the corrupt nemesis
+    turned version 1 into 65 and the broker never started), or a header of another format (too
+    many bits differ)."""
     try:
         check_file_header(data, base, magic, version)
         return None
@@ -152,7 +156,8 @@ def header_damage(data: bytes | memoryview, base: int, magic: bytes = MAGIC,
     if len(data) < FILE_HEADER_SIZE:
         raise FormatError(problem)
     found_magic, found_version = _FILE_HEADER.unpack_from(data, 0)[:2]
-    if found_magic == magic and version < found_version < 256:
+    if found_magic == magic and version < found_version < 256 and \
+            bin(found_version ^ version).count("1") > 1:
         raise FormatError(problem)
     expected = file_header(base, magic, version)
     flipped = sum(bin(a ^ b).count("1") for a, b in zip(bytes(data[:FILE_HEADER_SIZE]), expected,
