@@ -37,21 +37,25 @@ __all__ = ["ROUTES"]
 
 @endpoint("administrator")
 async def drain(request: Request, mgmt: Management, user: Account) -> Response:
+    """``POST /api/maintenance/drain``: ``maintenance.drain``'s answer (200)."""
     return json_response(await maintenance.drain(mgmt))
 
 
 @endpoint("administrator")
 async def revive(request: Request, mgmt: Management, user: Account) -> Response:
+    """``POST /api/maintenance/revive``: ``{"node"}`` (200)."""
     return json_response(maintenance.revive(mgmt))
 
 
 @endpoint("administrator")
 async def rebalance(request: Request, mgmt: Management, user: Account) -> Response:
+    """``POST /api/rebalance/queues``: the leaders per member after the moves (200)."""
     return json_response(await maintenance.rebalance(mgmt))
 
 
 @endpoint()
 async def quorum_critical(request: Request, mgmt: Management, user: Account) -> Response:
+    """``GET /api/health/checks/node-is-quorum-critical``: 200 ok, or 503 with the queues."""
     if len(cluster_view(mgmt)["member_names"]) <= 1:
         return json_response({"status": "ok", "reason": "single node cluster"})
     queues = maintenance.quorum_critical(mgmt)
