@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import datetime
 import os
+import shlex
 import sys
 import tempfile
 import threading
@@ -207,14 +208,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = table(runs)
     print(text)
     if args.append:
+        sources_line = ["- our brokers ran from the source trees the table names (`--broker-src`: "
+                        "their own Python source, no compiled build)"] if args.broker_src else []
         section = "\n".join([
             f"{HEADING}, run of {started:%Y-%m-%d %H:%M} UTC", "",
-            f"`python -m benchmarks.definitions {' '.join(argv or sys.argv[1:])}`: "
+            f"`python -m benchmarks.definitions {shlex.join(argv or sys.argv[1:])}`: "
             f"{args.clients_per_member} pika clients per member x 3 members, each "
             f"{args.cycles} cycles of queue.declare (durable), queue.bind, queue.unbind, "
             "queue.delete on a queue of its own, each change waited for (module docstring of "
             "`benchmarks/definitions.py`). Aim (issue 23): at least RabbitMQ's rate, p99 under "
-            "50 ms.", "", *info, "", text, ""])
+            "50 ms.", "", *info, *sources_line, "", text, ""])
         old = RESULTS_MD.read_text() if RESULTS_MD.exists() else ""
         RESULTS_MD.write_text(place_latest(section, old, HEADING))
     return 0
