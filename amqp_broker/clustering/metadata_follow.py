@@ -30,6 +30,7 @@ from amqp_broker.core import declare_rules as rules
 from amqp_broker.core.access import Account
 from amqp_broker.core.policies import Policy
 from amqp_broker.protocol.errors import AMQPException
+from cluster.quorum.config import GROUP_ARG
 from queues.arguments import parse_arguments
 from queues.errors import InvalidArgument
 from queues.queue import Queue
@@ -156,9 +157,15 @@ def _bind(vh: VirtualHost, b: Any, unbind: bool) -> None:
 
 
 def _same_queue(q: Any, rec: QueueRecord) -> bool:
-    return (q.durable == rec.durable and q.auto_delete == rec.auto_delete
-            and q.capabilities.type_name == rec.queue_type
-            and dict(q.arguments or {}) == rec.arguments)
+    """Whether queue object ``q`` is the one ``rec`` records (else it is deleted and made
+    again): same type, durability and auto-delete, and for a replicated queue the same Raft
+    group. Other arguments are not compared here (``_follow_queue`` re-applies them to a classic
+    queue; a stream or replicated queue keeps its own), so that an encoding difference of a
+    stored argument can never make a member drop a queue's data."""
+    if (q.capabilities.type_name, q.durable, q.auto_delete) != (rec.queue_type, rec.durable,
+                                                                rec.auto_delete):
+        return False
+    return not rec.group or str((q.arguments or {}).get(GROUP_ARG) or "") == rec.group
 
 
 def _follow_queue(broker: Broker, vh: VirtualHost, st: VhostState, name: str, me: str,
@@ -171,15 +178,11 @@ def _follow_queue(broker: Broker, vh: VirtualHost, st: VhostState, name: str, me
     owner = _owner(broker, origin, rec.owner) if rec is not None and rec.owner and \
         not private_elsewhere else None
     if q is not None:
-        if rec is None or private_elsewhere or (rec.owner and q.exclusive_owner is not owner):
+        if rec is None or private_elsewhere or (rec.owner and q.exclusive_owner is not owner) \
+                or not _same_queue(q, rec):
             vh.delete_queue(q, cancels=cancels)
-        elif not rec.owner and not _same_queue(q, rec):
-            if isinstance(q, Queue) and q.durable == rec.durable and \
-                    q.auto_delete == rec.auto_delete and rec.queue_type == "classic" and \
-                    q.exclusive_owner is None:
-                _reconfigure(broker, vh, q, rec)
-            else:
-                vh.delete_queue(q, cancels=cancels)
+        elif isinstance(q, Queue) and not rec.owner and dict(q.arguments or {}) != rec.arguments:
+            _reconfigure(broker, vh, q, rec)   # a policy changed its arguments
     if rec is None or not private_elsewhere:
         proxies.remove_proxy(vh, name)
     if rec is None:
