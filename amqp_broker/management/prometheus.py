@@ -7,6 +7,10 @@ reads the broker's state at scrape time (nothing is kept between scrapes).
 ``/metrics`` is aggregated as RabbitMQ's default endpoint (``rabbitmq_queue_messages_ready`` is the
 sum over all queues, ``rabbitmq_raft_log_commit_index`` over all Raft replicas here);
 ``/metrics/per-object`` has the per-queue series with ``vhost`` and ``queue`` labels as RabbitMQ's.
+A replicated (quorum) queue's series, and its count in ``rabbitmq_queues``, come from the broker
+of its leader only, as RabbitMQ's (the leader's Ra server emits them), so that a dashboard's sum
+over the cluster counts each message once; a classic queue's come from every member holding a
+copy of it (each copy's messages are that member's).
 Names: rabbitmq_identity_info{rabbitmq_node, rabbitmq_cluster, rabbitmq_cluster_permanent_id,
 rabbitmq_endpoint} (the endpoint label as RabbitMQ 3.13+: "aggregated" or "per-object"; the
 dashboards join every panel on it), rabbitmq_build_info{rabbitmq_version (the RabbitMQ API we
@@ -100,6 +104,9 @@ class BrokerCollector(Collector):
         queues = 0
         for vname, vhost in list(broker.vhosts.items()):
             for q in list(vhost.queues.values()):
+                if (getattr(q.capabilities, "replicated", False)
+                        and not getattr(getattr(q, "group", None), "is_leader", False)):
+                    continue   # reported by the broker of its leader only, as RabbitMQ's
                 queues += 1
                 values = {"messages": q.message_count + q.unacked_count,
                           "messages_ready": q.message_count,

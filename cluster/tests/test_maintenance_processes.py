@@ -7,7 +7,8 @@ RabbitMQ's ``rabbitmq-upgrade drain`` / ``revive`` and ``rabbitmq-queues rebalan
   ``being_drained``, publishing and getting through another member go on, and a quorum queue
   declared meanwhile is led by another member;
 - ``ctl revive``: clients are served again, the broker leads nothing until
-- ``ctl rebalance``: the three queues' leaderships end one per broker, as the table it prints says;
+- ``ctl rebalance``: the three queues' leaderships end one per broker, as the table it prints says,
+  and each broker's ``/metrics`` reports the queue it leads only (the sums count each once);
 - the health check ``node-is-quorum-critical`` and ``ctl await_online_quorum_plus_one`` /
   ``check_if_node_is_quorum_critical``: ok with three brokers up; once one is killed, a survivor
   is critical for every queue (503, the queues listed; ctl exits 1).
@@ -15,9 +16,12 @@ RabbitMQ's ``rabbitmq-upgrade drain`` / ``revive`` and ``rabbitmq-queues rebalan
 
 from __future__ import annotations
 
+import urllib.request
+
 import pika
 import pika.exceptions
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from amqp_broker.management import ctl
 from cluster.tests.processes import Cluster, Member, api_get, free_port, wait_for
@@ -43,6 +47,14 @@ def _counts(leaders: dict[str, str | None]) -> dict[str | None, int]:
     return out
 
 
+def _gauge(url: str, name: str) -> float:
+    """The unlabelled sample ``name`` of the ``/metrics`` at ``url``."""
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return next(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+                if s.name == name and not s.labels)
+
+
 def _connect(member: Member) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(
         member.uri + "?connection_attempts=1&socket_timeout=5"))
@@ -50,10 +62,17 @@ def _connect(member: Member) -> pika.BlockingConnection:
 
 def test_drain_revive_and_rebalance(cluster: Cluster, capsys):
     ports = {o: free_port(f"127.0.0.{o}") for o in (2, 3, 4)}
+    proms = {o: free_port(f"127.0.0.{o}") for o in (2, 3, 4)}
     urls = {f"n{o}": f"http://127.0.0.{o}:{p}" for o, p in ports.items()}
-    n2 = cluster.start(2, None, "--management-port", str(ports[2]))
-    n3 = cluster.start(3, n2, "--management-port", str(ports[3]))
-    n4 = cluster.start(4, n2, "--management-port", str(ports[4]))
+    metrics = {f"n{o}": f"http://127.0.0.{o}:{p}/metrics" for o, p in proms.items()}
+
+    def start(octet: int, seed: Member | None) -> Member:
+        return cluster.start(octet, seed, "--management-port", str(ports[octet]),
+                             "--prometheus-port", str(proms[octet]))
+
+    n2 = start(2, None)
+    n3 = start(3, n2)
+    n4 = start(4, n2)
     view = [n2.address, n3.address, n4.address]
     wait_for(lambda: all(m.members() == view for m in (n2, n3, n4)), 20, "no agreed view")
     for name in QUEUES:
@@ -115,6 +134,13 @@ def test_drain_revive_and_rebalance(cluster: Cluster, capsys):
     for url in urls.values():
         wait_for(lambda u=url: _counts(_leaders(u)) == {n: 1 for n in everyone}, 15,
                  f"leaders not spread as {url} sees them: {_leaders(url)}")
+    # Prometheus: each quorum queue is reported by its leader's broker only, as RabbitMQ's, so
+    # the dashboards' sums over the brokers count each queue and message once (3 queues, one
+    # message each was published during maintenance and one of them got)
+    wait_for(lambda: [sum(_gauge(u, name) for u in metrics.values())
+                      for name in ("rabbitmq_queues", "rabbitmq_queue_messages_ready")]
+             == [3, 2], 15, "the leaders' metrics do not add up")
+    assert all(_gauge(u, "rabbitmq_queues") == 1 for u in metrics.values())
 
     # all three up: stopping one leaves each queue its quorum
     survivor, gone = others[0], cluster.members[others[1]]
