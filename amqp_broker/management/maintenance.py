@@ -193,7 +193,8 @@ async def enforce(mgmt: Management) -> None:
         await wake.wait()
         while mgmt.broker.draining:
             _standby(mgmt, True)
-            _hand_over(mgmt, set())
+            if any(r.raft is not None and r.raft.is_leader for r in _replicas(mgmt)):
+                _hand_over(mgmt, (await _members(mgmt))[1])   # not to a drained member
             await anyio.sleep(RETRY_S)
 
 
