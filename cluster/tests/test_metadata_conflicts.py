@@ -20,6 +20,7 @@ equivalence), "Exchanges", "Access Control", "Policies", "Virtual Hosts", "Manag
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pika.exceptions
@@ -49,6 +50,13 @@ def trio(tmp_path_factory):
 def _diverged(trio: Trio, prefix: str) -> list[str]:
     flush(trio)
     return divergent(trio.definitions(prefix))
+
+
+def _orphans(trio: Trio, prefix: str, kind: str, owner: Callable[[str], str]) -> list[str]:
+    """``member/name`` of every ``kind`` name (of ``prefix``) whose owner (``owner(name)``: its
+    vhost, its user) that member does not have."""
+    return sorted(f"{m}/{k}" for m, d in trio.definitions(prefix).items() for k in d
+                  if k.startswith(kind + ":") and owner(k) not in d)
 
 
 def _declare(name: str, max_length: int):
@@ -190,9 +198,7 @@ def test_vhost_deleted_while_a_queue_is_declared_into_it(trio):
                                  vhost=f"c23.v.{r}"))
                for r in range(ROUNDS)]
     diff = _diverged(trio, "c23.v")
-    per_member = trio.definitions("c23.v")
-    orphans = sorted(f"{m}/{k}" for m, d in per_member.items() for k in d
-                     if k.startswith("queue:") and f"vhost:{k.split(':')[1]}" not in d)
+    orphans = _orphans(trio, "c23.v", "queue", lambda k: f"vhost:{k.split(':')[1]}")
     assert not diff and not orphans, (f"{len(diff)} names differ between members: {diff}; "
                                       f"queues of a vhost the member does not have: {orphans}; "
                                       f"answers: {answers}")
@@ -207,9 +213,7 @@ def test_permission_set_while_the_user_is_deleted(trio):
         at_once(http_step(u2, "PUT", f"/permissions/%2F/{quote(f'c23.w.{r}')}", FULL),
                 http_step(u3, "DELETE", f"/users/c23.w.{r}"))
     diff = _diverged(trio, "c23.w.")
-    per_member = trio.definitions("c23.w.")
-    orphans = sorted(f"{m}/{k}" for m, d in per_member.items() for k in d
-                     if k.startswith("permission:") and f"user:{k.split(':')[2]}" not in d)
+    orphans = _orphans(trio, "c23.w.", "permission", lambda k: f"user:{k.split(':')[2]}")
     assert not diff and not orphans, (f"{len(diff)} names differ between members: {diff}; "
                                       f"permissions of a user the member does not have: "
                                       f"{orphans}")
