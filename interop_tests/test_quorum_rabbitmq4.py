@@ -2,8 +2,9 @@
 where RabbitMQ 3.10 has the behaviour, against it too (the same outcome from both).
 
 3.10 and 4.x alike: per-message ``expiration`` (the lower of it and x-message-ttl; a message
-expires once it reaches the head), an explicit ``x-delivery-limit`` (over it: dead-lettered with
-reason ``delivery_limit``), ``x-dead-letter-strategy: at-least-once``. Only 4.x, so ours only:
+expires once it reaches the head), requeued messages first in the order they were returned and,
+over an explicit ``x-delivery-limit``, dead-lettered with reason ``delivery_limit``,
+``x-dead-letter-strategy: at-least-once``. Only 4.x, so ours only:
 two-level priorities favoured 2:1, the default delivery limit of 20, -1 (no limit) requeueing to
 the back, no ``x-delivery-count`` on a first Basic.Get, an unrouted at-least-once dead letter held
 (counted against max-length) and sent once its target is bound (RabbitMQ retries after 180 s),
@@ -90,22 +91,43 @@ def test_per_message_expiration_the_lower_ttl_wins_and_only_the_head_expires(bro
     _cleanup(ch, unique_name, low, dead)
 
 
-def test_an_explicit_delivery_limit_dead_letters_the_message_returned_once_too_often(
+def test_requeued_messages_come_back_first_in_return_order_and_over_the_limit_dead_letter(
         broker, ch, unique_name):
+    """With a delivery limit, a requeued message waits in front of the others, in the order the
+    requeues came (rabbit_fifo's returns queue, 3.10 and 4.x alike); returned once more than the
+    limit allows, it is dead-lettered with reason ``delivery_limit``."""
     dlx, dead = _dead_letter_queue(ch, unique_name)
     ch.queue_declare(unique_name, durable=True, arguments={
         **QUORUM, "x-delivery-limit": 1, "x-dead-letter-exchange": dlx})
-    ch.basic_publish("", unique_name, b"poison", PERSISTENT)
-    method, _props, _body = _wait_get_unacked(ch, unique_name)
-    ch.basic_reject(method.delivery_tag, requeue=True)
-    method, props, body = _wait_get_unacked(ch, unique_name)
-    assert (body, props.headers.get("x-delivery-count"), method.redelivered) == (b"poison", 1,
-                                                                                  True)
-    ch.basic_reject(method.delivery_tag, requeue=True)   # the second return: over the limit
-    _method, props, body = _wait_get(ch, dead)
-    assert (body, _reason(props)) == (b"poison", "delivery_limit")
+    for body in (b"a", b"b", b"c"):
+        ch.basic_publish("", unique_name, body, PERSISTENT)
+    first, _props, _body = _wait_get_unacked(ch, unique_name)
+    second, _props, _body = _wait_get_unacked(ch, unique_name)
+    ch.basic_reject(second.delivery_tag, requeue=True)   # b, then a
+    ch.basic_reject(first.delivery_tag, requeue=True)
+    _wait_count(ch, unique_name, 3)
+    got = [_wait_get_unacked(ch, unique_name) for _ in range(3)]
+    assert [(body, (props.headers or {}).get("x-delivery-count")) for _m, props, body in
+            got[:2]] == [(b"b", 1), (b"a", 1)]
+    assert got[2][2] == b"c"
+    ch.basic_ack(got[2][0].delivery_tag)
+    for method, _props, _body in got[:2]:   # their second return: over the limit of 1
+        ch.basic_reject(method.delivery_tag, requeue=True)
+    dead_letters = [_wait_get(ch, dead) for _ in range(2)]
+    assert [(body, _reason(props)) for _m, props, body in dead_letters] == [
+        (b"b", "delivery_limit"), (b"a", "delivery_limit")]
     assert ch.basic_get(unique_name) == (None, None, None)
     _cleanup(ch, unique_name, dead)
+
+
+def _wait_count(ch, queue: str, count: int) -> None:
+    """Wait (bounded) until ``queue`` reports ``count`` ready messages: a requeue is applied
+    after a get that follows it at once on RabbitMQ (its returns are pipelined)."""
+    for _ in range(200):
+        if ch.queue_declare(queue, passive=True).method.message_count == count:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"{queue} never had {count} messages")
 
 
 def _wait_get_unacked(ch, queue: str):
@@ -117,7 +139,8 @@ def _wait_get_unacked(ch, queue: str):
     pytest.fail(f"nothing in {queue}")
 
 
-def test_at_least_once_dead_letters_reach_the_target(broker, ch, unique_name):
+def test_at_least_once_dead_letters_reach_the_target_and_a_bad_strategy_is_refused(broker, ch,
+                                                                                  unique_name):
     dlx, dead = _dead_letter_queue(ch, unique_name)
     target = f"{unique_name}.target"
     ch.queue_declare(target, durable=True, arguments=QUORUM)
@@ -132,6 +155,12 @@ def test_at_least_once_dead_letters_reach_the_target(broker, ch, unique_name):
     assert (body, _reason(props)) == (b"rejected", "rejected")
     assert ch.basic_get(target) == (None, None, None)
     _cleanup(ch, unique_name, target, dead)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        ch.queue_declare(f"{unique_name}.bad", durable=True,
+                         arguments={**args, "x-dead-letter-strategy": "twice"})
+    assert refused.value.reply_code == 406
+    assert "x-dead-letter-strategy" in refused.value.reply_text
+    assert "invalid_dlx_strategy" in refused.value.reply_text
 
 
 def test_two_priorities_favour_high_two_to_one_and_x_max_priority_is_refused(broker, ch,
