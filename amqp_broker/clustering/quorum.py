@@ -14,7 +14,9 @@ confirms). Nothing fsyncs on the event loop.
 Orderly stop (SIGTERM): ``hand_over`` transfers each leadership held here first.
 Timers (``quorum_timers``, mixed in with the group commit): every ``TICK_MS`` the replicas due are
 ticked (elections, heartbeats, re-sends) and the leaders do their duties (Down for members that
-left the cluster view, TTL expiry). A broker without clustering serves quorum queues too: a group of one, persisted (RabbitMQ accepts
+left the cluster view, TTL expiry; a queue with ``x-dead-letter-strategy: at-least-once`` gets a
+dead-letter worker, ``quorum_dlx``, that acts on its leader). A broker without clustering serves
+quorum queues too: a group of one, persisted (RabbitMQ accepts
 ``x-queue-type: quorum`` on a single node). A member outside a queue's group (a cluster larger than
 ``x-quorum-initial-group-size``) holds no replica: it forwards publishes and its consumers'
 commands to the group, hears from the leader how far they were applied, and receives from the
