@@ -150,8 +150,9 @@ def memory(cluster: Cluster, backlog: int) -> float:
     return sum(grown) / len(grown) / max(count, 1)
 
 
-def rabbitmq_throughput(seconds: float) -> dict | None:
-    """The throughput run against a 3-node RabbitMQ cluster (None when RabbitMQ is missing)."""
+def rabbitmq_throughput(seconds: float, arguments: dict | None = None) -> dict | None:
+    """The throughput run against a 3-node RabbitMQ cluster (None when RabbitMQ is missing), on
+    queue ``QUEUE`` declared with ``arguments`` (default: a quorum queue of 3 members)."""
     import pika
 
     from benchmarks.processes import rabbitmq_cluster
@@ -161,7 +162,7 @@ def rabbitmq_throughput(seconds: float) -> dict | None:
             return None
         url = f"amqp://guest:guest@127.0.0.1:{nodes[0].port}/%2F"
         conn = pika.BlockingConnection(pika.URLParameters(url))
-        conn.channel().queue_declare(QUEUE, durable=True, arguments={
+        conn.channel().queue_declare(QUEUE, durable=True, arguments=arguments or {
             "x-queue-type": "quorum", "x-quorum-initial-group-size": 3})
         conn.close()
         urls = [f"amqp://guest:guest@127.0.0.1:{n.port}/%2F" for n in nodes]

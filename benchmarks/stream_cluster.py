@@ -2,9 +2,11 @@
 on the first (replicated on all three), 1 KiB messages published with confirms (window 256) on the
 second and consumed (prefetch 1000, multiple acks every 64, from "next") on the third; msg/s
 confirmed and consumed. Then the same on one broker that is not clustered (a local stream) for the
-cost of replication.
+cost of replication. ``--rabbitmq``: the same run against a 3-node RabbitMQ cluster on this
+machine (``benchmarks.quorum.rabbitmq_throughput``, a stream declared on the first node, the
+publisher on the second, the consumer on the third: RabbitMQ's streams over AMQP 0-9-1).
 
-    python -m benchmarks.stream_cluster [--seconds 15] [--append]
+    python -m benchmarks.stream_cluster [--seconds 15] [--rabbitmq] [--append]
 
 The clients are ``benchmarks.quorum``'s (our asyncio client, each in a process of its own, queue
 ``bench``). Figures depend on the machine being shared by the brokers and the clients: compare
@@ -21,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.quorum import QUEUE, RESULTS, _spawn
+from benchmarks.quorum import QUEUE, RESULTS, _spawn, rabbitmq_throughput
 from cluster.tests.processes import Cluster, Member, free_port, wait_for
 
 STREAM = {"x-queue-type": "stream"}
@@ -48,6 +50,7 @@ def _declare(member: Member) -> None:
 
 def replicated(base: Path, seconds: float) -> dict:
     """Publisher on n3, consumer on n4, the stream replicated on n2-n4."""
+    base.mkdir(parents=True, exist_ok=True)
     cluster = Cluster.create(base)
     try:
         n2, n3, n4 = cluster.start_three()
@@ -61,6 +64,7 @@ def replicated(base: Path, seconds: float) -> dict:
 
 def local(base: Path, seconds: float) -> dict:
     """Publisher and consumer on one broker that is not clustered."""
+    base.mkdir(parents=True, exist_ok=True)
     cluster = Cluster.create(base)
     try:
         member = Member("n5", "127.0.0.5", free_port("127.0.0.5"), base / "n5", base / "n5.log")
@@ -81,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=15)
     p.add_argument("--append", action="store_true")
+    p.add_argument("--rabbitmq", action="store_true", help="also a 3-node RabbitMQ cluster")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="stream-bench-") as tmp:
         rep = replicated(Path(tmp) / "cluster", args.seconds)
@@ -89,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         one = local(Path(tmp) / "local", args.seconds)
         print(f"local stream, 1 broker: {one['confirmed_per_s']:,.0f} msg/s confirmed, "
               f"{one['consumed_per_s']:,.0f} msg/s consumed", flush=True)
+    rabbit = rabbitmq_throughput(args.seconds, STREAM) if args.rabbitmq else None
+    if rabbit is not None:
+        print(f"RabbitMQ {rabbit['version']} stream, 3 nodes: {rabbit['confirmed_per_s']:,.0f} "
+              f"msg/s confirmed, {rabbit['consumed_per_s']:,.0f} msg/s consumed", flush=True)
     if args.append:
         with RESULTS.open("a") as f:
             f.write(f"\n## Replicated streams (issue 25), {time.strftime('%Y-%m-%d')}\n\n"
@@ -99,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"{rep['consumed_per_s']:,.0f} msg/s |\n"
                     f"| local stream, 1 broker | {one['confirmed_per_s']:,.0f} msg/s | "
                     f"{one['consumed_per_s']:,.0f} msg/s |\n")
+            if rabbit is not None:
+                f.write(f"| RabbitMQ {rabbit['version']}, stream on 3 nodes | "
+                        f"{rabbit['confirmed_per_s']:,.0f} msg/s | "
+                        f"{rabbit['consumed_per_s']:,.0f} msg/s |\n")
     return 0
 
 
