@@ -112,8 +112,9 @@ def run_line(index: int, total: int, o: RunOutcome) -> str:
         return f"{head} queue refused by the broker: {o.refused}"
     if o.definitions is not None:
         d = o.definitions
-        head += (f" changes={d.changes} acked={d.acked} refused={d.refused} unknown={d.unknown}"
-                 f" divergent={d.divergent} lost_changes={d.lost_changes}")
+        head += (f" definitions: changes={d.changes} acked={d.acked} refused={d.refused}"
+                 f" unknown={d.unknown} divergent={d.divergent} lost_changes={d.lost_changes}"
+                 + (";" if o.result is not None else ""))
         if d.divergent_names or d.lost_names or d.unread:
             head += (f" divergent_names={list(d.divergent_names)} lost_names="
                      f"{list(d.lost_names)} unread={list(d.unread)}")
