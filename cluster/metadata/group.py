@@ -28,7 +28,7 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from cluster.quorum.group import Forward, Status
+from cluster.quorum.group import Forward, Status, to_leader
 from cluster.quorum.machine import decode_envelope, envelope, origin_member
 from cluster.quorum.outbox import Outbox
 from cluster.raft import actions as ra
@@ -115,11 +115,6 @@ class MetadataGroup:
 
     # ------------------------------------------------------------------ queries
     @property
-    def leader(self) -> str | None:
-        """The leader this replica knows (None: unknown)."""
-        return self.node.leader
-
-    @property
     def is_leader(self) -> bool:
         """Whether this replica leads."""
         return self.node.is_leader
@@ -151,14 +146,7 @@ class MetadataGroup:
         return self._route(envs) if envs else []
 
     def _route(self, envs: list[bytes]) -> list[Action]:
-        node = self.node
-        if node.is_leader:
-            _results, actions = node.propose_batch(envs)
-            return list(actions)   # refused during a transfer: re-sent on the leader change
-        leader = node.leader
-        if leader is not None and leader != self.me:
-            return [Forward(leader, tuple(envs))]
-        return []   # no leader known: re-sent once one is
+        return to_leader(self.node, self.me, envs)[1]
 
     def resend(self, now_ms: int) -> list[Action]:
         """Send every unapplied command again."""
@@ -182,15 +170,7 @@ class MetadataGroup:
     def forwarded(self, frm: str, envs: Iterable[bytes]) -> list[Action]:
         """Entries another member forwarded: proposed when leading, passed once to the leader we
         know when it is neither us nor the sender, else dropped (the sender re-sends)."""
-        node = self.node
-        envs = list(envs)
-        if node.is_leader:
-            _results, actions = node.propose_batch(envs)
-            return list(actions)
-        leader = node.leader
-        if leader is not None and leader not in (self.me, frm):
-            return [Forward(leader, tuple(envs))]
-        return []
+        return to_leader(self.node, self.me, list(envs), frm)[1]
 
     def status(self, frm: str, payload: bytes) -> None:
         """Member ``frm`` reports how far it applied the log."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from cluster.raft import actions as ra
 from cluster.raft import fifo as f
@@ -57,7 +58,7 @@ from .members import (
 from .outbox import Outbox
 from .shipping import Holding, Ship, decode_holding, encode_ship, missing
 
-__all__ = ["QuorumGroup", "Forward", "Notify", "Ship", "Holding", "Status", "Change", "Members",
+__all__ = ["QuorumGroup", "to_leader", "Forward", "Notify", "Ship", "Holding", "Status", "Change", "Members",
            "Action",
            "RESEND_MS", "DOWN_RETRY_MS", "SNAPSHOT_MIN_ENTRIES", "STATUS_MS", "encode_status",
            "decode_status"]
@@ -142,6 +143,24 @@ def decode_status(payload: bytes) -> tuple[int, tuple[str, ...]]:
 
 
 Action = ra.Action | Forward | Notify | Ship | Holding | Status | Change | Members
+
+
+def to_leader(node: RaftNode, me: str, envs: list[bytes], frm: str | None = None
+              ) -> tuple[bool, list[Any]]:
+    """Entries ``envs`` of member ``me`` (or forwarded to it by ``frm``) on their way to the
+    group's leader: proposed when ``node`` leads (True: proposed; refused during a transfer, they
+    are re-sent on the leader change), else one ``Forward`` to the leader it knows when that is
+    neither ``me`` nor ``frm``, else nothing (no leader known: the sender re-sends). Shared by
+    every Raft group's glue (quorum queues here, ``cluster.metadata.group``): the actions are
+    ``cluster.raft`` actions and ``Forward`` (``Any``, so that each glue's wider ``Action``
+    list takes them)."""
+    if node.is_leader:
+        _results, actions = node.propose_batch(envs)
+        return True, list(actions)
+    leader = node.leader
+    if leader is not None and leader != me and leader != frm:
+        return False, [Forward(leader, tuple(envs))]
+    return False, []
 
 
 class QuorumGroup:
@@ -245,15 +264,10 @@ class QuorumGroup:
         return self._route(envs) if envs else []
 
     def _route(self, envs: list[bytes]) -> list[Action]:
-        node = self.node
-        if node.is_leader:
-            results, actions = node.propose_batch(envs)
+        proposed, actions = to_leader(self.node, self.me, envs)
+        if proposed:
             self._probe_proposed()
-            return list(actions)   # refused during a transfer: re-sent on the leader change
-        leader = node.leader
-        if leader is not None and leader != self.me:
-            return [Forward(leader, tuple(envs))]
-        return []   # no leader known: re-sent once one is
+        return actions
 
     def resend(self, now_ms: int, from_seq: int = 0) -> list[Action]:
         """Send every unapplied command again (from ``from_seq``)."""
@@ -268,16 +282,10 @@ class QuorumGroup:
     def forwarded(self, frm: str, envs: Iterable[bytes]) -> list[Action]:
         """Entries another member forwarded: proposed when leading, passed once to the leader
         we know when it is neither us nor the sender, else dropped (the sender re-sends)."""
-        node = self.node
-        envs = list(envs)
-        if node.is_leader:
-            _results, actions = node.propose_batch(envs)
+        proposed, actions = to_leader(self.node, self.me, list(envs), frm)
+        if proposed:
             self._probe_proposed()
-            return list(actions)
-        leader = node.leader
-        if leader is not None and leader not in (self.me, frm):
-            return [Forward(leader, tuple(envs))]
-        return []
+        return actions
 
     def _probe_proposed(self) -> None:
         """Time the entry just proposed, unless one is being timed (``commit_latency_ms``)."""
