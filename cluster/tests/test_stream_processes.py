@@ -121,6 +121,10 @@ def test_published_on_one_member_read_at_the_same_offsets_on_the_others(three):
     assert isinstance(queue, dict)
     assert (queue["type"], queue["messages"]) == ("stream", 100)
     assert sorted(queue["members"]) == ["n2", "n3", "n4"]
+    listed = subprocess.run([sys.executable, "-m", "amqp_broker", "ctl", "--url", api,
+                             "--formatter", "json", "list_queues", "name", "messages"],
+                            capture_output=True, text=True, timeout=60)
+    assert {"name": "events", "messages": 100} in json.loads(listed.stdout), listed.stderr
 
 
 def test_kill_9_mid_publish_loses_no_confirmed_message_and_the_member_catches_up(three):
