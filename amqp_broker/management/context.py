@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..core.stats import MessageTotals, message_totals
+from .object_rates import ObjectRates
 
 if TYPE_CHECKING:
     from ..core.broker import Broker
@@ -59,6 +60,8 @@ class Sampler:
         self.broker = broker
         self.interval = interval
         self.samples: deque[Sample] = deque(maxlen=keep)
+        #: Per-queue and per-channel rates, sampled with the totals (``object_rates``).
+        self.objects = ObjectRates()
 
     def sample(self, now: float | None = None) -> Sample:
         """Take and keep one sample now (``now``: wall seconds, default ``time.time()``)."""
@@ -66,6 +69,7 @@ class Sampler:
         s = Sample(time.time() if now is None else now, message_totals(self.broker),
                    ready + unacked, ready, unacked)
         self.samples.append(s)
+        self.objects.sample(self.broker, s.at)
         return s
 
     def rates(self) -> dict[str, float]:

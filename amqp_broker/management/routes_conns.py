@@ -46,8 +46,13 @@ def connection_items(mgmt: Management, user: Account, vhost: str | None = None) 
 
 def channel_items(mgmt: Management, user: Account, vhost: str | None = None) -> list[dict]:
     """Channels of those connections."""
-    return [channel_json(mgmt.broker, c, ch, mgmt.amqp_address)
-            for c in _connections(mgmt, user, vhost) for ch in list(c.channels.values())]
+    return [_channel(mgmt, c, ch) for c in _connections(mgmt, user, vhost)
+            for ch in list(c.channels.values())]
+
+
+def _channel(mgmt: Management, conn, ch) -> dict:  # type: ignore[no-untyped-def]
+    rates = mgmt.sampler.objects.channel(ch) if mgmt.sampler is not None else {}
+    return channel_json(mgmt.broker, conn, ch, mgmt.amqp_address, rates)
 
 
 def consumer_items(mgmt: Management, user: Account, vhost: str | None = None) -> list[dict]:
@@ -94,8 +99,7 @@ async def show_connection(request: Request, mgmt: Management, user: Account) -> 
 @endpoint()
 async def connection_channels(request: Request, mgmt: Management, user: Account) -> Response:
     conn = _find(request, mgmt, user)
-    return list_response(request, [channel_json(mgmt.broker, conn, ch, mgmt.amqp_address)
-                                   for ch in list(conn.channels.values())])
+    return list_response(request, [_channel(mgmt, conn, ch) for ch in list(conn.channels.values())])
 
 
 @endpoint()

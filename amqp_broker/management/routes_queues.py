@@ -45,7 +45,9 @@ def queue_items(mgmt: Management, user: Account, vhost: str | None = None) -> li
     broker = mgmt.broker
     names = [vhost] if vhost is not None else auth.visible_vhosts(user, broker.access,
                                                                   list(broker.vhosts))
-    return [queue_json(broker, v, q) for v in names for q in list(broker.vhosts[v].queues.values())]
+    rates = mgmt.sampler.objects.queue if mgmt.sampler is not None else (lambda q: {})
+    return [queue_json(broker, v, q, rates(q)) for v in names
+            for q in list(broker.vhosts[v].queues.values())]
 
 
 @endpoint()
@@ -69,7 +71,9 @@ async def show_queue(request: Request, mgmt: Management, user: Account) -> Respo
     rates: [] here, as RabbitMQ's with rates_mode basic)."""
     vhost, q = _queue(request, mgmt, user)
     consumers = [c for c in consumer_items(mgmt, user, vhost) if c["queue"]["name"] == q.name]
-    return json_response({**queue_json(mgmt.broker, vhost, q), "consumer_details": consumers,
+    rates = mgmt.sampler.objects.queue(q) if mgmt.sampler is not None else {}
+    return json_response({**queue_json(mgmt.broker, vhost, q, rates),
+                          "consumer_details": consumers,
                           "incoming": [], "deliveries": []})
 
 

@@ -26,6 +26,7 @@ from routing.binding import Binding
 from ..core.access import Account, Grant
 from ..core.policies import declared_arguments, effective_definition
 from .direct import is_direct
+from .object_rates import channel_counters, queue_counters
 
 if TYPE_CHECKING:
     from queues.queue_type import QueueType
@@ -106,7 +107,7 @@ def queue_json(broker: Broker, vhost: str, q: QueueType, rates: dict[str, float]
         "exclusive_consumer_tag": getattr(exclusive, "tag", ""),
         "single_active_consumer_tag": getattr(active, "tag", ""),
         "consumer_utilisation": utilisation, "consumer_capacity": utilisation,
-        "message_stats": {"publish_details": rate(rates.get("publish", 0.0))},
+        "message_stats": _queue_stats(q, rates),
     }
     if owner is not None:
         out["owner_pid_details"] = {"name": getattr(owner, "name", "")}
@@ -118,6 +119,16 @@ def queue_json(broker: Broker, vhost: str, q: QueueType, rates: dict[str, float]
                    if m]
     if members is not None:
         out.update(replica_json(broker, getattr(q, "group", None), members))
+    return out
+
+
+def _queue_stats(q: QueueType, rates: dict[str, float]) -> dict[str, Any]:
+    """A queue's ``message_stats``: ``publish`` (messages it took, when its type counts them:
+    ``object_rates.queue_counters``) and ``publish_details``."""
+    out: dict[str, Any] = {}
+    if "publish" in (counts := queue_counters(q)):
+        out["publish"] = counts["publish"]
+    out["publish_details"] = rate(rates.get("publish", 0.0))
     return out
 
 
@@ -211,9 +222,12 @@ def tls_json(conn: Connection) -> dict[str, Any]:
 
 
 def channel_json(broker: Broker, conn: Connection, ch: Channel,
-                 listen: tuple[str, int]) -> dict[str, Any]:
-    """A channel as in ``GET /api/channels``: "conn name (n)", counts and its message_stats."""
+                 listen: tuple[str, int], rates: dict[str, float] | None = None) -> dict[str, Any]:
+    """A channel as in ``GET /api/channels``: "conn name (n)", counts and its message_stats
+    (publish, ack, deliver_get, confirm, each with ``<key>_details.rate`` per second from
+    ``rates``: ``object_rates.ObjectRates.channel``)."""
     cname = connection_name(conn, listen)
+    rates = rates or {}
     return {
         "name": f"{cname} ({ch.id})", "number": ch.id, "node": broker.settings.node_name,
         "vhost": ch.vhost.name, "user": conn.user.name if conn.user else None,
@@ -223,9 +237,9 @@ def channel_json(broker: Broker, conn: Connection, ch: Channel,
         "prefetch_count": ch.prefetch, "global_prefetch_count": ch.global_prefetch,
         "confirm": ch.confirms is not None, "transactional": ch.tx is not None,
         "state": "closing" if ch.closing else "running",
-        "message_stats": {"publish": ch.n_publish, "ack": ch.n_ack,
-                          "deliver_get": ch.next_delivery_tag - 1,
-                          "confirm": ch.confirms.confirmed if ch.confirms else 0},
+        "message_stats": {k: v for key, count in channel_counters(ch).items()
+                          for k, v in ((key, count), (f"{key}_details",
+                                                      rate(rates.get(key, 0.0))))},
     }
 
 

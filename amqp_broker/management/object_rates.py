@@ -1,0 +1,86 @@
+"""Per-object message rates for the management API's ``message_stats`` / ``*_details``: per
+queue and per channel, sampled with the node's totals (``context.Sampler``, every 5 s: RabbitMQ's
+``collect_statistics_interval``) and computed as RabbitMQ's "basic" rates mode does, per second
+between the newest two samples of the object. Source: "Management HTTP API" (``message_stats``,
+``*_details.rate``), RabbitMQ docs "Management Plugin" (statistics interval, rates mode).
+
+A sample reads the busy queues (``Broker.busy_queues``: O(those)) plus the queues of the last
+sample that were still changing (so a queue that fell idle shows its rates going to 0), and
+every live channel.
+Queue counters: ``messages``, ``messages_ready``, ``messages_unacknowledged`` (counts) and
+``publish`` (messages the queue took: a classic queue's entry sequence, when the queue type
+keeps one). Channel counters: ``publish``, ``ack``, ``deliver_get``, ``confirm``.
+Must not know: HTTP, timers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..core.broker import Broker
+
+__all__ = ["ObjectRates", "queue_counters", "channel_counters"]
+
+_Snap = dict[int, tuple[Any, float, dict[str, int]]]
+
+
+def queue_counters(q: Any) -> dict[str, int]:
+    """A queue's counters now (see module docstring); ``publish`` only when its type keeps
+    an entry sequence (classic queues)."""
+    ready, unacked = q.message_count, q.unacked_count
+    out = {"messages": ready + unacked, "messages_ready": ready,
+           "messages_unacknowledged": unacked}
+    seq = getattr(q, "_next_seq", None)
+    if isinstance(seq, int):
+        out["publish"] = seq
+    return out
+
+
+def channel_counters(ch: Any) -> dict[str, int]:
+    """A channel's message counters now (as ``shapes.channel_json``'s ``message_stats``)."""
+    return {"publish": ch.n_publish, "ack": ch.n_ack, "deliver_get": ch.next_delivery_tag - 1,
+            "confirm": ch.confirms.confirmed if ch.confirms else 0}
+
+
+def _rates(prev: _Snap, cur: _Snap, obj: Any) -> dict[str, float]:
+    key = id(obj)
+    a, b = prev.get(key), cur.get(key)
+    if a is None or b is None or a[0] is not obj or b[0] is not obj:
+        return {}
+    dt = max(b[1] - a[1], 1e-9)
+    return {k: (v - a[2].get(k, v)) / dt for k, v in b[2].items()}
+
+
+class ObjectRates:
+    """The newest two samples of every sampled queue and channel (keyed by object identity)."""
+
+    def __init__(self) -> None:
+        self._queues: tuple[_Snap, _Snap] = ({}, {})
+        self._channels: tuple[_Snap, _Snap] = ({}, {})
+
+    def sample(self, broker: Broker, now: float) -> None:
+        """Take one sample of ``broker``'s queues and channels at wall time ``now`` (s)."""
+        queues = {id(q): q for q in broker.busy_queues()}
+        older, last = self._queues
+        for key, (q, _, counts) in last.items():
+            before = older.get(key)
+            changing = before is None or before[0] is not q or before[2] != counts
+            if changing and not getattr(q, "deleted", False):
+                queues.setdefault(key, q)
+        self._queues = (self._queues[1], {k: (q, now, queue_counters(q))
+                                          for k, q in queues.items()})
+        channels = {}
+        for conn in list(broker.connections.values()):
+            for ch in list(conn.channels.values()):
+                channels[id(ch)] = (ch, now, channel_counters(ch))
+        self._channels = (self._channels[1], channels)
+
+    def queue(self, q: Any) -> dict[str, float]:
+        """Per-second rates of ``q``'s counters ({} until it was in two samples in a row;
+        an idle queue's are 0)."""
+        return _rates(*self._queues, q)
+
+    def channel(self, ch: Any) -> dict[str, float]:
+        """Per-second rates of ``ch``'s counters ({} until it was in two samples)."""
+        return _rates(*self._channels, ch)
