@@ -96,7 +96,8 @@ class Management:
     ``data_dir`` (for disk figures), ``started_at`` (wall seconds), ``peer_cache`` (the other
     members' listeners by AMQP address, with the monotonic time they expire: ``peers``);
     ``maintenance_wake``: the event ``maintenance.drain`` sets for ``maintenance.enforce`` (an
-    ``anyio.Event``, made in the event loop); ``vhost_meta`` reads the broker's."""
+    ``anyio.Event``, made in the event loop); ``shovels``: the dynamic shovels
+    (``routes_parameters.shovels_of``); ``vhost_meta`` reads the broker's."""
 
     broker: Broker
     listeners: list[Listener] = field(default_factory=list)
@@ -105,6 +106,7 @@ class Management:
     started_at: float = field(default_factory=time.time)
     peer_cache: dict[str, tuple[float, list[Listener] | None]] = field(default_factory=dict)
     maintenance_wake: Any = None
+    shovels: Any = None   # the ShovelManager (``amqp_broker.shovel.manager``), made at start
 
     def __post_init__(self) -> None:
         if self.sampler is None:

@@ -215,7 +215,7 @@ async def delete_permission(request: Request, mgmt: Management, user: Account) -
 
 @endpoint()
 async def empty_list(request: Request, mgmt: Management, user: Account) -> Response:
-    """Operator policies, parameters, topic permissions: none exist yet."""
+    """Operator policies, global parameters, topic permissions: none exist yet."""
     return list_response(request, [])
 
 
@@ -237,6 +237,6 @@ ROUTES = [
     Route("/api/permissions/{vhost}/{user}", delete_permission, methods=["DELETE"]),
     *(Route(path, empty_list) for path in (
         "/api/operator-policies",
-        "/api/operator-policies/{vhost}", "/api/parameters", "/api/global-parameters",
+        "/api/operator-policies/{vhost}", "/api/global-parameters",
         "/api/topic-permissions", "/api/extensions", "/api/feature-flags")),
 ]

@@ -1,0 +1,138 @@
+"""Runtime parameters and shovel status (issue 27): ``/api/parameters[/{component}[/{vhost}
+[/{name}]]]``, ``/api/shovels[/{vhost}]`` and ``DELETE /api/shovels/vhost/{vhost}/{name}/restart``,
+in RabbitMQ 3.10's shapes (with its rabbitmq_shovel_management plugin).
+
+A parameter is ``{"value", "vhost", "component", "name"}``; the one component is ``shovel``
+(``amqp_broker.shovel``). PUT takes ``{"value": {...}}`` (also with ``component``, ``vhost``,
+``name``) and answers 201 created / 204 replaced; 400 ``bad_request`` with ``"Validation
+failed\\n\\n<errors>\\n"`` (RabbitMQ's texts, ``<`` and ``>`` HTML-escaped as its API does) for a
+bad value, 404 for an unknown vhost or component; DELETE 204, 404 when unknown. Changes need the
+``policymaker`` tag (or higher). GET /api/shovels answers each shovel's status
+(``manager.ShovelManager.status``); restart answers 204, 404 for an unknown shovel.
+Source: RabbitMQ "Management HTTP API" (parameters), rabbitmq_shovel_management README.
+"""
+
+from __future__ import annotations
+
+import html
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..core.access import Account
+from ..shovel.manager import ShovelManager
+from ..shovel.params import ShovelParamError, validate
+from .api import endpoint
+from .context import Management
+from .http import (
+    HTTPError,
+    created,
+    json_response,
+    list_response,
+    no_content,
+    not_found,
+    path_vhost,
+    read_json,
+)
+
+__all__ = ["ROUTES", "validation_failed", "shovels_of"]
+
+#: the components this broker knows (RabbitMQ's with the shovel plugin enabled)
+COMPONENTS = ("shovel",)
+
+
+def validation_failed(text: str) -> HTTPError:
+    """RabbitMQ's 400 for a parameter its validation refuses (each error on a line)."""
+    escaped = html.escape(text, quote=False)
+    return HTTPError(400, "bad_request", f"Validation failed\n\n{escaped}\n")
+
+
+def shovels_of(mgmt: Management) -> ShovelManager:
+    """The broker's shovel manager (made at start by ``management.server``)."""
+    if mgmt.shovels is None:
+        mgmt.shovels = ShovelManager(mgmt.broker, mgmt.data_dir, lambda: mgmt.amqp_address)
+    return mgmt.shovels
+
+
+def _component(request: Request) -> str:
+    component = path_vhost(request, "component")
+    if component not in COMPONENTS:
+        raise not_found()
+    return component
+
+
+@endpoint()
+async def list_parameters(request: Request, mgmt: Management, user: Account) -> Response:
+    """Every parameter, or those of ``{component}`` (and ``{vhost}``)."""
+    if "component" in request.path_params:
+        _component(request)
+    vhost = path_vhost(request) if "vhost" in request.path_params else None
+    if vhost is not None and vhost not in mgmt.broker.vhosts:
+        raise not_found()
+    return list_response(request, shovels_of(mgmt).parameters(vhost))
+
+
+@endpoint()
+async def show_parameter(request: Request, mgmt: Management, user: Account) -> Response:
+    """One parameter; 404 when unknown."""
+    _component(request)
+    d = shovels_of(mgmt).get(path_vhost(request), path_vhost(request, "name"))
+    if d is None:
+        raise not_found()
+    return json_response({"value": d.value, "vhost": d.vhost, "component": "shovel",
+                          "name": d.name})
+
+
+@endpoint("policymaker")
+async def put_parameter(request: Request, mgmt: Management, user: Account) -> Response:
+    """Set a parameter: 201 / 204; 400 with RabbitMQ's validation text; 404 unknown vhost."""
+    _component(request)
+    vhost, name = path_vhost(request), path_vhost(request, "name")
+    if vhost not in mgmt.broker.vhosts:
+        raise not_found()
+    body = await read_json(request)
+    try:
+        d = validate(vhost, name, body.get("value"))
+    except ShovelParamError as exc:
+        raise validation_failed(str(exc)) from None
+    return created() if shovels_of(mgmt).put(d) else no_content()
+
+
+@endpoint("policymaker")
+async def delete_parameter(request: Request, mgmt: Management, user: Account) -> Response:
+    """Clear a parameter: 204, 404 when unknown."""
+    _component(request)
+    if not shovels_of(mgmt).delete(path_vhost(request), path_vhost(request, "name")):
+        raise not_found()
+    return no_content()
+
+
+@endpoint()
+async def list_shovels(request: Request, mgmt: Management, user: Account) -> Response:
+    """Every shovel's status, or those of ``{vhost}``."""
+    vhost = path_vhost(request) if "vhost" in request.path_params else None
+    if vhost is not None and vhost not in mgmt.broker.vhosts:
+        raise not_found()
+    return list_response(request, shovels_of(mgmt).status(vhost))
+
+
+@endpoint("policymaker")
+async def restart_shovel(request: Request, mgmt: Management, user: Account) -> Response:
+    """Restart a shovel: 204, 404 when unknown."""
+    if not shovels_of(mgmt).restart(path_vhost(request), path_vhost(request, "name")):
+        raise not_found()
+    return no_content()
+
+
+ROUTES = [
+    Route("/api/parameters", list_parameters, methods=["GET"]),
+    Route("/api/parameters/{component}", list_parameters, methods=["GET"]),
+    Route("/api/parameters/{component}/{vhost}", list_parameters, methods=["GET"]),
+    Route("/api/parameters/{component}/{vhost}/{name}", show_parameter, methods=["GET"]),
+    Route("/api/parameters/{component}/{vhost}/{name}", put_parameter, methods=["PUT"]),
+    Route("/api/parameters/{component}/{vhost}/{name}", delete_parameter, methods=["DELETE"]),
+    Route("/api/shovels", list_shovels, methods=["GET"]),
+    Route("/api/shovels/{vhost}", list_shovels, methods=["GET"]),
+    Route("/api/shovels/vhost/{vhost}/{name}/restart", restart_shovel, methods=["DELETE"]),
+]

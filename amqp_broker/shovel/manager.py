@@ -1,0 +1,246 @@
+"""Every dynamic shovel of one broker: the ``shovel`` parameters (validated ``ShovelDef``s),
+kept in ``<data-dir>/parameters.json`` (written whole, atomically: temporary file, fsync,
+rename), their states for ``GET /api/shovels``, and the tasks running them.
+
+States, as RabbitMQ's ``rabbit_shovel_status``: ``starting`` (connecting, declaring),
+``running`` (with its ends: src_uri, src_queue / src_exchange + src_exchange_key, dest_uri,
+dest_queue / dest_exchange + dest_exchange_key, protocols ``amqp091``), ``terminated`` with the
+``reason`` (an end failed: started again after ``reconnect-delay`` seconds, or never when it
+is 0). A shovel that reached ``src-delete-after`` is deleted with its parameter (RabbitMQ's
+"autodelete"). In a cluster one member runs each shovel: the member with the lowest name among
+those in the current view (``cluster_member_names``: the members that are up); when it dies,
+the view changes and the next lowest takes them over (checked every ``PLACEMENT_INTERVAL``
+seconds). Each member keeps its own parameters file (see docs: the metadata log should carry
+them). Source: RabbitMQ "Dynamic Shovels", "Shovel plugin" (status), 3.10.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from . import link
+from .params import ShovelDef, ShovelParamError, validate
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from ..core.broker import Broker
+
+__all__ = ["ShovelManager", "PLACEMENT_INTERVAL", "FILE_NAME"]
+
+log = logging.getLogger(__name__)
+
+#: seconds between checks of which member runs the shovels
+PLACEMENT_INTERVAL = 1.0
+FILE_NAME = "parameters.json"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+
+
+class _Shovel:
+    """One shovel's definition, state and the scope of its running task."""
+
+    def __init__(self, d: ShovelDef) -> None:
+        self.d = d
+        self.state = "starting"
+        self.reason: str | None = None
+        self.timestamp = _now()
+        self.scope: anyio.CancelScope | None = None
+
+    def set(self, state: str, reason: str | None = None) -> None:
+        self.state, self.reason, self.timestamp = state, reason, _now()
+
+
+class ShovelManager:
+    """The shovels of ``broker`` (see module docstring). ``data_dir``: where parameters.json
+    lives (None: kept in memory only); ``local``: returns this broker's AMQP (host, port)."""
+
+    def __init__(self, broker: Broker, data_dir: str | os.PathLike | None,
+                 local: Callable[[], tuple[str, int]]) -> None:
+        self.broker = broker
+        self.path = Path(data_dir) / FILE_NAME if data_dir else None
+        self.local = local
+        self.shovels: dict[tuple[str, str], _Shovel] = {}
+        self._tg: TaskGroup | None = None
+        self._load()
+
+    # ------------------------------------------------------------------ parameters
+    def _load(self) -> None:
+        if self.path is None or not self.path.exists():
+            return
+        for item in json.loads(self.path.read_text(encoding="utf-8")):
+            if item.get("component") != "shovel":
+                continue
+            try:
+                d = validate(item["vhost"], item["name"], item["value"])
+            except ShovelParamError as exc:
+                log.warning("stored shovel %r skipped: %s", item.get("name"), exc)
+                continue
+            self.shovels[(d.vhost, d.name)] = _Shovel(d)
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        items = [{"component": "shovel", "vhost": s.d.vhost, "name": s.d.name,
+                  "value": s.d.value} for s in self.shovels.values()]
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(items, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def parameters(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """The ``shovel`` parameters (of ``vhost``) as GET /api/parameters answers them."""
+        return [{"value": s.d.value, "vhost": s.d.vhost, "component": "shovel",
+                 "name": s.d.name} for s in self.shovels.values()
+                if vhost is None or s.d.vhost == vhost]
+
+    def get(self, vhost: str, name: str) -> ShovelDef | None:
+        """The definition of shovel ``name`` of ``vhost``, or None."""
+        s = self.shovels.get((vhost, name))
+        return s.d if s else None
+
+    def put(self, d: ShovelDef) -> bool:
+        """Add or replace shovel ``d`` (and start it when this member runs shovels); True
+        when it is new."""
+        old = self.shovels.pop((d.vhost, d.name), None)
+        if old is not None and old.scope is not None:
+            old.scope.cancel()
+        self.shovels[(d.vhost, d.name)] = _Shovel(d)
+        self._save()
+        self._place()
+        return old is None
+
+    def delete(self, vhost: str, name: str) -> bool:
+        """Stop and forget shovel ``name`` of ``vhost``; False when there is none."""
+        s = self.shovels.pop((vhost, name), None)
+        if s is None:
+            return False
+        if s.scope is not None:
+            s.scope.cancel()
+        self._save()
+        return True
+
+    def delete_vhost(self, vhost: str) -> None:
+        """Forget every shovel of ``vhost`` (deleted)."""
+        for v, n in list(self.shovels):
+            if v == vhost:
+                self.delete(v, n)
+
+    def restart(self, vhost: str, name: str) -> bool:
+        """Stop and start shovel ``name`` again; False when there is none."""
+        s = self.shovels.get((vhost, name))
+        if s is None:
+            return False
+        if s.scope is not None:
+            s.scope.cancel()
+            s.scope = None
+        s.set("starting")
+        self._place()
+        return True
+
+    # ------------------------------------------------------------------- status
+    def status(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """``GET /api/shovels``: each shovel's node, timestamp, name, vhost, type, state and,
+        running, its ends (terminated: ``reason``), as RabbitMQ's shovel management."""
+        node = self.broker.settings.node_name
+        out = []
+        for s in self.shovels.values():
+            d = s.d
+            if vhost is not None and d.vhost != vhost:
+                continue
+            item: dict[str, Any] = {"node": node, "timestamp": s.timestamp, "name": d.name,
+                                    "vhost": d.vhost, "type": "dynamic", "state": s.state}
+            if s.state == "running":
+                item.update(_ends(d))
+            elif s.state == "terminated":
+                item["reason"] = s.reason
+            out.append(item)
+        return out
+
+    # ------------------------------------------------------------------- running
+    def runs_here(self) -> bool:
+        """True when this member runs the shovels: alone, or the lowest name in the view."""
+        names = self.broker.cluster_properties.get("cluster_member_names") or []
+        me = self.broker.settings.node_name
+        return not names or me == min(names)
+
+    def _place(self) -> None:
+        if self._tg is None:
+            return
+        here = self.runs_here()
+        for s in list(self.shovels.values()):
+            if here and s.scope is None:
+                s.scope = anyio.CancelScope()
+                self._tg.start_soon(self._supervise, s, s.scope)
+            elif not here and s.scope is not None:
+                s.scope.cancel()
+                s.scope = None
+                s.set("terminated", "another cluster member runs it")
+
+    async def run(self, tg: TaskGroup) -> None:
+        """Start the shovels this member runs in ``tg`` and re-check the placement every
+        ``PLACEMENT_INTERVAL`` seconds until cancelled."""
+        self._tg = tg
+        while True:
+            self._place()
+            await anyio.sleep(PLACEMENT_INTERVAL)
+
+    async def _supervise(self, s: _Shovel, scope: anyio.CancelScope) -> None:
+        with scope:
+            while self.shovels.get((s.d.vhost, s.d.name)) is s:
+                s.set("starting")
+                try:
+                    outcome = await link.run(s.d, self.local(), self.broker.settings.node_name,
+                                             lambda: s.set("running"))
+                except Exception as exc:  # an end failed: RabbitMQ shows it as terminated
+                    reason = _reason(exc)
+                    log.warning("shovel %r of vhost %r terminated: %s", s.d.name, s.d.vhost,
+                                reason)
+                    s.set("terminated", reason)
+                    if s.d.reconnect_delay <= 0:
+                        break
+                    await anyio.sleep(s.d.reconnect_delay)
+                    continue
+                if outcome == "completed":
+                    log.info("shovel %r of vhost %r completed its src-delete-after: deleted",
+                             s.d.name, s.d.vhost)
+                    self.delete(s.d.vhost, s.d.name)
+                    break
+        if s.scope is scope:
+            s.scope = None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _reason(exc.exceptions[0])
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _ends(d: ShovelDef) -> dict[str, Any]:
+    out: dict[str, Any] = {"src_uri": link.no_password(d.src_uris[0]), "src_protocol": "amqp091",
+                           "dest_protocol": "amqp091",
+                           "dest_uri": link.no_password(d.dest_uris[0])}
+    if d.src_queue is not None:
+        out["src_queue"] = d.src_queue
+    else:
+        out["src_exchange"] = d.src_exchange
+        out["src_exchange_key"] = d.value.get("src-exchange-key", "")
+    if d.dest_queue is not None:
+        out["dest_queue"] = d.dest_queue
+    elif d.dest_exchange is not None:
+        out["dest_exchange"] = d.dest_exchange
+        if d.dest_exchange_key is not None:
+            out["dest_exchange_key"] = d.dest_exchange_key
+    return out
