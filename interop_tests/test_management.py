@@ -214,6 +214,7 @@ def test_web_page_in_headless_chromium(broker_factory, tmp_path):
             page.fill("#username", "guest")
             page.fill("#password", "guest")
             page.click("#login-button")
+            page.click('nav a[data-tab="queues"]')   # the "Queues and Streams" tab
             row = page.locator('#queues tr[data-queue="page.q"]')
             row.wait_for(timeout=20000)
             assert row.locator(".qmessages").inner_text() == "7"
