@@ -4,8 +4,11 @@
 <tmp> --log-level warning``, stopped (SIGTERM, then SIGKILL) at the end; ``.uri``, ``.port``.
 ``amqp`` (function scope): a pika ``BlockingChannel`` on it. ``unique`` : a name unique to the
 test. ``drain(channel, queue, expected, timeout)``: consume until ``expected`` messages arrived
-and then the queue stayed empty for a moment. The Spark session itself is module-scoped in each
-test module (a session takes 10-17 s to start; different masters are needed).
+and then the queue stayed empty for a moment. ``session`` (session scope): one
+``spark.local.local_session()`` (master ``local[2]``, run as ``local[2,4]``: task retries, as
+users get it) for every Spark test module, stopped at the end: a session takes 10-17 s to start,
+and the modules all used the same master. (``test_examples`` runs the examples as their own
+processes, with their own sessions, as a user runs them.)
 """
 
 from __future__ import annotations
@@ -80,6 +83,16 @@ def broker(tmp_path_factory):
     b = start_broker(tmp_path_factory.mktemp("spark-broker"))
     yield b
     b.stop()
+
+
+@pytest.fixture(scope="session")
+def session():
+    """The local ``SparkSession`` of every Spark test (see the module docstring)."""
+    from spark.local import local_session
+
+    s = local_session("local[2]", app_name="amqp-spark-tests")
+    yield s
+    s.stop()
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """Batch sink: ``df.write.format("amqp")`` in a real local Spark against a real broker.
 
-One session (``local[2]``) for the module. Each test declares its own queue, writes a DataFrame
-and reads what landed with pika: exactly N messages, right bodies and properties; a nack or an
-unroutable mandatory message fails the job; bad options fail on the driver before any task runs.
+One session (``local[2]``, the conftest's, shared by the Spark tests). Each test declares its own
+queue, writes a DataFrame and reads what landed with pika: exactly N messages, right bodies and
+properties; a nack or an unroutable mandatory message fails the job; bad options fail on the
+driver before any task runs.
 """
 
 from __future__ import annotations
@@ -19,15 +20,6 @@ from spark.tests.conftest import drain  # noqa: E402
 
 if java_missing():
     pytest.skip(java_missing(), allow_module_level=True)
-
-
-@pytest.fixture(scope="module")
-def session():
-    from spark.local import local_session
-
-    s = local_session("local[2]", app_name="amqp-sink-batch-tests")
-    yield s
-    s.stop()
 
 
 def _queue(amqp, name: str, **arguments) -> str:

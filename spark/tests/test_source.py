@@ -1,7 +1,7 @@
 """Source: a stream queue read with ``spark.read/readStream.format("amqp")`` in a real local Spark.
 
-One ``local[2]`` session for the module; messages are published to stream queues by pika (with
-confirms) on the session's broker process. A batch read of an offset range returns exactly those
+One ``local[2]`` session (the conftest's, shared by the Spark tests); messages are published to
+stream queues by pika (with confirms) on the session's broker process. A batch read of an offset range returns exactly those
 messages, with their bodies and properties; a streaming query reads 1000 messages in micro-batches
 of at most ``max_messages_per_batch``, is stopped, more messages are published, and the query
 restarted from its checkpoint reads only the new ones (the file sink's output then holds every
@@ -26,15 +26,6 @@ if java_missing():
 
 STREAM = {"x-queue-type": "stream"}
 T0 = 1_700_000_000
-
-
-@pytest.fixture(scope="module")
-def session():
-    from spark.local import local_session
-
-    s = local_session("local[2]", app_name="amqp-source-tests")
-    yield s
-    s.stop()
 
 
 def _publish(channel, exchange: str, routing_key, first: int, count: int) -> None:

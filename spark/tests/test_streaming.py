@@ -1,7 +1,7 @@
 """Streaming sink, exactly once end to end: Spark replays + derived message ids + broker dedup.
 
-One ``local_session()`` for the module, as users get it: master ``local[2]``, which it runs as
-``local[2,4]`` (a failed task is retried; Spark's plain ``local[2]`` never retries). Input: the
+One ``local_session()`` (the conftest's, shared by the Spark tests), as users get it: master
+``local[2]``, which it runs as ``local[2,4]`` (a failed task is retried; Spark's plain ``local[2]`` never retries). Input: the
 ``rate-micro-batch`` source (a fixed number of rows per batch, values 0, 1, 2, ... in offset
 order, so a replayed batch has the same rows in the same partitions). Output: a queue declared
 with ``x-message-deduplication: true``. Every value of every committed batch must arrive exactly
@@ -35,15 +35,6 @@ if java_missing():
 
 ROWS_PER_BATCH = 100
 DEDUP = {"x-message-deduplication": True}
-
-
-@pytest.fixture(scope="module")
-def session():
-    from spark.local import local_session
-
-    s = local_session(app_name="amqp-sink-streaming-tests")
-    yield s
-    s.stop()
 
 
 def _start(session, broker, queue: str, checkpoint: Path, **options):
