@@ -81,6 +81,18 @@ def _go(page, hash_: str, ready: str) -> None:
     page.locator(ready).first.wait_for()
 
 
+def _submit(page, form_id: str, values: dict[str, str], said: str = "Done") -> None:
+    """Fill the form's fields (inputs and selects by name), submit it, wait for its result."""
+    for name, value in values.items():
+        field = page.locator(f"#{form_id} [name={name}]")
+        if field.evaluate("el => el.tagName") == "SELECT":
+            field.select_option(value)
+        else:
+            field.fill(value)
+    page.click(f"#{form_id} button")
+    _result(page, form_id, said)
+
+
 def _result(page, form_id: str, text: str) -> None:
     page.locator(f"#{form_id}-result.ok", has_text=text).wait_for()
 
@@ -102,9 +114,7 @@ def test_overview_shows_members_roles_and_quorum_replicas(ui):
 def test_queue_added_published_got_bound_purged_deleted(ui):
     broker, http, page, shots = ui
     _go(page, "#/queues", "#add-queue")
-    page.fill("#add-queue input[name=name]", "ui.q")
-    page.click("#add-queue button")
-    _result(page, "add-queue", "Done")
+    _submit(page, "add-queue", {"name": "ui.q"})
     page.locator('#queues tr[data-queue="ui.q"] a').click()
     page.locator("#qinfo").wait_for()
     # publish two messages through the page, then get one with ack mode "Automatic ack"
@@ -123,10 +133,7 @@ def test_queue_added_published_got_bound_purged_deleted(ui):
     page.click("#get button")
     _result(page, "get", "1 message(s)")
     assert _api(http, "/queues/%2F/ui.q")["messages"] == 1
-    page.fill("#add-binding input[name=source]", "amq.topic")
-    page.fill("#add-binding input[name=routing_key]", "ui.#")
-    page.click("#add-binding button")
-    _result(page, "add-binding", "Done")
+    _submit(page, "add-binding", {"source": "amq.topic", "routing_key": "ui.#"})
     page.locator('#bindings tr[data-binding="amq.topic|ui.#"]').wait_for()
     page.locator("#qrates").wait_for()
     _shot(page, shots, "queue")
@@ -142,16 +149,11 @@ def test_exchange_added_bound_published_deleted(ui):
     broker, http, page, shots = ui
     _api(http, "/queues/%2F/ui.xq", "PUT", {"durable": False})
     _go(page, "#/exchanges", "#add-exchange")
-    page.fill("#add-exchange input[name=name]", "ui.x")
-    page.select_option("#add-exchange select[name=type]", "fanout")
-    page.click("#add-exchange button")
-    _result(page, "add-exchange", "Done")
+    _submit(page, "add-exchange", {"name": "ui.x", "type": "fanout"})
     page.locator('#exchanges tr[data-exchange="ui.x"] a').click()
     page.locator("#xinfo").wait_for()
     assert "fanout" in page.locator("#xinfo").inner_text()
-    page.fill("#add-binding input[name=destination]", "ui.xq")
-    page.click("#add-binding button")
-    _result(page, "add-binding", "Done")
+    _submit(page, "add-binding", {"destination": "ui.xq"})
     page.locator('#bindings tr[data-binding="ui.x|"]').wait_for()
     page.fill("#publish textarea[name=payload]", "via the exchange")
     page.click("#publish button")
@@ -192,25 +194,11 @@ def test_connection_page_lists_channels_and_closes_it(ui):
 def test_admin_users_vhosts_permissions_policies_definitions(ui, tmp_path):
     broker, http, page, shots = ui
     _go(page, "#/admin", "#user-list")
-    page.fill("#add-user input[name=name]", "ui.alice")
-    page.fill("#add-user input[name=password]", "s3cret")
-    page.fill("#add-user input[name=tags]", "management")
-    page.click("#add-user button")
-    _result(page, "add-user", "Done")
-    page.fill("#add-vhost input[name=name]", "ui.vh")
-    page.click("#add-vhost button")
-    _result(page, "add-vhost", "Done")
-    page.fill("#set-permission input[name=user]", "ui.alice")
-    page.fill("#set-permission input[name=vhost]", "ui.vh")
-    page.fill("#set-permission input[name=write]", "^ui")
-    page.click("#set-permission button")
-    _result(page, "set-permission", "Done")
-    page.fill("#add-policy input[name=name]", "ui.cap")
-    page.fill("#add-policy input[name=pattern]", "^ui\\.")
-    page.select_option("#add-policy select[name=apply-to]", "queues")
-    page.fill("#add-policy input[name=definition]", '{"max-length": 5}')
-    page.click("#add-policy button")
-    _result(page, "add-policy", "Done")
+    _submit(page, "add-user", {"name": "ui.alice", "password": "s3cret", "tags": "management"})
+    _submit(page, "add-vhost", {"name": "ui.vh"})
+    _submit(page, "set-permission", {"user": "ui.alice", "vhost": "ui.vh", "write": "^ui"})
+    _submit(page, "add-policy", {"name": "ui.cap", "pattern": "^ui\\.", "apply-to": "queues",
+                                 "definition": '{"max-length": 5}'})
     page.locator('#permission-list tr[data-permission="ui.alice|ui.vh"]').wait_for()
     page.locator('#policy-list tr[data-policy="ui.cap"]').wait_for()
     assert _api(http, "/permissions/ui.vh/ui.alice")["write"] == "^ui"
