@@ -21,7 +21,10 @@ timers and orderly leadership hand-over as a quorum queue's), and:
   member applied it gets the timeout refusal too (its outcome is not in the snapshot).
 - following the log: every applied command makes the broker's objects follow the records it
   changed (``metadata_follow``: the vhost it touched; users, vhosts, permissions and policies),
-  in log order, on every member; the whole state once the replica caught up with the log after
+  in log order, on every member, two turns of the event loop after it was applied (the Raft
+  messages of that turn -- a leader's news of the commit -- are written first, so the members
+  follow in parallel), a batch at a time in one definitions.db transaction (one fsync); answers
+  and applied reports wait for it; the whole state once the replica caught up with the log after
   a start or a join, and after each snapshot install (so a member forgets what was deleted while
   it was away). Until then this member admits no clients (``ready``).
 - bootstrapping: the replica opens at the first cluster view; the view's leader, when its
@@ -42,6 +45,8 @@ Times: seconds (timeout) and the runtime's monotonic ms. Sources: RabbitMQ "Meta
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -120,6 +125,8 @@ class MetadataRuntime:
         self.ready = False
         self._ready_seq = 0            # a founder's upgrade proposals must be applied first
         self.on_ready: Callable[[], None] | None = None
+        self._applied: list[Committed] = []   # applied, not yet followed (``on_effects``)
+        self._follow_due = False
 
     # ------------------------------------------------------------------ start
     def open(self, found: bool) -> None:
@@ -138,6 +145,7 @@ class MetadataRuntime:
                         vote_floor=NO_VOTE if empty and not found else 0)
         group = self.group = MetadataGroup(self.me, self.origin, node)
         group.on_restore = self._restored
+        group.report_on_apply = False   # ``_follow_applied`` reports
         self.rep = self.host.host_group(METADATA_GROUP, self.directory, group, disk, self)
         if found and empty:
             commands = definitions_commands(self.broker)
@@ -246,27 +254,66 @@ class MetadataRuntime:
 
     # ------------------------------------------------------------------ applying
     def on_effects(self, committed: list[Committed]) -> None:
-        """The group applied ``committed`` (in log order): the broker follows, then this
-        member's proposals among them get their outcome."""
-        broker = self.broker
-        orphans = []
+        """The group applied ``committed`` (in log order): queued for ``_follow_applied``,
+        which runs two turns of the event loop later (at once without a running loop), after the
+        Raft messages this turn sent are written: the leader tells the followers of a commit
+        before its broker follows it, so every member follows in parallel (following commits
+        definitions.db, an fsync). Everything applied meanwhile is followed in that one call,
+        in log order, in one definitions.db transaction (one fsync)."""
+        self._applied += committed
+        if self._follow_due:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._follow_applied()
+            return
+        self._follow_due = True
+        loop.call_soon(loop.call_soon, self._follow_applied)
+
+    def _follow_applied(self) -> None:
+        """The broker follows what was applied since the last call, in one definitions.db
+        transaction (committed and fsynced before this returns); then this member's proposals
+        among it get their outcome, and the other members hear how far this member applied
+        (``MetadataGroup.report``): after the follow, so that an Ok given anywhere means the
+        objects exist, durably, on the members it counted. A failure of the follow or of its
+        commit makes this member follow the whole state again (``_check_ready``)."""
+        self._follow_due = False
+        committed, self._applied = self._applied, []
+        group, rep = self.group, self.rep
+        if group is None or (rep is not None and rep.closed):
+            return
+        orphans: list = []
+        if self.ready and committed:
+            store = getattr(getattr(self.broker, "durability", None), "definitions", None)
+            try:
+                with store.transaction() if store is not None else contextlib.nullcontext():
+                    orphans = self._follow_each(committed)
+            except Exception:   # a bug or a refused commit must not stop the log
+                log.exception("metadata log: following indexes %d-%d failed; reconciling "
+                              "everything", committed[0].index, committed[-1].index)
+                self.ready = False
+                orphans = []
         for c in committed:
             p = self.pending.get(c.seq) if c.origin == self.origin else None
-            if self.ready:
-                cancels = p.then if p is not None else None
-                try:
-                    orphans += self._follow(c, cancels)
-                except Exception:   # a bug here must not stop the log: re-follow it all
-                    log.exception("metadata log: following index %d failed; reconciling "
-                                  "everything", c.index)
-                    self.ready = False
             if p is not None:
                 p.index, p.outcome = c.index, c.outcome
                 self._check(c.seq, p)
+        if rep is not None:
+            self.host.execute(rep, group.report())
         for vhost, name, owner in orphans:
             self.propose(m.DeleteQueue(vhost, name, owner))
         self._check_ready()
-        broker.run_dispatch()
+        self.broker.run_dispatch()
+
+    def _follow_each(self, committed: list[Committed]) -> list:
+        """The broker follows each of ``committed`` in order (``_follow``); returns the
+        orphaned private queues. Raises what a follow raises."""
+        orphans = []
+        for c in committed:
+            p = self.pending.get(c.seq) if c.origin == self.origin else None
+            orphans += self._follow(c, p.then if p is not None else None)
+        return orphans
 
     def _follow(self, c: Committed, cancels: list | None) -> list:
         """The broker follows what ``c`` changed: the queues, exchanges and bindings it named

@@ -9,7 +9,8 @@ without progress; exactly once thanks to ``sessions``); applying committed entri
 machine in log order (CONFIG entries become ``MetadataMachine.configure``) and handing the
 driver each applied command with its outcome (``Committed``); telling the other members how far
 this replica applied (``Status`` with ``encode_applied``: a proposer's ``--sync-replies`` count,
-Raft's match index only says stored); the leader's duties (its configuration follows the
+Raft's match index only says stored; returned by ``apply``, or by ``report`` for a driver that
+reports once its broker followed the change); the leader's duties (its configuration follows the
 cluster view one server at a time -- a new member first as a learner, Raft thesis §4.1, §4.2.1 --
 and ``MemberGone`` for a member out of the view whose private queues are still recorded); and
 snapshots (every ``SNAPSHOT_ENTRIES`` applied entries: sessions plus the machine's image, paper
@@ -105,6 +106,10 @@ class MetadataGroup:
         self.applied_by: dict[str, int] = {}
         #: Bumped by every ``restore``: the driver reconciles the broker to the whole state.
         self.restores = 0
+        #: False: ``apply`` returns no ``Status`` report; the driver sends ``report()`` once the
+        #: broker followed what was applied (``clustering.metadata``: the follow runs after the
+        #: Raft messages of the same turn are written).
+        self.report_on_apply = True
         #: Called after each ``restore`` of a snapshot the leader sent (not at open).
         self.on_restore: Callable[[], None] | None = None
         self._reported = 0
@@ -270,18 +275,23 @@ class MetadataGroup:
         if gap:
             more += self.resend(now_ms)
         self._may_vote()
-        more += self._report()
+        if self.report_on_apply:
+            more += self.report()
         if self.machine_index - self.last_snapshot >= SNAPSHOT_ENTRIES and \
                 self.machine_index <= node.applied_index:
             self.last_snapshot = self.machine_index
             more += node.snapshot_taken(self.machine_index, self.snapshot())
         return done, more
 
-    def _report(self) -> list[Action]:
-        if self.machine_index <= self._reported:
+    def report(self, upto: int | None = None) -> list[Action]:
+        """``Status`` to every other member and learner (and every member that reported to us):
+        this replica applied the log up to ``upto`` (default and at most ``machine_index``);
+        nothing when that was reported already."""
+        index = self.machine_index if upto is None else min(upto, self.machine_index)
+        if index <= self._reported:
             return []
-        self._reported = self.machine_index
-        payload = encode_applied(self.machine_index)
+        self._reported = index
+        payload = encode_applied(index)
         targets = set(self.node.members) | set(self.node.learners) | set(self.applied_by)
         return [Status(to, payload) for to in sorted(targets - {self.me})]
 

@@ -108,6 +108,24 @@ def test_the_configuration_follows_the_view_and_applied_is_reported():
     assert group.applied_count(5, ["a", "b"]) == 1
 
 
+def test_a_driver_that_follows_later_reports_what_it_followed():
+    """``report_on_apply`` False: ``apply`` sends no ``Status``; ``report(upto)`` tells the
+    others of ``upto`` (at most the applied index), once."""
+    group, out = _leader("a", ("a", "b"))
+    run(group, group.leader_duties(20_000, 0, {"a", "b"}), out)
+    group.report_on_apply = False
+    out.clear()
+    for name in ("x", "y"):
+        group.submit(m.DeclareExchange("/", name))
+        run(group, group.flush(20_000), out)
+    assert len(_committed(out)) == 2 and not [a for a in out if isinstance(a, Status)]
+    applied = group.machine_index
+    first = group.report(applied - 1)
+    assert first and {decode_applied(s.payload) for s in first} == {applied - 1}
+    assert [decode_applied(s.payload) for s in group.report(applied + 5)] == [applied] * len(first)
+    assert group.report() == []
+
+
 def test_a_follower_forwards_and_a_snapshot_keeps_the_sessions():
     group, out = _leader()
     run(group, group.forwarded("b", [envelope("b#1", 1, encode(m.DeclareExchange("/", "x")))]),
