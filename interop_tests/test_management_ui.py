@@ -137,6 +137,9 @@ def test_queue_added_published_got_bound_purged_deleted(ui):
     page.locator('#bindings tr[data-binding="amq.topic|ui.#"]').wait_for()
     page.locator("#qrates").wait_for()
     _shot(page, shots, "queue")
+    page.locator('#bindings tr[data-binding="amq.topic|ui.#"] button.unbind').click()
+    page.locator('#bindings tr[data-binding="amq.topic|ui.#"]').wait_for(state="detached")
+    assert [b["source"] for b in _api(http, "/queues/%2F/ui.q/bindings")] == [""]
     page.click("#purge")
     _result(page, "purge", "Queue purged.")
     assert _api(http, "/queues/%2F/ui.q")["messages"] == 0

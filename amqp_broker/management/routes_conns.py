@@ -7,6 +7,7 @@ The API's own in-process connections are not listed. Source: "Management HTTP AP
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,6 +25,10 @@ from .shapes import (
     consumer_json,
     visible_connections,
 )
+
+if TYPE_CHECKING:
+    from ..core.channel import Channel
+    from ..core.connection import Connection
 
 __all__ = ["ROUTES", "connection_items", "channel_items", "consumer_items"]
 
@@ -50,7 +55,8 @@ def channel_items(mgmt: Management, user: Account, vhost: str | None = None) -> 
             for ch in list(c.channels.values())]
 
 
-def _channel(mgmt: Management, conn, ch) -> dict:  # type: ignore[no-untyped-def]
+def _channel(mgmt: Management, conn: Connection, ch: Channel) -> dict:
+    """``channel_json`` with the channel's rates (``object_rates``)."""
     rates = mgmt.sampler.objects.channel(ch) if mgmt.sampler is not None else {}
     return channel_json(mgmt.broker, conn, ch, mgmt.amqp_address, rates)
 
