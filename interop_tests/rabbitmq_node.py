@@ -19,7 +19,8 @@ outcome (the brief's "differential tests"). The RabbitMQ side is, in order of pr
    with ``ssl_cert_login_from = common_name`` but ``auth_mechanisms`` stays RabbitMQ's default
    (PLAIN, AMQPLAIN): ``rabbitmq_auth_mechanisms(...)`` changes it for a test (the node reads
    it for every new connection). The ``rabbitmq_prometheus`` plugin is enabled too, its
-   listener on a free loopback port (``rabbitmq_prometheus_url``), for the dashboard test;
+   listener on a free loopback port (``rabbitmq_prometheus_url``), for the dashboard test,
+   and ``rabbitmq_shovel`` with ``rabbitmq_shovel_management`` for the shovel tests;
 3. none: :func:`rabbitmq_uri` raises :class:`RabbitMQUnavailable` and the caller skips with its
    text (rabbitmq-server is not installed, or the node did not boot within ~2 minutes).
 
@@ -88,7 +89,8 @@ def rabbitmq_uri() -> str:
                         f"prometheus.tcp.port = {prom_port}\nprometheus.tcp.ip = 127.0.0.1\n"
                         + _TLS_CONF.format(port=tls_port),
                         plugins="[rabbitmq_management,rabbitmq_auth_mechanism_ssl,"
-                                "rabbitmq_prometheus]",
+                                "rabbitmq_prometheus,rabbitmq_shovel,"
+                                "rabbitmq_shovel_management]",
                         files={"ca.crt": (pki / "ca.crt").read_bytes(),
                                "server.crt": (pki / "localhost.crt").read_bytes(),
                                "server.key": (pki / "localhost.key").read_bytes()})

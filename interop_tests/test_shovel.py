@@ -3,7 +3,9 @@
 Differential (``management_broker``: ours and the private RabbitMQ 3.10 node with its shovel
 plugins): the same ``shovel`` parameter JSON is refused with the same 400 texts, accepted with
 the same answers (201, 204, the GET shapes, ``/api/shovels`` running with its ends, restart,
-delete), and moves a message with the ``x-shovelled`` forward header. Ours only, against the
+delete), and moves a message with the ``x-shovelled`` forward header. ``amqp-broker ctl``'s
+set_parameter / list_parameters / shovel_status / clear_parameter and the definitions export
+and import carry the parameter. Ours only, against the
 private RabbitMQ node: a shovel from RabbitMQ to ours and one from ours to RabbitMQ, on-confirm,
 persistent messages, both run by one broker of ours, which is killed with SIGKILL in the middle
 and started again: every message arrives (duplicates are counted and allowed: at-least-once),
@@ -13,6 +15,7 @@ none is lost. ``N_MESSAGES`` (default 2000) is kept small for ``make test``;
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections import Counter
@@ -23,8 +26,11 @@ import pytest
 
 from clients.blocking import BlockingConnection
 from clients.message import Properties
-from interop_tests.conftest import start_broker
+from interop_tests.conftest import skip_if_rabbitmq, start_broker
+from interop_tests.test_management_ctl import ctl
 from interop_tests.test_management_differential import api, eventually
+
+pytestmark = pytest.mark.interop
 
 N_MESSAGES = int(os.environ.get("AMQP_SHOVEL_MESSAGES", "2000"))
 
@@ -203,3 +209,33 @@ def _both_ways_with_kill(tmp_path: Path, rabbit_uri: str, name: str) -> None:
 @pytest.mark.timeout(300)   # two starts of our broker: slow on a loaded machine
 def test_shovels_both_ways_survive_sigkill(rabbitmq, tmp_path, unique_name):
     _both_ways_with_kill(tmp_path, rabbitmq.uri, unique_name)
+
+
+def test_ctl_parameters_and_definitions(management_broker, unique_name, tmp_path):
+    b = management_broker
+    skip_if_rabbitmq(b, "amqp-broker ctl and our definitions file (rabbitmqctl's are its own)")
+    value = {"src-uri": "amqp://", "src-queue": f"{unique_name}.s", "dest-uri": "amqp://",
+             "dest-queue": f"{unique_name}.d"}
+    out = ctl(tmp_path, "--url", b.api_url, "set_parameter", "shovel", unique_name,
+              json.dumps(value))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f'Setting runtime parameter "{unique_name}" for component '
+                                 '"shovel" to ')
+    listed = ctl(tmp_path, "--url", b.api_url, "list_parameters").stdout.splitlines()
+    assert f"shovel\t{unique_name}\t{json.dumps(value, separators=(',', ':'))}" in listed
+    status = eventually(lambda: [line for line in ctl(
+        tmp_path, "--url", b.api_url, "shovel_status").stdout.splitlines()
+        if line.startswith(f"{unique_name}\t/\tdynamic\trunning\t")], "shovel_status running")
+    assert status
+    bad = ctl(tmp_path, "--url", b.api_url, "set_parameter", "shovel", "x", '{"src-uri": 1}')
+    assert bad.returncode == 1 and 'Key "dest-uri" not found in x' in bad.stderr
+    # the definitions carry it: cleared, then imported back from the export
+    defs = api(b.api_url, "/definitions")[1]
+    mine = {"value": value, "vhost": "/", "component": "shovel", "name": unique_name}
+    assert mine in defs["parameters"]
+    out = ctl(tmp_path, "--url", b.api_url, "clear_parameter", "shovel", unique_name)
+    assert out.returncode == 0, out.stderr
+    assert api(b.api_url, f"/parameters/shovel/%2F/{unique_name}")[0] == 404
+    assert api(b.api_url, "/definitions", "POST", {"parameters": [mine]})[0] == 204
+    assert api(b.api_url, f"/parameters/shovel/%2F/{unique_name}") == (200, mine)
+    assert api(b.api_url, f"/parameters/shovel/%2F/{unique_name}", "DELETE")[0] == 204

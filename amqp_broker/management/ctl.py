@@ -31,7 +31,9 @@ connections with 320, hand its quorum queue leaderships to other members and tak
 ones; revive undoes it), check_if_node_is_quorum_critical (rabbitmq-queues': exit 1 and the
 queues when stopping the member at the first ``--url`` would leave a quorum queue without its
 quorum) and await_online_quorum_plus_one [--wait S] (rabbitmq-upgrade's: waits, default 120 s,
-until no queue of that member is quorum-critical; exit 1 when the time is up). Lists print tab-separated columns
+until no queue of that member is quorum-critical; exit 1 when the time is up), set_parameter
+[-p VHOST] COMPONENT NAME JSON, clear_parameter [-p VHOST] COMPONENT NAME, list_parameters
+[-p VHOST] and shovel_status (``ctl_params``). Lists print tab-separated columns
 with a header line, as rabbitmqctl does (default columns: ``COLUMNS``, e.g. name and type for
 list_exchanges); any field of the API's objects is a column (e.g. ``list_exchanges vhost name
 type``, ``list_queues name type leader members online members_in_sync`` for replicated queues).
@@ -53,6 +55,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
+from . import ctl_params
 from .ctl_client import DEFAULT_URL, Api, ApiError, MemberCache, learn, parse_urls
 
 __all__ = ["main", "Api", "ApiError", "COLUMNS", "VHOST_LISTS", "URL_ENV"]
@@ -243,6 +246,8 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         print(f"Clearing policy \"{args[0]}\" on vhost \"{v}\" ...")
     elif cmd == "list_policies":
         _print_table(api.request("GET", f"/policies/{_q(v)}"), args or COLUMNS[cmd], as_json)
+    elif cmd in ctl_params.COMMANDS:
+        ctl_params.run(api, cmd, args, v, lambda items, cols: _print_table(items, cols, as_json))
     elif cmd in ("add_member", "delete_member"):
         need(2)
         adding = cmd == "add_member"

@@ -8,7 +8,8 @@ string in older files), ``vhosts``, ``permissions``, ``topic_permissions``, ``pa
 Export: users, vhosts, permissions, durable exchanges (not the built-in ``amq.*`` and default
 ones), durable non-exclusive queues, and the bindings between them (not the default exchange's).
 Export and import include ``policies`` (``core.policies``; a queue's exported arguments are those
-its client declared, without what a policy added).
+its client declared, without what a policy added) and the ``shovel`` runtime ``parameters``
+(``routes_parameters``, imported last, once the queues they name exist).
 Import order: users, vhosts, permissions, policies, exchanges, queues, bindings; entities are declared
 through the broker's own handlers (``direct``) as an internal user (as RabbitMQ's import, not
 subject to the importer's permissions), so they are stored and propagated like any declaration;
@@ -35,6 +36,7 @@ from .direct import direct_channel
 from .http import HTTPError, flag, json_response, no_content, path_vhost, read_json
 from .node import RABBITMQ_API_VERSION
 from .routes_access import parse_tags
+from .routes_parameters import import_parameters, shovels_of
 from .shapes import jsonable, permission_json, user_json
 
 __all__ = ["ROUTES", "export_definitions", "import_definitions"]
@@ -88,7 +90,8 @@ def export_definitions(mgmt: Management, only_vhost: str | None = None) -> dict[
         out["topic_permissions"] = []
         out["global_parameters"] = []
     policies = [p.to_json() for v in vhosts for p in broker.policies.list(v)]
-    out.update({"parameters": [], "policies": policies, "queues": queues,
+    parameters = [x for v in vhosts for x in shovels_of(mgmt).parameters(v)]
+    out.update({"parameters": parameters, "policies": policies, "queues": queues,
                 "exchanges": exchanges, "bindings": bindings})
     return out
 
@@ -167,6 +170,7 @@ async def import_definitions(mgmt: Management, defs: dict[str, Any],
             await ch.open()
             for method, reply in calls:
                 await ch.call(method, reply)
+    import_parameters(mgmt, _list(defs, "parameters"), only_vhost)
 
 
 @endpoint("administrator")

@@ -36,7 +36,7 @@ from .http import (
     read_json,
 )
 
-__all__ = ["ROUTES", "validation_failed", "shovels_of"]
+__all__ = ["ROUTES", "validation_failed", "shovels_of", "import_parameters"]
 
 #: the components this broker knows (RabbitMQ's with the shovel plugin enabled)
 COMPONENTS = ("shovel",)
@@ -106,6 +106,23 @@ async def delete_parameter(request: Request, mgmt: Management, user: Account) ->
     if not shovels_of(mgmt).delete(path_vhost(request), path_vhost(request, "name")):
         raise not_found()
     return no_content()
+
+
+def import_parameters(mgmt: Management, items: list[dict], only_vhost: str | None = None) -> None:
+    """Set the ``shovel`` parameters of a definitions file (``{"component", "vhost", "name",
+    "value"}`` each; other components are skipped, as this broker has none). Raises
+    ``HTTPError`` 400 for a refused value or an unknown vhost."""
+    for item in items:
+        if item.get("component") not in COMPONENTS:
+            continue
+        vhost = only_vhost or str(item.get("vhost", "/"))
+        if vhost not in mgmt.broker.vhosts:
+            raise HTTPError(400, "bad_request", f"vhost '{vhost}' does not exist")
+        try:
+            d = validate(vhost, str(item.get("name", "")), item.get("value"))
+        except ShovelParamError as exc:
+            raise validation_failed(str(exc)) from None
+        shovels_of(mgmt).put(d)
 
 
 @endpoint()
