@@ -10,6 +10,11 @@ PURE_TESTS := amqp_broker/protocol amqp_broker/core queues routing amqp_broker_n
 	cluster/tests/test_raft_codec.py cluster/tests/test_raft_node.py cluster/tests/test_raft_fifo.py \
 	cluster/tests/test_raft_sim.py cluster/tests/test_quorum_group.py cluster/tests/test_quorum_remote.py \
 	cluster/tests/test_driver.py cluster/tests/test_codec.py cluster/tests/test_links.py
+# pytest-xdist: `make test` runs its tests in two worker processes (this machine's two cores; most
+# tests wait on brokers more than they compute). loadgroup: a test file stays on one worker, the
+# Spark tests together, the fault harness's runs one by one (conftest.py, xdist_group).
+# `make test XDIST=` runs them in one process.
+XDIST ?= -n 2 --dist loadgroup
 
 .PHONY: run test lint unit interop bench clean cluster native
 
@@ -40,8 +45,8 @@ lint: $(STAMP)
 test: $(STAMP) native
 	bash interop_tests/setup.sh
 	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest $(PYTEST_ARGS)
-	AMQP_BROKER_PURE=1 $(PY) -m pytest $(PURE_TESTS) $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	AMQP_BROKER_PURE=1 $(PY) -m pytest $(XDIST) $(PURE_TESTS) $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(PY) -m pytest amqp_broker routing queues $(PYTEST_ARGS)

@@ -31,8 +31,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_accepting(port: int, timeout: float = 15.0) -> None:
-    """Block until 127.0.0.1:port accepts a connection; raises ``TimeoutError``."""
+def wait_accepting(port: int, timeout: float = 30.0) -> None:
+    """Block until 127.0.0.1:port accepts a connection (a bound, not a speed check: a loaded
+    machine running two pytest workers can take over 15 s); raises ``TimeoutError``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
