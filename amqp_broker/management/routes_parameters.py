@@ -51,7 +51,11 @@ def validation_failed(text: str) -> HTTPError:
 def shovels_of(mgmt: Management) -> ShovelManager:
     """The broker's shovel manager (made at start by ``management.server``)."""
     if mgmt.shovels is None:
-        mgmt.shovels = ShovelManager(mgmt.broker, mgmt.data_dir, lambda: mgmt.amqp_address)
+        def local() -> tuple[str, int] | None:
+            amqp = mgmt.listener("amqp")
+            return (amqp.host, amqp.port) if amqp is not None else None
+
+        mgmt.shovels = ShovelManager(mgmt.broker, mgmt.data_dir, local)
     return mgmt.shovels
 
 

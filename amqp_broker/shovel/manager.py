@@ -10,7 +10,8 @@ is 0). A shovel that reached ``src-delete-after`` is deleted with its parameter 
 "autodelete"). In a cluster one member runs each shovel: the member with the lowest name among
 those in the current view (``cluster_member_names``: the members that are up); when it dies,
 the view changes and the next lowest takes them over (checked every ``PLACEMENT_INTERVAL``
-seconds). Each member keeps its own parameters file (see docs: the metadata log should carry
+seconds; a shovel whose vhost was deleted goes with it at that check). Each member keeps its
+own parameters file (see docs: the metadata log should carry
 them). Source: RabbitMQ "Dynamic Shovels", "Shovel plugin" (status), 3.10.
 """
 
@@ -63,10 +64,11 @@ class _Shovel:
 
 class ShovelManager:
     """The shovels of ``broker`` (see module docstring). ``data_dir``: where parameters.json
-    lives (None: kept in memory only); ``local``: returns this broker's AMQP (host, port)."""
+    lives (None: kept in memory only); ``local``: returns this broker's AMQP (host, port), None
+    until its listener is up (no shovel starts before)."""
 
     def __init__(self, broker: Broker, data_dir: str | os.PathLike | None,
-                 local: Callable[[], tuple[str, int]]) -> None:
+                 local: Callable[[], tuple[str, int] | None]) -> None:
         self.broker = broker
         self.path = Path(data_dir) / FILE_NAME if data_dir else None
         self.local = local
@@ -177,17 +179,21 @@ class ShovelManager:
         return not names or me == min(names)
 
     def _place(self) -> None:
-        if self._tg is None:
+        if self._tg is None or self.local() is None:
             return
         here = self.runs_here()
+        names = self.broker.cluster_properties.get("cluster_member_names") or []
         for s in list(self.shovels.values()):
-            if here and s.scope is None:
+            if s.d.vhost not in self.broker.vhosts:   # its vhost was deleted: so is it
+                self.delete(s.d.vhost, s.d.name)
+            elif here and s.scope is None:
                 s.scope = anyio.CancelScope()
                 self._tg.start_soon(self._supervise, s, s.scope)
             elif not here and s.scope is not None:
                 s.scope.cancel()
                 s.scope = None
-                s.set("terminated", "another cluster member runs it")
+                s.set("terminated", f"run by {min(names)}, the member with the lowest name "
+                      "(it runs the shovels it was given: declare each on every member)")
 
     async def run(self, tg: TaskGroup) -> None:
         """Start the shovels this member runs in ``tg`` and re-check the placement every
@@ -202,7 +208,9 @@ class ShovelManager:
             while self.shovels.get((s.d.vhost, s.d.name)) is s:
                 s.set("starting")
                 try:
-                    outcome = await link.run(s.d, self.local(), self.broker.settings.node_name,
+                    local = self.local()
+                    assert local is not None   # _place starts shovels once it is known
+                    outcome = await link.run(s.d, local, self.broker.settings.node_name,
                                              lambda: s.set("running"))
                 except Exception as exc:  # an end failed: RabbitMQ shows it as terminated
                     reason = _reason(exc)
