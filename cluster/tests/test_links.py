@@ -114,7 +114,7 @@ def test_a_malformed_frame_from_a_member_fails_the_link_not_the_broker(bad: byte
     (cmd.Basic.Nack(4, True, False), Settle(4, True, "reject")),
     (cmd.Basic.Reject(5, True), Settle(5, False, "requeue")),
     (cmd.Basic.Reject(6, False), Settle(6, False, "reject")),
-], ids=repr)
+], ids=lambda v: repr(v) if isinstance(v, Settle) else v.name)  # pamqp's repr has an address
 def test_settles_decode_as_pamqp_encodes_them(method: object, expected: Settle) -> None:
     """A member's Basic.Ack / Nack / Reject (encoded by pamqp, as any client would) reads as the
     outcome the relay applies; other methods are left to the generic decoder."""
