@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         started.append(a)
         b, b_api = _ours(work, "b")
         started.append(b)
-        uri = f"amqp://guest:guest@{HOST}:%d/"
+        uri = f"amqp://guest:guest@{HOST}:%d/%%2F"   # vhost "/" (RabbitMQ reads "/" as "")
         rate, got = shovel_rate(uri % a.port, uri % b.port, b_api, args.messages, "ours-ours")
         rows.append(("ours -> ours, our shovel", rate, got))
         if not args.no_rabbitmq:
