@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -65,6 +66,7 @@ from cluster.metadata.outcomes import Outcome, Refused, timeout_refusal
 from cluster.raft import actions as ra
 from cluster.raft.disklog import DiskLog
 from cluster.raft.node import RaftNode
+from queues.store.dirs import fsync_dir
 
 from ..core.vhost import send_cancel
 from .metadata_commands import command_of, connection_id, definitions_commands
@@ -77,6 +79,9 @@ log = logging.getLogger(__name__)
 
 #: The group id of the metadata log on the peer links (Cluster.Quorum ``group``).
 METADATA_GROUP = "metadata"
+#: A file in the log's directory, written (and fsynced) once this member first followed the
+#: log: a founder killed before its definitions were applied has none, and founds again.
+FOLLOWED_MARK = "followed"
 #: Raft timings of the metadata group (as quorum queues': a dead leader is replaced in ~1-1.5 s).
 TIMING = ra.Timing(election_ms=600, heartbeat_ms=100, max_batch_entries=512,
                    max_batch_bytes=1 << 20, max_inflight=8, snapshot_keep=256)
@@ -147,7 +152,10 @@ class MetadataRuntime:
         group.on_restore = self._restored
         group.report_on_apply = False   # ``_follow_applied`` reports
         self.rep = self.host.host_group(METADATA_GROUP, self.directory, group, disk, self)
-        if found and empty:
+        # a founder that died before its definitions were applied (its log may hold only the
+        # bootstrap configuration) proposes them again: else the empty state would delete
+        # every vhost and user here. Re-proposing what is stored is idempotent.
+        if found and (empty or not (self.directory / FOLLOWED_MARK).exists()):
             commands = definitions_commands(self.broker)
             for command in commands:
                 self._ready_seq = group.submit(command)
@@ -361,12 +369,27 @@ class MetadataRuntime:
             log.exception("metadata log: reconciling the broker with the log failed")
             return
         self.ready = True
+        self._mark_followed()
         log.info("metadata log: caught up at index %d; definitions follow it",
                  group.machine_index)
         for vhost, name, owner in orphans:
             self.propose(m.DeleteQueue(vhost, name, owner))
         if self.on_ready is not None:
             self.on_ready()
+
+    def _mark_followed(self) -> None:
+        """Write ``FOLLOWED_MARK`` (once, durably) so that a restart does not found again."""
+        mark = self.directory / FOLLOWED_MARK
+        if mark.exists():
+            return
+        try:
+            with open(mark, "wb") as f:
+                if self.host.fsync:
+                    os.fsync(f.fileno())
+            if self.host.fsync:
+                fsync_dir(self.directory)
+        except OSError:   # tried again at the next restart's first follow
+            log.exception("metadata log: could not write %s", mark)
 
     def _others(self) -> list[str]:
         group = self.group
