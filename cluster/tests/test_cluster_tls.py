@@ -70,6 +70,8 @@ def test_peer_links_over_mutual_tls(cluster, ca_dir, tmp_path) -> None:
     n3, a3 = start(cluster, 3, ca_dir, seed=a2)
     wait_for(lambda: n2.members() == [a2, a3] and n3.members() == [a2, a3], 15,
              f"no common view:\n{n2.log_tail()}\n{n3.log_tail()}")
+    # a joiner serves clients once it follows the metadata log (320 "joining" until then)
+    wait_for(lambda: n3.serving() and n2.serving(), 30, f"not serving:\n{n3.log_tail()}")
     conn = n3.connect()
     conn.channel().queue_declare("over-tls", durable=True)
     conn.close()
