@@ -20,12 +20,14 @@ the text Spark matches is short and still says what Spark looks for: a cancelled
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
 
-__all__ = ["stoppable", "BatchFailed", "java_summary"]
+__all__ = ["stoppable", "BatchFailed", "BatchGate", "java_summary"]
 
 #: Longest Java exception text kept (the head of a long message says what happened).
 MAX_JAVA_TEXT = 400
@@ -65,3 +67,56 @@ def stoppable(func: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
             raise BatchFailed(java_summary(exc)) from None
 
     return run
+
+
+class BatchGate:
+    """Stop a ``foreachBatch`` query between batches: the batch in flight finishes, later ones
+    are not run (and not committed, so the next run with the same checkpoint runs them).
+
+    Why: ``query.stop()`` during a batch cancels its Spark job; PySpark's worker daemon then
+    prints a ``BrokenPipeError`` traceback for each Python task it was running. Use as
+    ``gate = BatchGate(); q = df.writeStream.foreachBatch(gate.wrap(stoppable(f))).start();
+    gate.attach(q)`` and stop with ``gate.stop(q, timeout_s)``. A batch that starts after
+    ``stop`` began waits until the query is no longer active (``StreamingQuery.isActive``, polled
+    every 0.1 s, at most ``STOP_WAIT_S``), then raises ``BatchFailed`` naming
+    ``java.lang.InterruptedException``, which Spark reads as "stopped" once the query is
+    terminated (``StreamExecution.isInterruptedByStop``, Spark 4.3)."""
+
+    #: Longest a skipped batch waits for ``query.stop()`` to mark the query terminated (s).
+    STOP_WAIT_S = 60.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._query: Any = None
+
+    def attach(self, query: Any) -> None:
+        """The started ``StreamingQuery`` the gate's skipped batches wait on."""
+        self._query = query
+
+    def wrap(self, func: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+        """``func(batch_df, batch_id)`` run only while the gate is open."""
+
+        @functools.wraps(func)
+        def run(batch: Any, batch_id: int) -> Any:
+            with self._lock:
+                if not self._closed:
+                    return func(batch, batch_id)
+            deadline = time.monotonic() + self.STOP_WAIT_S
+            while (self._query is not None and self._query.isActive
+                   and time.monotonic() < deadline):
+                time.sleep(0.1)
+            raise BatchFailed(f"batch {batch_id} not run: stopping "
+                              "(java.lang.InterruptedException)")
+
+        return run
+
+    def stop(self, query: Any, timeout_s: float) -> bool:
+        """Close the gate, wait up to ``timeout_s`` (s) for the batch in flight, then
+        ``query.stop()``. Returns whether the batch in flight finished before the stop."""
+        self._closed = True
+        finished = self._lock.acquire(timeout=timeout_s)
+        if finished:
+            self._lock.release()
+        query.stop()
+        return finished

@@ -11,9 +11,10 @@ at most ``--max-per-batch`` messages per micro-batch) and prints, for every micr
 offsets and how many messages each routing key had (``foreachBatch``). The checkpoint
 (``--checkpoint``, default ``./data/spark-checkpoints/stream_source``) makes a re-run go on after
 the last offset the previous run finished: nothing is counted twice. Stops after ``--seconds``
-(Ctrl-C stops it earlier, cleanly: the batch being counted is cancelled, and the next run counts
-it; ``spark.foreach_batch.stoppable`` keeps Spark's stop from dying of a
-``StackOverflowError``).
+(Ctrl-C stops it earlier, cleanly: the batch being counted finishes, later ones are left to the
+next run (``spark.foreach_batch.BatchGate``); a second Ctrl-C stops at once, cancelling the batch
+being counted, which the next run counts again; ``spark.foreach_batch.stoppable`` keeps Spark's
+stop from dying of a ``StackOverflowError``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ import threading
 import time
 
 from spark.examples import add_spark_arguments, catch_ctrl_c, spark_master
+
+#: Longest the stop waits for the batch being counted (s); then it is cancelled.
+STOP_TIMEOUT_S = 30.0
 
 #: Routing keys of the published messages, in the proportions 4:3:2:1.
 KEYS = ("orders.created",) * 4 + ("orders.paid",) * 3 + ("orders.shipped",) * 2 + ("users.signup",)
@@ -100,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     step(f"starting Spark ({master}, loopback only)")
     from pyspark.sql import functions as F
 
-    from spark.foreach_batch import stoppable
+    from spark.foreach_batch import BatchGate, stoppable
     from spark.local import local_session
 
     session = local_session(master, app_name="stream_source")
@@ -124,23 +128,30 @@ def main(argv: list[str] | None = None) -> int:
 
     # stoppable: stopping while show() runs would otherwise kill Spark's stream thread with a
     # java.lang.StackOverflowError (see spark.foreach_batch) instead of stopping it cleanly
-    query = (events.writeStream.foreachBatch(stoppable(show))
+    gate = BatchGate()
+    query = (events.writeStream.foreachBatch(gate.wrap(stoppable(show)))
              .option("checkpointLocation", os.path.abspath(args.checkpoint))
              .trigger(processingTime="1 second").queryName("stream_source").start())
+    gate.attach(query)
     step(f"query {query.id} running (checkpoint {args.checkpoint}); "
          f"{'until Ctrl-C' if not args.seconds else f'for {args.seconds:.0f} s'}")
     deadline = time.monotonic() + args.seconds if args.seconds else None
+    stopped = False
     try:
         while (query.isActive and not interrupted.is_set()
                and (deadline is None or time.monotonic() < deadline)):
             query.awaitTermination(0.5)
         if interrupted.is_set():
-            step("Ctrl-C: stopping")
+            step("Ctrl-C: stopping after the batch being counted (Ctrl-C again: at once)")
+        stop.set()
+        gate.stop(query, STOP_TIMEOUT_S)
+        stopped = True
     except KeyboardInterrupt:
         step("Ctrl-C again: stopping now")
     finally:
         stop.set()
-        query.stop()
+        if not stopped:
+            query.stop()
         if publisher is not None:
             publisher.join(10)
         error = query.exception()
