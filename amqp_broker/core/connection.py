@@ -4,55 +4,39 @@ Owns the connection lifecycle of AMQP 0-9-1 §2.2.4 / class connection as a smal
 (protocol header -> Start/Start-Ok -> Tune/Tune-Ok -> Open/Open-Ok -> open -> Close/Close-Ok), the
 frame loop that hands frames to channels, heartbeats (§4.2.7: a peer silent for two intervals is
 dropped), the output buffer with its high-water mark (credit flow), and Connection.Close on a
-``ConnectionException``. Must not know: sockets or event loops; time comes from ``broker.clock``.
+``ConnectionException``. The handshake's steps (Start-Ok, Secure-Ok, Tune-Ok, Open) are
+``core.handshake``'s. Must not know: sockets or event loops; time comes from ``broker.clock``.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands as cmd
 
-from .. import __version__
 from ..protocol import constants as c
 from ..protocol.errors import ConnectionException
 from ..protocol.framing import FrameSplitter
 from ..protocol.methods import decode_method, encode_method, method_ids
-from .access import Account
-from .auth import parse_response
 from .channel import Channel
-from .external import EXTERNAL, TlsPeer, external_login, peer_link_refusal
-from .mechanisms import mechanism_refusal, offered_mechanisms
+from .handshake import State, open_vhost, secure_ok, send_start, start_ok, tune_ok
 from .timers import TIMER_SLACK
 
 if TYPE_CHECKING:
     from pamqp.base import Frame
-    from pamqp.common import FieldTable
 
     from queues.queue_type import QueueType
 
+    from .access import Account
     from .broker import Broker, PeerAuthServer
+    from .external import TlsPeer
     from .vhost import VirtualHost
 
 __all__ = ["LINGER_TIMEOUT", "Connection", "State"]
 
 log = logging.getLogger(__name__)
-
-CAPABILITIES: FieldTable = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": False,
-}
-
 
 #: Seconds we wait for the peer's Connection.Close-Ok before closing the socket (RabbitMQ: 3 s).
 CLOSE_TIMEOUT = 3.0
@@ -62,35 +46,6 @@ LINGER_TIMEOUT = 30.0
 #: Heartbeats (s) from which ours are sent on whole seconds (``Connection._heartbeat_due``):
 #: at 4 s, one every 1-2 s, while the peer waits two intervals (8 s) before it gives up.
 HEARTBEAT_GRID_MIN = 4
-
-
-def _negotiated(field: str, value: int, minimum: int, maximum: int) -> int:
-    """The client's Tune-Ok ``value`` of ``field`` when it lies in [minimum, maximum]; 0 (no
-    limit) is above any maximum of ours. Raises 530 NOT_ALLOWED with RabbitMQ's text otherwise
-    (``rabbit_reader:validate_negotiated_integer_value``; a Tune-Ok with channel_max 0 is refused
-    by RabbitMQ 3.10 too)."""
-    if value and value < minimum:
-        raise ConnectionException(c.NOT_ALLOWED, f"NOT_ALLOWED - negotiated {field} = {value} is "
-                                  f"lower than the minimum allowed value ({minimum})", 10, 31)
-    if maximum and (value == 0 or value > maximum):
-        detail = " (no limit)" if field == "channel_max" and value == 0 else ""
-        raise ConnectionException(c.NOT_ALLOWED, f"NOT_ALLOWED - negotiated {field} = {value}"
-                                  f"{detail} is higher than the maximum allowed value ({maximum})",
-                                  10, 31)
-    return value
-
-
-class State(enum.Enum):
-    """Where the connection is in its lifecycle."""
-
-    AWAIT_HEADER = 0
-    AWAIT_START_OK = 1
-    AWAIT_SECURE_OK = 7  # cluster peer: challenge sent
-    AWAIT_TUNE_OK = 2
-    AWAIT_OPEN = 3
-    OPEN = 4
-    CLOSING = 5  # we sent Connection.Close; only Close-Ok (or Close) counts now
-    CLOSED = 6
 
 
 class Connection:
@@ -132,7 +87,8 @@ class Connection:
         self.block_announced = False  # Connection.Blocked sent (Unblocked is due when cleared)
         #: Set when a cluster peer authenticated: its node name (see ``_start_ok``).
         self.peer_node: str | None = None
-        self._peer_auth: PeerAuthServer | None = None
+        #: A cluster peer's authentication between Start-Ok and Secure-Ok (``core.handshake``).
+        self.peer_auth_server: PeerAuthServer | None = None
         #: The TLS session (set by the server layer before any input), None on a plain socket.
         self.tls: TlsPeer | None = None
         self.auth_mechanism = ""  # the SASL mechanism the client logged in with
@@ -291,22 +247,7 @@ class Connection:
             self._mark_closed()
             return b""
         self.state = State.AWAIT_START_OK
-        s = self.broker.settings
-        mechanisms = offered_mechanisms(s.auth_mechanisms, self.tls)
-        if self.broker.peer_auth is not None:
-            mechanisms = (*mechanisms, self.broker.peer_auth.mechanism)
-        self.send_method(0, cmd.Connection.Start(
-            0, 9, {
-                "product": "amqp-broker",
-                "version": __version__,
-                "platform": "Python",
-                "copyright": "amqp-broker contributors",
-                "information": "Licensed under the Apache License 2.0",
-                "capabilities": CAPABILITIES,
-                "cluster_name": s.cluster_name,
-                "node_name": s.node_name,
-                **self.broker.cluster_properties,
-            }, " ".join(mechanisms), "en_US"))
+        send_start(self)
         return rest
 
     # ------------------------------------------------------------------- connection class
@@ -327,13 +268,13 @@ class Connection:
             return
         cid, mid = method_ids(method)
         if state is State.AWAIT_START_OK and isinstance(method, cmd.Connection.StartOk):
-            self._start_ok(method)
+            start_ok(self, method)
         elif state is State.AWAIT_SECURE_OK and isinstance(method, cmd.Connection.SecureOk):
-            self._secure_ok(method)
+            secure_ok(self, method)
         elif state is State.AWAIT_TUNE_OK and isinstance(method, cmd.Connection.TuneOk):
-            self._tune_ok(method)
+            tune_ok(self, method)
         elif state is State.AWAIT_OPEN and isinstance(method, cmd.Connection.Open):
-            self._open(method)
+            open_vhost(self, method)
         elif isinstance(method, cmd.Connection.CloseOk):
             self._finish()
         elif state is State.OPEN and isinstance(method, cmd.Connection.UpdateSecret):
@@ -345,115 +286,6 @@ class Connection:
         else:
             raise ConnectionException(c.CHANNEL_ERROR,
                                       f"CHANNEL_ERROR - {method.name} on channel 0", cid, mid)
-
-    def _start_ok(self, method: cmd.Connection.StartOk) -> None:
-        self.client_properties = method.client_properties or {}
-        caps = self.client_properties.get("capabilities")
-        self.capabilities = caps if isinstance(caps, dict) else {}
-        peer_auth = self.broker.peer_auth
-        claims_peer = bool(self.capabilities.get("cluster-peer"))
-        if claims_peer or (peer_auth is not None and method.mechanism == peer_auth.mechanism):
-            # Issue 5: a connection claiming cluster-peer must authenticate as one, or is refused.
-            if peer_auth is None or method.mechanism != peer_auth.mechanism or not claims_peer:
-                log.warning("refused cluster-peer connection from %s: mechanism %s, clustering %s",
-                            self.name, method.mechanism,
-                            "on" if peer_auth is not None else "off")
-                raise ConnectionException(
-                    c.ACCESS_REFUSED, "ACCESS_REFUSED - cluster-peer connections must "
-                    "authenticate with the cluster secret", 10, 11)
-            refusal = peer_link_refusal(self.tls, self.broker.settings.peer_tls_required)
-            if refusal:
-                log.warning("refused cluster-peer connection from %s: %s", self.name, refusal)
-                raise ConnectionException(c.ACCESS_REFUSED, refusal, 10, 11)
-            self._peer_auth = peer_auth.new_server()
-            try:
-                challenge = self._peer_auth.challenge(method.response)
-            except Exception:
-                raise ConnectionException(c.ACCESS_REFUSED, "ACCESS_REFUSED - bad cluster peer "
-                                          "name", 10, 11) from None
-            self.state = State.AWAIT_SECURE_OK
-            self.send_method(0, cmd.Connection.Secure(challenge))
-            return
-        if method.mechanism not in offered_mechanisms(self.broker.settings.auth_mechanisms,
-                                                      self.tls):
-            self._close_silently(mechanism_refusal(method.mechanism))
-            return
-        if method.mechanism == EXTERNAL:
-            login, user, why = external_login(self.broker.access, self.tls, self.peer[0])
-        else:
-            creds = parse_response(method.mechanism, method.response)
-            login = creds[0] if creds else None
-            user, why = (None, "ACCESS_REFUSED - malformed credentials") if creds is None else \
-                self.broker.access.authenticate(creds[0], creds[1], self.peer[0], method.mechanism)
-        if user is None:
-            log.warning("authentication failed for %s from %s: %s", login or "?", self.name, why)
-            raise ConnectionException(c.ACCESS_REFUSED, why, 10, 11)
-        self.user = user
-        self.auth_mechanism = method.mechanism
-        s = self.broker.settings
-        self.state = State.AWAIT_TUNE_OK
-        self.send_method(0, cmd.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
-
-    def _secure_ok(self, method: cmd.Connection.SecureOk) -> None:
-        try:
-            peer_auth = self._peer_auth
-            if peer_auth is None:  # only AWAIT_SECURE_OK leads here, and _start_ok set it
-                raise AttributeError("no cluster peer authentication in progress")
-            # pamqp types every argument Optional (its constructors' default); a decoded
-            # Secure-Ok always carries its response string
-            node = peer_auth.verify(method.response)  # type: ignore[arg-type]
-        except Exception as exc:
-            log.warning("cluster peer from %s failed authentication: %s", self.name, exc)
-            raise ConnectionException(c.ACCESS_REFUSED, "ACCESS_REFUSED - cluster peer "
-                                      "authentication failed", 10, 21) from None
-        refusal = peer_link_refusal(self.tls, self.broker.settings.peer_tls_required, node)
-        if refusal:
-            log.warning("cluster peer from %s refused: %s", self.name, refusal)
-            raise ConnectionException(c.ACCESS_REFUSED, refusal, 10, 21)
-        self._peer_auth = None
-        self.peer_node = node
-        self.name = f"{self.name} (peer {node})"
-        self.user = Account(f"cluster:{node}", "")
-        s = self.broker.settings
-        self.state = State.AWAIT_TUNE_OK
-        self.send_method(0, cmd.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
-
-    def _tune_ok(self, method: cmd.Connection.TuneOk) -> None:
-        s = self.broker.settings
-        frame_max = _negotiated("frame_max", method.frame_max, c.FRAME_MIN_SIZE, s.frame_max)
-        channel_max = _negotiated("channel_max", method.channel_max, 1, s.channel_max)
-        self.frame_max = frame_max
-        self.splitter.set_frame_max(frame_max)
-        self.channel_max = channel_max
-        self.heartbeat = method.heartbeat
-        self.state = State.AWAIT_OPEN
-
-    def _open(self, method: cmd.Connection.Open) -> None:
-        vhost = self.broker.vhosts.get(method.virtual_host)
-        allowed = self.is_peer or self.broker.access.can_open(self.user, method.virtual_host)
-        if vhost is None:
-            raise ConnectionException(
-                c.NOT_ALLOWED, f"NOT_ALLOWED - vhost {method.virtual_host} not found", 10, 40)
-        if not self.broker.accepting_clients and not self.is_peer:
-            raise ConnectionException(c.CONNECTION_FORCED, "CONNECTION_FORCED - this node is "
-                                      "joining the cluster; connect to another member", 10, 40)
-        if self.broker.draining and not self.is_peer:
-            raise ConnectionException(c.CONNECTION_FORCED, "CONNECTION_FORCED - this node is in "
-                                      "maintenance mode; connect to another member", 10, 40)
-        if not allowed:
-            raise ConnectionException(
-                c.NOT_ALLOWED,
-                f"NOT_ALLOWED - access to vhost '{method.virtual_host}' refused for user "
-                f"'{self.user.name if self.user else ''}'", 10, 40)
-        self.vhost = vhost
-        self.state = State.OPEN
-        if not self.is_peer:
-            self.counted = True
-            self.broker.churn.connections_opened += 1
-        self.schedule_timer()  # heartbeats from now on
-        self.send_method(0, cmd.Connection.OpenOk())
-        if self.broker.alarms:
-            self.broker.block(self)
 
     def _open_channel(self, channel_id: int, payload: bytes) -> None:
         method = decode_method(payload)
@@ -501,7 +333,7 @@ class Connection:
         if handshaking:
             self._mark_closed()
 
-    def _close_silently(self, why: str) -> None:
+    def close_silently(self, why: str) -> None:
         """A handshake error RabbitMQ does not report (``rabbit_reader:handle_exception`` before
         the connection runs): log ``why``, send nothing, ignore all input, and close the socket
         after ``CLOSE_TIMEOUT`` (3 s, RabbitMQ's ``SILENT_CLOSE_DELAY``)."""
