@@ -2,7 +2,8 @@
 read from offsets of their own choice, with retention by size and age.
 
 Modules: ``format`` (segment file layout, the ``x-stream-offset`` header splice, age strings),
-``log`` (``StreamLog``: segments, sparse index, tail cache, retention, flush), ``queue``
+``log`` (``StreamLog``: segments, tail cache, retention, flush), ``segment`` (one segment file's
+figures and sparse index, reading records at a position), ``queue``
 (``StreamQueue``: the classic ``Queue`` surface the broker core uses, per-consumer positions;
 argument and ``x-stream-offset`` parsing), ``manager`` (``StreamManager``: every stream of a broker
 on disk and their shared group commit). Must not know: sockets, channels, event loops.

@@ -8,8 +8,8 @@ Must not know: consumers, credit, channels, event loops. Single-threaded: call e
 thread; only the descriptors handed out by ``flush()`` may be fsynced elsewhere (see ``flush``).
 
 * Index: per segment its base offset, record count, size, first/last timestamp and a sparse index
-  (offset, file position, timestamp) every ``INDEX_INTERVAL`` bytes, rebuilt on open by scanning
-  the record headers (Kafka ``OffsetIndex`` is sparse the same way; ours is not persisted).
+  (offset, file position, timestamp), rebuilt on open by scanning the record headers
+  (``queues.stream.segment``).
 * Tail cache: the most recent records (up to ``cache_bytes`` of bodies) stay in memory as
   ``Message`` objects, so consumers at the tail never touch the disk; lagging consumers read
   256 KiB chunks with ``os.pread``.
@@ -29,7 +29,6 @@ import logging
 import os
 import shutil
 import time
-from array import array
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +36,7 @@ from pathlib import Path
 from ..message import Message
 from ..store.fds import take_sync_fds
 from . import format as fmt
+from .segment import Segment, scan_at
 
 __all__ = ["Cursor", "StreamLog", "DEFAULT_SEGMENT_BYTES", "short_string"]
 
@@ -45,9 +45,7 @@ log = logging.getLogger(__name__)
 #: Default segment size (RabbitMQ's default x-stream-max-segment-size-bytes is 500 MB; smaller
 #: segments make retention finer at the cost of more files).
 DEFAULT_SEGMENT_BYTES = 64 << 20
-INDEX_INTERVAL = 4096  # bytes between sparse index entries
 READ_CHUNK = 256 << 10
-SCAN_CHUNK = 4 << 20
 MAX_READ_FDS = 8
 
 
@@ -61,40 +59,6 @@ class Cursor:
         self.offset = offset
         self.segment_base: int | None = None
         self.position = 0
-
-
-class _Segment:
-    __slots__ = ("base", "path", "size", "count", "first_ts", "last_ts", "idx_off", "idx_pos",
-                 "idx_ts", "_last_indexed")
-
-    def __init__(self, base: int, path: Path) -> None:
-        self.base = base
-        self.path = path
-        self.size = fmt.FILE_HEADER_SIZE
-        self.count = 0
-        self.first_ts = 0
-        self.last_ts = 0
-        self.idx_off = array("q")
-        self.idx_pos = array("q")
-        self.idx_ts = array("q")
-        self._last_indexed = -INDEX_INTERVAL
-
-    def note(self, offset: int, position: int, timestamp: int, size: int) -> None:
-        """Account for a record of ``size`` bytes at ``position``."""
-        if self.count == 0:
-            self.first_ts = timestamp
-        self.last_ts = timestamp
-        self.count += 1
-        self.size = position + size
-        if position - self._last_indexed >= INDEX_INTERVAL:
-            self.idx_off.append(offset)
-            self.idx_pos.append(position)
-            self.idx_ts.append(timestamp)
-            self._last_indexed = position
-
-    @property
-    def next_offset(self) -> int:
-        return self.base + self.count
 
 
 class StreamLog:
@@ -122,7 +86,7 @@ class StreamLog:
         self.cache_bytes = cache_bytes
         self.write_buffer_bytes = write_buffer_bytes
         self.on_dirty = on_dirty
-        self._segments: list[_Segment] = []
+        self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._buf = bytearray()
         self._dirty = False  # bytes handed to the OS since the last flush() took an fd
@@ -168,21 +132,13 @@ class StreamLog:
         else:
             self._last_ts = self._segments[-1].last_ts
 
-    def _scan_segment(self, path: Path, base: int, last: bool) -> _Segment:
-        seg = _Segment(base, path)
+    def _scan_segment(self, path: Path, base: int, last: bool) -> Segment:
+        seg = Segment(base, path)
         with open(path, "r+b") as f:
             fd = f.fileno()
             file_size = os.fstat(fd).st_size
             fmt.parse_file_header(os.pread(fd, fmt.FILE_HEADER_SIZE, 0), base)
-            pos = fmt.FILE_HEADER_SIZE
-            while pos < file_size:
-                records, stop = _scan_at(fd, pos, file_size, seg.next_offset, SCAN_CHUNK,
-                                         verify=last, with_payload=False)
-                if not records:
-                    break
-                for rec in records:
-                    seg.note(rec.offset, rec.position, rec.timestamp, rec.size)
-                pos += stop
+            seg.index_file(fd, file_size, verify=last)
             if seg.size < file_size:
                 self.cuts.append((path.name, seg.size, file_size - seg.size))
                 log.warning("stream %s: cut %d bytes of torn tail at %d in %s", self.directory,
@@ -190,14 +146,14 @@ class StreamLog:
                 f.truncate(seg.size)
         return seg
 
-    def _new_segment(self, base: int) -> _Segment:
+    def _new_segment(self, base: int) -> Segment:
         path = self.directory / fmt.segment_name(base)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, fmt.encode_file_header(base))
         finally:
             os.close(fd)
-        seg = _Segment(base, path)
+        seg = Segment(base, path)
         self._segments.append(seg)
         self._bases.append(base)
         self._dir_dirty = True
@@ -302,7 +258,7 @@ class StreamLog:
         self._buf = bytearray()
         self._dirty = True
 
-    def _roll(self, base: int) -> _Segment:
+    def _roll(self, base: int) -> Segment:
         self._write_out()
         if self._dirty:
             self._rolled_fds.append(self._wfd)  # fsynced (and closed) by the next flush's sync
@@ -432,10 +388,10 @@ class StreamLog:
             return out
         return self._read_disk(cursor, max_count)
 
-    def _segment_of(self, offset: int) -> _Segment:
+    def _segment_of(self, offset: int) -> Segment:
         return self._segments[bisect.bisect_right(self._bases, offset) - 1]
 
-    def _read_fd(self, seg: _Segment) -> int:
+    def _read_fd(self, seg: Segment) -> int:
         fd = self._read_fds.get(seg.base)
         if fd is None:
             if len(self._read_fds) >= MAX_READ_FDS:
@@ -443,13 +399,6 @@ class StreamLog:
                 os.close(self._read_fds.pop(old))
             fd = self._read_fds[seg.base] = os.open(seg.path, os.O_RDONLY)
         return fd
-
-    def _position_of(self, seg: _Segment, offset: int) -> tuple[int, int]:
-        """(file position, offset) of the indexed record at or before ``offset``."""
-        i = bisect.bisect_right(seg.idx_off, offset) - 1
-        if i < 0:
-            return fmt.FILE_HEADER_SIZE, seg.base
-        return seg.idx_pos[i], seg.idx_off[i]
 
     def _read_disk(self, cursor: Cursor, max_count: int) -> list[Message]:
         offset = cursor.offset
@@ -459,12 +408,12 @@ class StreamLog:
         if cursor.segment_base == seg.base:
             pos, at = cursor.position, offset
         else:
-            pos, at = self._position_of(seg, offset)
+            pos, at = seg.position_of(offset)
         fd = self._read_fd(seg)
         out: list[Message] = []
         end = seg.size
         while len(out) < max_count and pos < end:
-            records, _stop = _scan_at(fd, pos, end, at, READ_CHUNK)
+            records, _stop = scan_at(fd, pos, end, at, READ_CHUNK)
             if not records:
                 log.error("stream %s: unreadable record at %d in %s; skipping the segment",
                           self.directory, pos, seg.path.name)
@@ -501,21 +450,7 @@ class StreamLog:
             return seg.base
         if seg is segs[-1] and self._buf:
             self._write_out()
-        i = max(0, bisect.bisect_left(seg.idx_ts, timestamp_ms) - 1)
-        pos, at = (seg.idx_pos[i], seg.idx_off[i]) if len(seg.idx_ts) else (
-            fmt.FILE_HEADER_SIZE, seg.base)
-        fd = self._read_fd(seg)
-        while pos < seg.size:
-            records, stop = _scan_at(fd, pos, seg.size, at, SCAN_CHUNK, verify=False,
-                                     with_payload=False)
-            if not records:
-                break
-            for rec in records:
-                if rec.timestamp >= timestamp_ms:
-                    return rec.offset
-            at = records[-1].offset + 1
-            pos += stop
-        return seg.next_offset
+        return seg.offset_at_time(self._read_fd(seg), timestamp_ms)
 
     def read_records(self, offset: int, max_bytes: int) -> list[fmt.Record]:
         """The records from ``offset`` on as stored (offset, timestamp, routing, header, body),
@@ -527,12 +462,12 @@ class StreamLog:
         seg = self._segment_of(offset)
         if seg is self._segments[-1] and self._buf:
             self._write_out()
-        pos, at = self._position_of(seg, offset)
+        pos, at = seg.position_of(offset)
         fd = self._read_fd(seg)
         out: list[fmt.Record] = []
         size = 0
         while pos < seg.size and (not out or size < max_bytes):
-            records, stop = _scan_at(fd, pos, seg.size, at, READ_CHUNK)
+            records, stop = scan_at(fd, pos, seg.size, at, READ_CHUNK)
             if not records:
                 break
             for rec in records:
@@ -575,29 +510,3 @@ def short_string(text: str) -> bytes:
     raw = text.encode("utf-8", "surrogateescape")[:255]
     return bytes((len(raw),)) + raw
 
-
-def _scan_at(fd: int, pos: int, end: int, at: int, chunk: int, *, verify: bool = True,
-             with_payload: bool = True) -> tuple[list[fmt.Record], int]:
-    """The complete records of the file from ``pos`` (file position of offset ``at``) up to
-    ``end``, reading ``chunk`` bytes (more for a record larger than that); (records, bytes
-    consumed). Empty when the record at ``pos`` is unreadable."""
-    data = os.pread(fd, min(chunk, end - pos), pos)
-    records, stop = fmt.scan_records(data, 0, pos, at, verify=verify, with_payload=with_payload)
-    if not records:
-        need = _record_size_at(fd, pos, end)
-        if need is not None and need > len(data):
-            data = os.pread(fd, need, pos)
-            records, stop = fmt.scan_records(data, 0, pos, at, verify=verify,
-                                             with_payload=with_payload)
-    return records, stop
-
-
-def _record_size_at(fd: int, pos: int, end: int) -> int | None:
-    """Total size of the record at ``pos`` per its length field, None when it cannot fit."""
-    head = os.pread(fd, 8, pos)
-    if len(head) < 8:
-        return None
-    length = int.from_bytes(head[:4], "big")
-    if length < fmt.RECORD_FIXED or length > fmt.MAX_RECORD or pos + 8 + length > end:
-        return None
-    return 8 + length
