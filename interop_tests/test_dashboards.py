@@ -158,16 +158,25 @@ def _samples(url: str) -> dict[tuple[str, frozenset], float]:
             for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
-def _per_object_labels(url: str) -> dict[str, set[frozenset[str]]]:
+def _per_object_labels(url: str, queues_only: bool = False) -> dict[str, set[frozenset[str]]]:
+    """The label-name sets of each metric on ``url``'s ``/metrics/per-object``. With
+    ``queues_only``, leaves out the ``rabbitmq_raft_*`` samples of Ra servers that are no queue's
+    (no ``queue`` label): RabbitMQ 3.10's stream coordinator (``rabbit_stream_coordinator`` in
+    ``ra_metrics``) starts at the first stream declared on the node and stays after it is
+    deleted, its Raft series unlabelled. The private RabbitMQ node is shared by every interop
+    test of a pytest process (``interop_tests.rabbitmq_node``), and test_streams.py declares
+    streams on it: run after it (as pytest-xdist may order them), RabbitMQ has that extra
+    label set, run alone it has not. Our broker has no such Ra server."""
     text = urllib.request.urlopen(url + "/metrics/per-object", timeout=30).read().decode()
     out: dict[str, set[frozenset[str]]] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
+            if queues_only and s.name.startswith("rabbitmq_raft_") and "queue" not in s.labels:
+                continue
             out.setdefault(s.name, set()).add(frozenset(set(s.labels) - OPTIONAL_LABELS))
     return out
 
 
-@pytest.mark.xfail(strict=False, reason="known failure, open: in the CI rehearsal under pytest-xdist (2 workers) the Raft series check failed on rabbitmq_raft_term_total (its per-object labels or the /metrics sum); it passed when run alone. Not yet understood: see the closing note of session 11")
 def test_dashboard_panels_fill_in_as_on_rabbitmq(broker_factory, tmp_path):
     try:
         rabbit_amqp = rabbitmq_uri()
@@ -212,7 +221,8 @@ def test_dashboard_panels_fill_in_as_on_rabbitmq(broker_factory, tmp_path):
         for c in conns:
             if c.is_open:
                 c.close()
-    theirs_po, mine_po = _per_object_labels(rabbit_prom), _per_object_labels(ours_prom)
+    theirs_po = _per_object_labels(rabbit_prom, queues_only=True)
+    mine_po = _per_object_labels(ours_prom)
     _delete_queues(rabbit_amqp, prefix)
     for name in ("rabbitmq_raft_term_total", "rabbitmq_raft_log_snapshot_index",
                  "rabbitmq_raft_log_last_applied_index", "rabbitmq_raft_log_commit_index",
