@@ -78,9 +78,10 @@ class BatchGate:
     ``gate = BatchGate(); q = df.writeStream.foreachBatch(gate.wrap(stoppable(f))).start();
     gate.attach(q)`` and stop with ``gate.stop(q, timeout_s)``. A batch that starts after
     ``stop`` began waits until the query is no longer active (``StreamingQuery.isActive``, polled
-    every 0.1 s, at most ``STOP_WAIT_S``), then raises ``BatchFailed`` naming
-    ``java.lang.InterruptedException``, which Spark reads as "stopped" once the query is
-    terminated (``StreamExecution.isInterruptedByStop``, Spark 4.3)."""
+    every 0.1 s, at most ``STOP_WAIT_S``), then raises ``BatchFailed`` in the form ``stoppable``
+    gives a Java error (py4j's first line, then ``java.lang.InterruptedException``), which Spark
+    reads as "stopped" once the query is terminated (``StreamExecution.isInterruptedByStop`` and
+    ``PROXY_ERROR``, Spark 4.3)."""
 
     #: Longest a skipped batch waits for ``query.stop()`` to mark the query terminated (s).
     STOP_WAIT_S = 60.0
@@ -89,6 +90,7 @@ class BatchGate:
         self._lock = threading.Lock()
         self._closed = False
         self._query: Any = None
+        self._skipping = threading.Event()   # a batch after the close is in the function
 
     def attach(self, query: Any) -> None:
         """The started ``StreamingQuery`` the gate's skipped batches wait on."""
@@ -102,21 +104,29 @@ class BatchGate:
             with self._lock:
                 if not self._closed:
                     return func(batch, batch_id)
+            self._skipping.set()
             deadline = time.monotonic() + self.STOP_WAIT_S
             while (self._query is not None and self._query.isActive
                    and time.monotonic() < deadline):
                 time.sleep(0.1)
-            raise BatchFailed(f"batch {batch_id} not run: stopping "
-                              "(java.lang.InterruptedException)")
+            # the form Spark's PROXY_ERROR matches: py4j's first line, then the interruption
+            raise BatchFailed("py4j.protocol.Py4JJavaError: An error occurred while calling "
+                              f"foreachBatch.\n: java.lang.InterruptedException: batch {batch_id} "
+                              "not run: the query is stopping")
 
         return run
 
-    def stop(self, query: Any, timeout_s: float) -> bool:
-        """Close the gate, wait up to ``timeout_s`` (s) for the batch in flight, then
-        ``query.stop()``. Returns whether the batch in flight finished before the stop."""
+    def stop(self, query: Any, timeout_s: float, idle_s: float = 3.0) -> bool:
+        """Close the gate, wait up to ``timeout_s`` (s) for the batch in flight, then until the
+        next batch is inside the (skipping) function or ``idle_s`` (s) passed, and
+        ``query.stop()``. Stopping while the stream thread waits in the function is the quiet
+        moment: stopping while Spark commits a batch's end to the checkpoint makes Hadoop log the
+        ``InterruptedException`` with its stack. ``idle_s`` should exceed the trigger interval.
+        Returns whether the batch in flight finished before the stop."""
         self._closed = True
         finished = self._lock.acquire(timeout=timeout_s)
         if finished:
             self._lock.release()
+            self._skipping.wait(idle_s)
         query.stop()
         return finished
