@@ -3,7 +3,8 @@
 Keys (TOML top level, env ``AMQP_BROKER_<KEY upper>``, CLI ``--key-with-dashes``):
 host (str, 127.0.0.1), port (int, 5672), data_dir (path, default below), node_name (str),
 log_level (debug|info|warning|error), heartbeat (s, 60), frame_max (bytes, 131072), channel_max
-(2047), memory_high_watermark (bytes; 0 = off; a float < 1 is a fraction of RAM, RabbitMQ's
+(2047), max_message_size (bytes, default 16 MiB as RabbitMQ 4.x's max_message_size, at most
+512 MiB: a larger message body closes the publisher's channel with 406), memory_high_watermark (bytes; 0 = off; a float < 1 is a fraction of RAM, RabbitMQ's
 vm_memory_high_watermark; default 0.4), sync_policy (batch | always | none; default batch: publisher
 confirms for persistent messages wait for the group-commit fsync), queue_memory_budget (bytes,
 default 64 MiB: ready message bodies one durable queue keeps in RAM; persistent messages beyond it
@@ -58,6 +59,7 @@ from typing import Any, cast
 
 from .core.mechanisms import parse_auth_mechanisms
 from .core.settings import BrokerSettings, User, parse_relay_policy
+from .protocol.assembler import MAX_MESSAGE_SIZE
 
 __all__ = ["Config", "ConfigError", "load_config", "build_parser", "DEFAULT_DATA_DIR",
            "default_data_dir", "FIELD_HELP", "FLAG_FIELDS", "DEFAULT_TEXT", "USER_KEY_HELP",
@@ -105,6 +107,7 @@ class Config:
     heartbeat: int = 60
     frame_max: int = 131072
     channel_max: int = 2047
+    max_message_size: int = 16 * 1024 * 1024
     memory_high_watermark: float = 0.4
     sync_policy: str = "batch"
     queue_memory_budget: int = 64 * 1024 * 1024
@@ -137,7 +140,7 @@ class Config:
             wm = wm * _total_memory()
         return BrokerSettings(node_name=self.node_name, frame_max=self.frame_max,
                               channel_max=self.channel_max, heartbeat=self.heartbeat,
-                              users=self.users, memory_high_watermark_bytes=int(wm),
+                              max_message_size=self.max_message_size, users=self.users, memory_high_watermark_bytes=int(wm),
                               queue_memory_budget=self.queue_memory_budget,
                               disk_free_limit_bytes=self.disk_free_limit,
                               relay_policy=parse_relay_policy(self.relay_policy),
@@ -250,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="heartbeat interval offered to clients in Connection.Tune, s (default 60)")
     p.add_argument("--frame-max", type=int, metavar="BYTES",
                    help="largest frame offered to clients, bytes (default 131072)")
+    p.add_argument("--max-message-size", type=int, metavar="BYTES",
+                   help="largest message body a client may publish, bytes; a larger one closes "
+                   "its channel with 406 PRECONDITION_FAILED (default 16777216 = 16 MiB, as "
+                   "RabbitMQ 4.x; at most 536870912 = 512 MiB, as RabbitMQ)")
     p.add_argument("--memory-high-watermark", type=float, metavar="BYTES|FRACTION",
                    help="memory alarm threshold: bytes, or a fraction of RAM when < 1 (0 = off)")
     p.add_argument("--queue-memory-budget", type=int, metavar="BYTES",
@@ -355,6 +362,9 @@ def load_config(argv: list[str] | None = None, environ: dict[str, str] | None = 
     if config.sync_replies not in ("all", "majority", "none") and not config.sync_replies.isdigit():
         raise ConfigError(f"sync_replies: expected all, majority, none or a number, got "
                           f"{config.sync_replies!r}")
+    if not 0 < config.max_message_size <= MAX_MESSAGE_SIZE:
+        raise ConfigError(f"max_message_size: expected 1..{MAX_MESSAGE_SIZE} bytes (512 MiB, "
+                          f"RabbitMQ's limit), got {config.max_message_size}")
     if config.queue_memory_budget < 0 or config.disk_free_limit < 0:
         raise ConfigError("queue_memory_budget and disk_free_limit must not be negative")
     try:

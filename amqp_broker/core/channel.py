@@ -18,7 +18,7 @@ from pamqp import commands as cmd
 from queues.message import Message
 
 from ..protocol import constants as c
-from ..protocol.assembler import ContentAssembler
+from ..protocol.assembler import NO_LIMIT, ContentAssembler
 from ..protocol.errors import ChannelException, ConnectionException
 from ..protocol.methods import FastCommand, Publish, decode_method, method_ids
 from .confirms import ConfirmTracker
@@ -59,8 +59,12 @@ class Channel:
         self.vhost: VirtualHost = vhost
         self.closing = False  # we sent Channel.Close and wait for Close-Ok
         #: Assembles a Basic.Publish's content, or on a cluster peer link the content of a
-        #: cluster method its peer handler started (Cluster.Quorum, Cluster.Relay).
-        self.assembler: ContentAssembler[Publish | Frame | FastCommand] = ContentAssembler()
+        #: cluster method its peer handler started (Cluster.Quorum, Cluster.Relay): a client's
+        #: bodies are bounded by ``max_message_size`` (406), a peer link's are not (a member
+        #: checked the client's publish; a relayed batch holds many messages).
+        self.assembler: ContentAssembler[Publish | Frame | FastCommand] = ContentAssembler(
+            NO_LIMIT if connection.peer_node is not None
+            else connection.broker.settings.max_message_size)
         self.next_delivery_tag = 1
         self.unacked: dict[int, tuple[QueueType, QueueEntry, ChannelConsumer | None]] = {}
         self.consumers: dict[str, ChannelConsumer] = {}
@@ -158,7 +162,11 @@ class Channel:
         """Handle a content header frame payload."""
         if self.closing:
             return
-        done = self.assembler.header(payload)
+        try:
+            done = self.assembler.header(payload)
+        except ChannelException as too_large:  # over max_message_size: 406, the body is dropped
+            self.close_with(too_large)
+            return
         if done is not None:
             publish, header, body = done  # unpacked here: a native call, not a ``*args`` one
             self._publish(publish, header, body)

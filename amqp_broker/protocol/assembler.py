@@ -3,8 +3,12 @@
 Owns the order rule of AMQP 0-9-1 §4.2.6: after a content-bearing method, the next frames on that
 channel must be its content header and then exactly body-size bytes of body frames. A frame out of
 that order is a 505 UNEXPECTED_FRAME connection exception; a header for another class than basic, or a
-body overrunning the declared size, is 505 as well (RabbitMQ's choice). Modelled on RabbitMQ's
-``rabbit_command_assembler`` (a pure ``process(frame, state)``). Must not know: routing, queues.
+body overrunning the declared size, is 505 as well (RabbitMQ's choice). A body larger than the
+assembler's ``max_size`` (RabbitMQ's ``max_message_size``) is a 406 PRECONDITION_FAILED channel
+exception with RabbitMQ's text, raised as soon as the content header declares it (RabbitMQ 3.10
+checks once the body has arrived: the client sees the same Channel.Close). Modelled on RabbitMQ's
+``rabbit_command_assembler`` (a pure ``process(frame, state)``) and ``rabbit_channel:check_msg_size``.
+Must not know: routing, queues.
 """
 
 from __future__ import annotations
@@ -12,9 +16,23 @@ from __future__ import annotations
 from typing import Generic, TypeVar
 
 from . import constants as c
-from .errors import ConnectionException
+from .errors import ChannelException, ConnectionException
 
-__all__ = ["ContentAssembler"]
+__all__ = ["ContentAssembler", "MAX_MESSAGE_SIZE", "NO_LIMIT", "too_large"]
+
+#: The highest ``max_message_size`` RabbitMQ accepts, bytes (512 MiB, its ``?MAX_MSG_SIZE``).
+MAX_MESSAGE_SIZE = 536870912
+#: ``max_size`` of an assembler without a limit (cluster peer links carry batches of messages).
+NO_LIMIT = 1 << 62
+
+
+def too_large(size: int, max_size: int) -> ChannelException:
+    """The 406 PRECONDITION_FAILED for a ``size``-byte body over ``max_size`` bytes, with
+    RabbitMQ's text ("configured max size" unless the limit is ``MAX_MESSAGE_SIZE`` itself;
+    ``rabbit_channel:check_msg_size``), on Basic.Publish (60, 40)."""
+    which = "max size" if max_size == MAX_MESSAGE_SIZE else "configured max size"
+    return ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - message size {size} "
+                            f"is larger than {which} {max_size}", c.CLASS_BASIC, 40)
 
 #: What ``start`` is given and the finished tuple hands back: the broker's ``Publish``, the
 #: client's ``Message`` (the assembler only holds it).
@@ -27,14 +45,17 @@ class ContentAssembler(Generic[M]):
     Usage: ``start(publish)`` after a Basic.Publish; then ``header(payload)`` and ``body(payload)``
     return the finished ``(publish, header_payload, body)`` once complete, else None.
     ``expecting_content`` is True between ``start`` and completion; the caller sends every other
-    frame type to ``unexpected`` while it is. Raises ``ConnectionException`` 505 UNEXPECTED_FRAME
-    (order or size violated) and 502 SYNTAX_ERROR (header shorter than 14 bytes).
-    Source: AMQP 0-9-1 §4.2.6, §2.3.5.2.
+    frame type to ``unexpected`` while it is. ``max_size``: the largest body accepted, bytes
+    (``NO_LIMIT`` by default). Raises ``ConnectionException`` 505 UNEXPECTED_FRAME (order or size
+    violated) and 502 SYNTAX_ERROR (header shorter than 14 bytes), ``ChannelException`` 406
+    PRECONDITION_FAILED from ``header`` for a body over ``max_size`` (``too_large``; the message is
+    dropped). Source: AMQP 0-9-1 §4.2.6, §2.3.5.2; RabbitMQ ``max_message_size``.
     """
 
-    __slots__ = ("_publish", "_header", "_size", "_parts", "_got")
+    __slots__ = ("_publish", "_header", "_size", "_parts", "_got", "max_size")
 
-    def __init__(self) -> None:
+    def __init__(self, max_size: int = NO_LIMIT) -> None:
+        self.max_size = max_size
         self._publish: M | None = None
         self._header: bytes | None = None
         self._size = 0
@@ -72,6 +93,9 @@ class ContentAssembler(Generic[M]):
         if size == 0:
             self._publish = None
             return publish, payload, b""
+        if size > self.max_size:
+            self._publish = None
+            raise too_large(size, self.max_size)
         self._header = payload
         self._size = size
         self._got = 0  # (``_parts`` is empty: ``body`` and ``reset`` leave it so)
