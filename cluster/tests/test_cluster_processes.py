@@ -150,10 +150,21 @@ def test_broker_with_the_wrong_secret_cannot_join(cluster, tmp_path):
     wrong = tmp_path / "wrong.secret"
     wrong.write_text("not-the-cluster-secret-0123456789")
     intruder = cluster.start(3, n2, "--cluster-secret", str(wrong), wait=False)
-    time.sleep(3)
+    view: list[list[str] | None] = [None]  # the intruder's, as last seen
+
+    def refused() -> bool:
+        """The intruder answers clients and has tried to join: n2 refused its link."""
+        view[0] = intruder.members()
+        return (view[0] is not None and "failed authentication" in n2.log_tail(200)
+                and "peer refused the link: 403" in intruder.log_tail(200))
+    # bounded; the intruder's start alone takes seconds on a loaded machine
+    try:
+        wait_for(refused, 60)
+    except AssertionError:
+        raise AssertionError(f"no refused join in the logs:\n{n2.log_tail()}\n---\n"
+                             f"{intruder.log_tail()}") from None
     assert n2.members() == [n2.address]
-    assert "failed authentication" in n2.log_tail(200)
-    assert n2.address not in (intruder.members() or [])
+    assert view[0] == [intruder.address]  # alone in its own view, n2 not in it
 
 
 def _consume_counts(members_tags, queue: str, total: int, timeout: float = 20.0) -> dict:
