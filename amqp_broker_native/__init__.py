@@ -74,6 +74,7 @@ MODULES: tuple[str, ...] = (
     "cluster.raft.fifo",
     "cluster.quorum.machine",
     "cluster.quorum.outbox",
+    "cluster.raftgroup",   # QuorumGroup's base class (a native class extends native ones only)
     "cluster.quorum.group",
     "cluster.quorum.queue",
 )

@@ -73,6 +73,7 @@ from cluster.raft import codec as raft_codec
 from cluster.raft.disklog import DiskLog
 from cluster.raft.fifo import FifoConfig
 from cluster.raft.node import RaftNode
+from cluster.raftgroup import decode_forward, encode_forward
 from queues.dead_letter import make_dead_letter
 from queues.message import Message
 
@@ -98,7 +99,6 @@ PERSIST_RETRIES = 172_800
 #: election (so a dead leader's queue is served again in about 1-1.5 s).
 TIMING = ra.Timing(election_ms=600, heartbeat_ms=100, max_batch_entries=512,
                    max_batch_bytes=1 << 20, max_inflight=8, snapshot_keep=256)
-_U32 = struct.Struct(">I")
 _NOTICE = struct.Struct(">QB")
 _BODY_HEAD = struct.Struct(">BHI")   # a frame's type, channel, size
 _FRAME_MAX = 131072
@@ -407,11 +407,7 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
                 return
 
     def _forward(self, rep: _Replica, act: Forward) -> None:
-        parts = []
-        for env in act.envelopes:   # one copy of each entry: the join
-            parts.append(_U32.pack(len(env)))
-            parts.append(env)
-        self._send(rep, act.to, QUORUM_FORWARD, b"".join(parts), hold=True)
+        self._send(rep, act.to, QUORUM_FORWARD, encode_forward(act.envelopes), hold=True)
 
     def _persist(self, rep: _Replica, act: Any) -> None:
         assert rep.log is not None
@@ -556,7 +552,7 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
         group = rep.raft
         if group is None:
             return
-        if kind == QUORUM_CHANGE:
+        if kind == QUORUM_CHANGE and hasattr(group, "change"):   # none on streams, metadata
             self.on_change(rep, frm, body)
         elif method.kind == QUORUM_RAFT:
             try:
@@ -566,17 +562,19 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
                 return
             self.execute(rep, group.receive(frm, msg, self.now_ms()))
         elif method.kind == QUORUM_FORWARD:
-            envs = []
-            pos = 0
-            while pos + 4 <= len(body):
-                (n,) = _U32.unpack_from(body, pos)
-                envs.append(body[pos + 4:pos + 4 + n])
-                pos += 4 + n
+            try:
+                envs = decode_forward(body)
+            except ValueError as exc:
+                log.warning("quorum queue %r: bad forward from %s: %s", rep.name, frm, exc)
+                return
             self.execute(rep, group.forwarded(frm, envs))
-        elif method.kind == QUORUM_HOLDING:
+        elif method.kind == QUORUM_HOLDING and hasattr(group, "holding"):
             self.execute(rep, group.holding(frm, body))
         elif method.kind == QUORUM_STATUS:
             group.status(frm, body)
+        else:   # a kind this group does not take (a stream's or a quorum queue's to another)
+            log.warning("quorum queue %r: dropped a Cluster.Quorum of kind %d from %s (not one "
+                        "this group takes)", rep.name, kind, frm)
 
     def close(self) -> None:
         """Sync and close every replica's log (broker stop)."""

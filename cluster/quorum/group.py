@@ -19,8 +19,8 @@ the group, ``shipping.Ship`` / ``shipping.Holding`` (a report passed on once to 
 ``apply`` is called by the driver when it reaches an ``Apply`` action (after every earlier action
 of the list ran) and returns the effects for the queue object and more actions.
 Sources: Raft paper §5.3, §7, §8; RabbitMQ "Quorum Queues".
-``Forward`` (one per command or batch) has an explicit ``__init__`` and is not frozen, for mypyc
-(see ``cluster.raft.fifo``, "Speed").
+``Forward``, ``Status``, ``to_leader`` and ``RESEND_MS`` are ``cluster.raftgroup``'s (shared with
+the stream and metadata groups), re-exported here.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from cluster.raft import actions as ra
 from cluster.raft import fifo as f
-from cluster.raft.messages import Entry, EntryKind, Message
+from cluster.raft.messages import Entry, EntryKind
 from cluster.raft.node import RaftNode
+from cluster.raftgroup import RESEND_MS, Forward, RaftGroup, Status, to_leader
 
 from .machine import (
     Applied,
@@ -63,8 +63,6 @@ __all__ = ["QuorumGroup", "to_leader", "Forward", "Notify", "Ship", "Holding", "
            "RESEND_MS", "DOWN_RETRY_MS", "SNAPSHOT_MIN_ENTRIES", "STATUS_MS", "encode_status",
            "decode_status"]
 
-#: A command not applied this long after it was (re)sent is sent again (ms).
-RESEND_MS = 2000
 #: The leader proposes Down for a member out of the view at most this often (ms).
 DOWN_RETRY_MS = 1000
 #: The leader re-checks which members are in sync this often, and tells the others when that
@@ -76,18 +74,6 @@ STATUS_REPEAT = 5
 SNAPSHOT_MIN_ENTRIES = 8192
 
 
-@dataclass(slots=True, init=False, unsafe_hash=True)
-class Forward:
-    """Send ``envelopes`` (machine entries) to member ``to`` for its leader to propose."""
-
-    to: str
-    envelopes: tuple[bytes, ...]
-
-    def __init__(self, to: str, envelopes: tuple[bytes, ...]) -> None:
-        self.to = to
-        self.envelopes = envelopes
-
-
 @dataclass(frozen=True, slots=True)
 class Notify:
     """Tell member ``to`` (outside the group: no replica) that the commands of its ``origin``
@@ -97,14 +83,6 @@ class Notify:
     origin: str
     applied: int
     resend: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """Tell member ``to`` the leader's view of the group: ``payload`` is ``encode_status``."""
-
-    to: str
-    payload: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,37 +123,16 @@ def decode_status(payload: bytes) -> tuple[int, tuple[str, ...]]:
 Action = ra.Action | Forward | Notify | Ship | Holding | Status | Change | Members
 
 
-def to_leader(node: RaftNode, me: str, envs: list[bytes], frm: str | None = None
-              ) -> tuple[bool, list[Any]]:
-    """Entries ``envs`` of member ``me`` (or forwarded to it by ``frm``) on their way to the
-    group's leader: proposed when ``node`` leads (True: proposed; refused during a transfer, they
-    are re-sent on the leader change), else one ``Forward`` to the leader it knows when that is
-    neither ``me`` nor ``frm``, else nothing (no leader known: the sender re-sends). Shared by
-    every Raft group's glue (quorum queues here, ``cluster.metadata.group``): the actions are
-    ``cluster.raft`` actions and ``Forward`` (``Any``, so that each glue's wider ``Action``
-    list takes them)."""
-    if node.is_leader:
-        _results, actions = node.propose_batch(envs)
-        return True, list(actions)
-    leader = node.leader
-    if leader is not None and leader != me and leader != frm:
-        return False, [Forward(leader, tuple(envs))]
-    return False, []
-
-
-class QuorumGroup:
+class QuorumGroup(RaftGroup):
     """Member ``me`` (origin ``origin``) of a group whose replica is ``node`` with state machine
     ``machine``; ``outbox``: this broker's commands so far (a broker joining the group keeps the
-    one it used from outside), default a new one."""
+    one it used from outside), default a new one. Routing, the queries (``leader``,
+    ``is_leader``, ``members``, ``applied``) and the Raft inputs are ``cluster.raftgroup``'s."""
 
     def __init__(self, me: str, origin: str, node: RaftNode, machine: QuorumMachine,
                  outbox: Outbox | None = None) -> None:
-        self.me = me
-        self.origin = origin
-        self.node = node
+        super().__init__(me, origin, node, outbox)
         self.machine = machine
-        self.outbox = outbox or Outbox(origin)
-        self.machine_index = node.snapshot.index
         if node.snapshot.index:
             machine.restore(node.snapshot.data)
         self._down_sent: dict[str, int] = {}
@@ -196,21 +153,6 @@ class QuorumGroup:
         self._probe = (0, 0)
 
     # ------------------------------------------------------------------ queries
-    @property
-    def leader(self) -> str | None:
-        """The leader this replica knows (None: unknown)."""
-        return self.node.leader
-
-    @property
-    def is_leader(self) -> bool:
-        """Whether this replica leads."""
-        return self.node.is_leader
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """The group's members (the replica's current configuration)."""
-        return self.node.members
-
     @property
     def in_sync(self) -> tuple[str, ...] | None:
         """The members whose log holds every entry the leader had committed one status round
@@ -245,49 +187,13 @@ class QuorumGroup:
         payload = encode_status(node.term, sync)
         return [Status(m, payload) for m in node.members if m != self.me]
 
-    #: This member holds a replica (Basic.Get is answered from it).
-    holds_replica = True
-
-    @property
-    def applied(self) -> int:
-        """This origin's commands are applied up to this seq."""
-        return self.outbox.applied
-
     # ------------------------------------------------------------------ commands of this broker
     def submit(self, command: f.Command) -> int:
         """Queue ``command`` for the group; returns its seq. Sent by the next ``flush``."""
         return self.outbox.add(f.encode(command))
 
-    def flush(self, now_ms: int) -> list[Action]:
-        """Send what ``submit`` queued: proposed here when leading, else forwarded."""
-        envs = self.outbox.take_unsent(now_ms)
-        return self._route(envs) if envs else []
-
-    def _route(self, envs: list[bytes]) -> list[Action]:
-        proposed, actions = to_leader(self.node, self.me, envs)
-        if proposed:
-            self._probe_proposed()
-        return actions
-
-    def resend(self, now_ms: int, from_seq: int = 0) -> list[Action]:
-        """Send every unapplied command again (from ``from_seq``)."""
-        envs = self.outbox.all_pending(now_ms, from_seq)
-        return self._route(envs) if envs else []
-
     # ------------------------------------------------------------------ inputs
-    def receive(self, frm: str, msg: Message, now_ms: int) -> list[Action]:
-        """A Raft message from member ``frm``."""
-        return list(self.node.receive(frm, msg, now_ms))
-
-    def forwarded(self, frm: str, envs: Iterable[bytes]) -> list[Action]:
-        """Entries another member forwarded: proposed when leading, passed once to the leader
-        we know when it is neither us nor the sender, else dropped (the sender re-sends)."""
-        proposed, actions = to_leader(self.node, self.me, list(envs), frm)
-        if proposed:
-            self._probe_proposed()
-        return actions
-
-    def _probe_proposed(self) -> None:
+    def _proposed(self) -> None:
         """Time the entry just proposed, unless one is being timed (``commit_latency_ms``)."""
         if not self._probe[0]:
             self._probe = (self.node.log.last_index, self.node.now)
@@ -374,17 +280,6 @@ class QuorumGroup:
         payload = encode_notice(replace(notice, commit=node.commit_index))
         return [Members(to, payload) for to in sorted(new)]
 
-    def persisted(self, index: int, term: int) -> list[Action]:
-        """Storage made the log durable up to (``index``, ``term``)."""
-        return list(self.node.persisted(index, term))
-
-    def tick(self, now_ms: int) -> list[Action]:
-        """Raft timers, and a re-send of commands that made no progress for ``RESEND_MS``."""
-        out: list[Action] = list(self.node.tick(now_ms))
-        if self.outbox.stale(now_ms, RESEND_MS):
-            out += self.resend(now_ms)
-        return out
-
     def leader_duties(self, now_ms: int, wall_ms: int, view: set[str] | None) -> list[Action]:
         """On the leader: Down for members out of ``view`` that still have consumers (None: the
         view is not known yet, as on a broker that restarted and has not rejoined: no Down);
@@ -426,20 +321,14 @@ class QuorumGroup:
         """A ``Ship`` per broker outside the group of everything checked out to its consumers
         (an empty one too: it learns who leads)."""
         per: dict[str, list[f.Deliver]] = {}
-        for cid, c in self.machine.fifo.consumers.items():
+        fifo = self.machine.fifo
+        for cid, c in fifo.consumers.items():
             member = self._remote(cid)
             if member:
                 per.setdefault(member, []).extend(
-                    f.Deliver(cid, m.msg_id, m.header, m.body, m.delivery_count)
+                    f.Deliver(cid, m.msg_id, m.header, fifo.body(m), m.delivery_count)
                     for m in sorted(c.out.values(), key=lambda m: m.msg_id))
         return [Ship(member, encode_ship(ds)) for member, ds in per.items()]
-
-    def state_changed(self, change: ra.StateChanged, now_ms: int) -> list[Action]:
-        """The node's role or leader changed: a newly known leader gets every unapplied
-        command again (entries the old one never committed are re-proposed; duplicates drop)."""
-        if change.leader is not None and self.outbox.pending:
-            return self.resend(now_ms)
-        return []
 
     # ------------------------------------------------------------------ applying
     def apply(self, entries: tuple[Entry, ...], now_ms: int) -> tuple[list[Effect], list[Action]]:

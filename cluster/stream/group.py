@@ -1,8 +1,8 @@
 """One broker's part in one replicated stream's Raft group: a replica (``RaftNode`` +
 ``StreamMachine``) and the ``Outbox`` of the publishes this broker sent. Pure: inputs in, actions
-out, with the interface of ``cluster.quorum.group.QuorumGroup`` that the quorum queues' I/O
-(``amqp_broker.clustering.quorum``) drives, so that streams share its Raft traffic, timers and
-group commit.
+out, a ``cluster.raftgroup.RaftGroup`` as ``cluster.quorum.group.QuorumGroup`` is: the interface
+the quorum queues' I/O (``amqp_broker.clustering.quorum``) drives, so that streams share its Raft
+traffic, timers and group commit.
 
 Owns: routing Appends to the leader (proposed here when leading, else forwarded; re-sent to a new
 leader, after a gap and after ``RESEND_MS`` without progress: idempotent thanks to the machine's
@@ -15,14 +15,11 @@ Sources: Raft paper §5.3, §7, §8; RabbitMQ "Streams".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from cluster.quorum.group import RESEND_MS, Action, Forward
+from cluster.quorum.group import Action
 from cluster.quorum.machine import Applied, Gap
-from cluster.quorum.outbox import Outbox
-from cluster.raft import actions as ra
-from cluster.raft.messages import Entry, EntryKind, Message
+from cluster.raft.messages import Entry, EntryKind
 from cluster.raft.node import RaftNode
+from cluster.raftgroup import RaftGroup
 
 from .machine import Effect, StreamMachine, encode_retain
 
@@ -35,116 +32,27 @@ SNAPSHOT_MIN_ENTRIES = 4096
 RETAIN_RETRY_MS = 1000
 
 
-class StreamGroup:
-    """Member ``me`` (origin ``origin``) of a stream's group whose replica is ``node``."""
+class StreamGroup(RaftGroup):
+    """Member ``me`` (origin ``origin``) of a stream's group whose replica is ``node``. Routing
+    (``to_leader``), the queries (``leader``, ``is_leader``, ``members``, ``applied``: the
+    confirm counter), the Raft inputs and the empty driver hooks (``status``, ``holding``,
+    ``leader_duties``: retention is proposed by the queue object, ``retain``) are
+    ``cluster.raftgroup.RaftGroup``'s."""
 
-    #: This member holds a replica.
-    holds_replica = True
     #: Not computed for streams (management shows null).
     in_sync = None
 
     def __init__(self, me: str, origin: str, node: RaftNode, machine: StreamMachine) -> None:
-        self.me = me
-        self.origin = origin
-        self.node = node
+        super().__init__(me, origin, node)
         self.machine = machine
-        self.outbox = Outbox(origin)
-        self.machine_index = node.snapshot.index
         if node.snapshot.index:
             machine.restore(node.snapshot.data)
         self._retain_sent = (0, -RETAIN_RETRY_MS)   # (first offset, when)
-
-    # ------------------------------------------------------------------ queries
-    @property
-    def leader(self) -> str | None:
-        """The leader this replica knows (None: unknown)."""
-        return self.node.leader
-
-    @property
-    def is_leader(self) -> bool:
-        """Whether this replica leads."""
-        return self.node.is_leader
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """The group's members (the replica's current configuration)."""
-        return self.node.members
-
-    @property
-    def applied(self) -> int:
-        """This origin's Appends are applied (committed) up to this seq: the confirm counter."""
-        return self.outbox.applied
 
     # ------------------------------------------------------------------ this broker's publishes
     def submit(self, command: bytes) -> int:
         """Queue an Append body (``machine.encode_append``); returns its seq."""
         return self.outbox.add(command)
-
-    def flush(self, now_ms: int) -> list[Action]:
-        """Send what ``submit`` queued: proposed here when leading, else forwarded."""
-        envs = self.outbox.take_unsent(now_ms)
-        return self._route(envs) if envs else []
-
-    def _route(self, envs: list[bytes]) -> list[Action]:
-        node = self.node
-        if node.is_leader:
-            _results, actions = node.propose_batch(envs)
-            return list(actions)
-        leader = node.leader
-        if leader is not None and leader != self.me:
-            return [Forward(leader, tuple(envs))]
-        return []   # no leader known: re-sent once one is
-
-    def resend(self, now_ms: int) -> list[Action]:
-        """Send every unapplied Append again."""
-        envs = self.outbox.all_pending(now_ms)
-        return self._route(envs) if envs else []
-
-    # ------------------------------------------------------------------ inputs
-    def receive(self, frm: str, msg: Message, now_ms: int) -> list[Action]:
-        """A Raft message from member ``frm``."""
-        return list(self.node.receive(frm, msg, now_ms))
-
-    def forwarded(self, frm: str, envs: Iterable[bytes]) -> list[Action]:
-        """Appends another member forwarded: proposed when leading, passed once to the leader we
-        know when it is neither us nor the sender, else dropped (the sender re-sends)."""
-        node = self.node
-        envs = list(envs)
-        if node.is_leader:
-            _results, actions = node.propose_batch(envs)
-            return list(actions)
-        leader = node.leader
-        if leader is not None and leader not in (self.me, frm):
-            return [Forward(leader, tuple(envs))]
-        return []
-
-    def holding(self, frm: str, payload: bytes) -> list[Action]:
-        """Quorum queues' consumers outside the group: none for streams."""
-        return []
-
-    def status(self, frm: str, payload: bytes) -> None:
-        """Quorum queues' in-sync report: not used by streams."""
-
-    def persisted(self, index: int, term: int) -> list[Action]:
-        """Storage made the Raft log durable up to (``index``, ``term``)."""
-        return list(self.node.persisted(index, term))
-
-    def tick(self, now_ms: int) -> list[Action]:
-        """Raft timers, and a re-send of Appends that made no progress for ``RESEND_MS``."""
-        out: list[Action] = list(self.node.tick(now_ms))
-        if self.outbox.stale(now_ms, RESEND_MS):
-            out += self.resend(now_ms)
-        return out
-
-    def leader_duties(self, now_ms: int, wall_ms: int, view: set[str] | None) -> list[Action]:
-        """Nothing timed: retention is proposed by the queue object (``retain``)."""
-        return []
-
-    def state_changed(self, change: ra.StateChanged, now_ms: int) -> list[Action]:
-        """A newly known leader gets every unapplied Append again (duplicates drop)."""
-        if change.leader is not None and self.outbox.pending:
-            return self.resend(now_ms)
-        return []
 
     # ------------------------------------------------------------------ the leader's retention
     def retain(self, first: int, now_ms: int) -> list[Action]:
