@@ -33,6 +33,7 @@ from .http import (
     read_json,
     require_keys,
 )
+from .routes_shared import object_routes
 from .shapes import permission_json, user_json
 
 __all__ = ["ROUTES", "parse_tags", "vhost_json", "vhost_items"]
@@ -221,20 +222,15 @@ async def empty_list(request: Request, mgmt: Management, user: Account) -> Respo
 
 ROUTES = [
     Route("/api/users", list_users),
-    Route("/api/users/{name}", show_user, methods=["GET"]),
-    Route("/api/users/{name}", put_user, methods=["PUT"]),
-    Route("/api/users/{name}", delete_user, methods=["DELETE"]),
+    *object_routes("/api/users/{name}", show_user, put_user, delete_user),
     Route("/api/users/{name}/permissions", user_permissions),
     Route("/api/whoami", whoami),
     Route("/api/vhosts", list_vhosts),
-    Route("/api/vhosts/{vhost}", show_vhost, methods=["GET"]),
-    Route("/api/vhosts/{vhost}", put_vhost, methods=["PUT"]),
-    Route("/api/vhosts/{vhost}", delete_vhost, methods=["DELETE"]),
+    *object_routes("/api/vhosts/{vhost}", show_vhost, put_vhost, delete_vhost),
     Route("/api/vhosts/{vhost}/permissions", vhost_permissions),
     Route("/api/permissions", list_permissions),
-    Route("/api/permissions/{vhost}/{user}", show_permission, methods=["GET"]),
-    Route("/api/permissions/{vhost}/{user}", put_permission, methods=["PUT"]),
-    Route("/api/permissions/{vhost}/{user}", delete_permission, methods=["DELETE"]),
+    *object_routes("/api/permissions/{vhost}/{user}", show_permission, put_permission,
+                   delete_permission),
     *(Route(path, empty_list) for path in (
         "/api/operator-policies",
         "/api/operator-policies/{vhost}", "/api/global-parameters",

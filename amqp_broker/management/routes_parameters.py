@@ -35,6 +35,7 @@ from .http import (
     path_vhost,
     read_json,
 )
+from .routes_shared import listed_vhost, listing_routes, object_routes, vhost_and_name
 
 __all__ = ["ROUTES", "validation_failed", "shovels_of", "import_parameters"]
 
@@ -71,9 +72,7 @@ async def list_parameters(request: Request, mgmt: Management, user: Account) -> 
     """Every parameter, or those of ``{component}`` (and ``{vhost}``)."""
     if "component" in request.path_params:
         _component(request)
-    vhost = path_vhost(request) if "vhost" in request.path_params else None
-    if vhost is not None and vhost not in mgmt.broker.vhosts:
-        raise not_found()
+    vhost = listed_vhost(request, mgmt)
     return list_response(request, shovels_of(mgmt).parameters(vhost))
 
 
@@ -92,9 +91,7 @@ async def show_parameter(request: Request, mgmt: Management, user: Account) -> R
 async def put_parameter(request: Request, mgmt: Management, user: Account) -> Response:
     """Set a parameter: 201 / 204; 400 with RabbitMQ's validation text; 404 unknown vhost."""
     _component(request)
-    vhost, name = path_vhost(request), path_vhost(request, "name")
-    if vhost not in mgmt.broker.vhosts:
-        raise not_found()
+    vhost, name = vhost_and_name(request, mgmt)
     body = await read_json(request)
     try:
         d = validate(vhost, name, body.get("value"))
@@ -132,9 +129,7 @@ def import_parameters(mgmt: Management, items: list[dict], only_vhost: str | Non
 @endpoint()
 async def list_shovels(request: Request, mgmt: Management, user: Account) -> Response:
     """Every shovel's status, or those of ``{vhost}``."""
-    vhost = path_vhost(request) if "vhost" in request.path_params else None
-    if vhost is not None and vhost not in mgmt.broker.vhosts:
-        raise not_found()
+    vhost = listed_vhost(request, mgmt)
     return list_response(request, shovels_of(mgmt).status(vhost))
 
 
@@ -148,12 +143,9 @@ async def restart_shovel(request: Request, mgmt: Management, user: Account) -> R
 
 ROUTES = [
     Route("/api/parameters", list_parameters, methods=["GET"]),
-    Route("/api/parameters/{component}", list_parameters, methods=["GET"]),
-    Route("/api/parameters/{component}/{vhost}", list_parameters, methods=["GET"]),
-    Route("/api/parameters/{component}/{vhost}/{name}", show_parameter, methods=["GET"]),
-    Route("/api/parameters/{component}/{vhost}/{name}", put_parameter, methods=["PUT"]),
-    Route("/api/parameters/{component}/{vhost}/{name}", delete_parameter, methods=["DELETE"]),
-    Route("/api/shovels", list_shovels, methods=["GET"]),
-    Route("/api/shovels/{vhost}", list_shovels, methods=["GET"]),
+    *listing_routes("/api/parameters/{component}", list_parameters),
+    *object_routes("/api/parameters/{component}/{vhost}/{name}", show_parameter, put_parameter,
+                   delete_parameter),
+    *listing_routes("/api/shovels", list_shovels),
     Route("/api/shovels/vhost/{vhost}/{name}/restart", restart_shovel, methods=["DELETE"]),
 ]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..core.access import Account
 from ..core.policies import PolicyError, make_policy
@@ -32,6 +31,7 @@ from .http import (
     path_vhost,
     read_json,
 )
+from .routes_shared import listed_vhost, listing_routes, object_routes, vhost_and_name
 
 __all__ = ["ROUTES"]
 
@@ -39,9 +39,7 @@ __all__ = ["ROUTES"]
 @endpoint()
 async def list_policies(request: Request, mgmt: Management, user: Account) -> Response:
     """Every policy, or those of ``{vhost}`` (404 for an unknown vhost)."""
-    vhost = path_vhost(request) if "vhost" in request.path_params else None
-    if vhost is not None and vhost not in mgmt.broker.vhosts:
-        raise not_found()
+    vhost = listed_vhost(request, mgmt)
     return list_response(request, [p.to_json() for p in mgmt.broker.policies.list(vhost)])
 
 
@@ -57,9 +55,7 @@ async def show_policy(request: Request, mgmt: Management, user: Account) -> Resp
 @endpoint("policymaker")
 async def put_policy(request: Request, mgmt: Management, user: Account) -> Response:
     """Set a policy: 201 / 204, 400 with the reason, 404 unknown vhost."""
-    vhost, name = path_vhost(request), path_vhost(request, "name")
-    if vhost not in mgmt.broker.vhosts:
-        raise not_found()
+    vhost, name = vhost_and_name(request, mgmt)
     body = await read_json(request)
     try:
         policy = make_policy(vhost, name, body)
@@ -84,9 +80,6 @@ async def delete_policy(request: Request, mgmt: Management, user: Account) -> Re
 
 
 ROUTES = [
-    Route("/api/policies", list_policies, methods=["GET"]),
-    Route("/api/policies/{vhost}", list_policies, methods=["GET"]),
-    Route("/api/policies/{vhost}/{name}", show_policy, methods=["GET"]),
-    Route("/api/policies/{vhost}/{name}", put_policy, methods=["PUT"]),
-    Route("/api/policies/{vhost}/{name}", delete_policy, methods=["DELETE"]),
+    *listing_routes("/api/policies", list_policies),
+    *object_routes("/api/policies/{vhost}/{name}", show_policy, put_policy, delete_policy),
 ]
