@@ -172,6 +172,9 @@ class ClusterDriver:
         #: Whether clients may be admitted once the view synched (the metadata log's member
         #: admits them only once the broker follows the log: ``clustering.metadata``).
         self.admit: Callable[[], bool] = lambda: True
+        #: Whether a view member is published (``publish_view``): the metadata log's member
+        #: admits the voters of its committed configuration (``clustering.runtime``).
+        self.in_configuration: Callable[[str], bool] = lambda name: True
 
     # ------------------------------------------------------------------ broker seams
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
@@ -330,11 +333,12 @@ class ClusterDriver:
             self.broker.run_dispatch()
 
     # ------------------------------------------------------------------ commands
-    def start(self, seeds: list[tuple[str, str]]) -> None:
+    def start(self, seeds: list[tuple[str, str]], force: bool = False) -> None:
         """Join through ``seeds`` (``("", "host:port")``) or, restarted with a durable vote,
-        through the other members of its view; else found a cluster of one."""
+        through the other members of its view; else found a cluster of one. ``force``
+        (``ctl force_boot``): found a cluster of one whatever the durable vote says."""
         now = self.clock()
-        if seeds or self.node.stored.peers(self.node.name):
+        if not force and (seeds or self.node.stored.peers(self.node.name)):
             self.broker.accepting_clients = False
             self._run(self.node.join(seeds, now))
         else:
@@ -378,13 +382,27 @@ class ClusterDriver:
     def _do_Send(self, act: a.Send) -> None:
         self.links.send(act.to, act.address, act.method)
 
+    def publish_view(self) -> None:
+        """Connection.Start's ``cluster_view``, ``cluster_members`` (addresses) and
+        ``cluster_member_names`` (what cluster-status, the management API, shovels and clients
+        see): the view's members that ``in_configuration`` admits -- a joiner shows once it is
+        a voter of the committed metadata configuration, so that what a user sees as the
+        cluster is what a quorum queue declared now is placed on. Nothing while not in a view
+        (a restarted member still lists itself alone). Call at each tick and view."""
+        node = self.node
+        if not node.members:
+            return
+        members = [(n, addr) for n, addr in node.members
+                   if n == node.name or self.in_configuration(n)]
+        props = {"cluster_view": node.view, "cluster_members": [addr for _n, addr in members],
+                 "cluster_member_names": [n for n, _ in members]}
+        current = self.broker.cluster_properties
+        if any(current.get(k) != v for k, v in props.items()):
+            current.update(props)
+
     def _do_ViewInstalled(self, act: a.ViewInstalled) -> None:
         log.info("cluster view %#x: %s", act.view, ", ".join(n for n, _ in act.members))
-        self.broker.cluster_properties.update({
-            "cluster_view": act.view,
-            "cluster_members": [addr for _n, addr in act.members],
-            "cluster_member_names": [n for n, _ in act.members],
-        })
+        self.publish_view()
         for node in act.removed:
             self._member_gone(node)
             self.links.close(node)

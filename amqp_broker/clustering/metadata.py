@@ -58,6 +58,7 @@ from typing import Any
 
 import anyio
 
+from cluster import force_boot
 from cluster.codec import QUORUM_STATUS, Quorum
 from cluster.driver import reply_quorum
 from cluster.metadata import commands as m
@@ -113,11 +114,24 @@ class MetadataRuntime:
 
     def __init__(self, broker: Any, data_dir: Path | str, me: str, *, fsync: bool = True,
                  reply_policy: str = "all", timeout: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, solo: bool = False) -> None:
         reply_quorum(reply_policy, 1)   # validated early (ValueError)
         self.broker = broker
         self.me = me
         self.directory = Path(data_dir) / "raft" / METADATA_GROUP
+        #: The replica's directory existed when this process started: this member had a
+        #: replica in some cluster; it opens at ``start`` and founds no group (unless ``solo``).
+        self.had_log = self.directory.exists()
+        #: This broker starts a cluster of one by its own data (no seed, no other member in its
+        #: last view): the only case, with a first broker's, in which it may found the group.
+        self.solo = solo
+        #: Members removed from the cluster view while this member was in it (a verified
+        #: suspicion, a Leave): the only ones the metadata leader removes from the configuration.
+        self.departed: set[str] = set()
+        self._view_names: list[str] = []
+        #: ``ctl force_boot`` was asked (``cluster.force_boot``): ``open`` makes this member
+        #: the only one of the configuration; the marker goes once the broker follows the log.
+        self.forced = False
         self.reply_policy = reply_policy
         self.timeout = timeout
         self.clock = clock
@@ -149,9 +163,15 @@ class MetadataRuntime:
                         bootstrap=(self.me,) if found and empty else (),
                         vote_floor=NO_VOTE if empty and not found else 0)
         group = self.group = MetadataGroup(self.me, self.origin, node)
+        group.departed = self.departed
         group.on_restore = self._restored
         group.report_on_apply = False   # ``_follow_applied`` reports
         self.rep = self.host.host_group(METADATA_GROUP, self.directory, group, disk, self)
+        if self.forced and not empty and node.members != (self.me,):
+            log.warning("metadata log: force_boot: this member alone is the configuration "
+                        "(it was %s); changes the others committed beyond index %d are lost",
+                        ", ".join(node.members), node.log.last_index)
+            self.host.execute(self.rep, node.force_configuration((self.me,)))
         # a founder that died before its definitions were applied (its log may hold only the
         # bootstrap configuration) proposes them again: else the empty state would delete
         # every vhost and user here. Re-proposing what is stored is idempotent.
@@ -171,17 +191,39 @@ class MetadataRuntime:
         """Use the cluster's peer ``links`` (``QuorumRuntime.attach``)."""
         self.host.attach(links, addresses)
 
+    def start(self) -> None:
+        """At the broker's start: a member that had a replica opens it now, before any view
+        (Raft's restart: it votes and serves once a majority of its last configuration is
+        back, whatever the cluster view); it founds only when ``solo`` (a founder killed before
+        it followed its log). Raises what ``open`` raises."""
+        if self.had_log and self.group is None:
+            self.open(found=self.solo)
+
     def view_changed(self, view: int, members: Any) -> None:
         """The cluster view changed (``members``: (name, address) pairs, the leader first):
-        the replica is opened at the first one (the view's leader bootstraps the group when
-        its log is empty: a new cluster's founder, or the leader of a cluster restarted from
-        the broadcast design's data); the metadata leader's configuration follows the view;
-        proposals stop waiting for members that left."""
+        a member without a replica opens it at the first view (the view's leader founds the
+        group: a new cluster's first broker, or the leader of a cluster restarted from the
+        broadcast design's data; a member that had a replica never does, so a joiner that was
+        not added yet cannot found a second group); the metadata leader adds the view's new
+        members and removes those the view lost meanwhile (``departed``); proposals stop
+        waiting for members that left."""
         members = list(members)
+        names = [n for n, _ in members]
+        if self._view_names and self.me in names:
+            self.departed |= set(self._view_names) - set(names)
+        self.departed -= set(names)
+        self._view_names = names
         self.host.view_changed(view, members)
         if self.group is None:
-            self.open(found=bool(members) and members[0][0] == self.me)
+            self.open(found=bool(members) and members[0][0] == self.me and not self.had_log)
         self._check_all()
+
+    @property
+    def voter(self) -> bool:
+        """True when this member is a voter of the committed configuration (a joiner is
+        admitted to clients only then: a quorum queue declared anywhere afterwards counts it)."""
+        group = self.group
+        return group is not None and self.me in group.node.committed_config[1]
 
     async def run(self) -> None:
         """The group's timers and group commit, and the proposals' timeouts; until cancelled."""
@@ -370,6 +412,12 @@ class MetadataRuntime:
             return
         self.ready = True
         self._mark_followed()
+        if self.forced:
+            self.forced = False
+            try:
+                force_boot.clear(self.directory.parent.parent)
+            except OSError:
+                log.exception("metadata log: could not remove the force_boot marker")
         log.info("metadata log: caught up at index %d; definitions follow it",
                  group.machine_index)
         for vhost, name, owner in orphans:

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from cluster import durable
+from cluster import durable, force_boot
 from cluster import secret as peer_secret
 from cluster.actions import Timing
 from cluster.driver import ClusterDriver
@@ -175,7 +175,10 @@ async def start_cluster(broker: Broker, config: Config, port: int,
     inbox.on_acks_pending = acks_pending
     broker.peer_auth = SecretAuth(secret)
     broker.peer_handler = driver.on_peer_method
-    metadata = _metadata(broker, config, driver, links)
+    forced = force_boot.requested(config.data_dir)
+    solo = forced or (not seeds and not node.stored.peers(node.name))
+    metadata = _metadata(broker, config, driver, links, solo)
+    metadata.forced = forced
     quorum = getattr(broker, "quorum", None)
     if quorum is not None:  # quorum queues' Raft traffic rides on the same peer links
         quorum.attach(links, lambda: dict(node.members))
@@ -196,6 +199,7 @@ async def start_cluster(broker: Broker, config: Config, port: int,
         while True:
             await anyio.sleep(TICK_SECONDS)
             driver.tick()
+            driver.publish_view()
             if not broker.accepting_clients and driver.admit():   # a founder needs no Synch
                 broker.accepting_clients = True
             # Links drain between ticks: a link that refused a relay and takes more now gives
@@ -212,7 +216,13 @@ async def start_cluster(broker: Broker, config: Config, port: int,
             broker.run_dispatch()
 
     tg.start_soon(ticker)
-    tg.start_soon(metadata.run)   # its replica opens at the first view (``view_changed``)
+    metadata.start()   # a member that had a replica opens it now, else at the first view
+    tg.start_soon(metadata.run)
+    if forced:   # ``ctl force_boot``: alone, whatever its last view (RabbitMQ's force_boot)
+        log.warning("cluster node %s: force_boot: starting a cluster of one from this "
+                    "broker's data; reset the other members before they come back", me)
+        driver.start([], force=True)
+        return driver
     driver.start([s for s in seeds if s[1] != me])
     log.info("cluster node %s at %s: %s", config.node_name, me,
              f"joining via {', '.join(a for _, a in seeds)}" if seeds
@@ -221,16 +231,20 @@ async def start_cluster(broker: Broker, config: Config, port: int,
 
 
 def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
-              links: PeerLinks) -> MetadataRuntime:
+              links: PeerLinks, solo: bool) -> MetadataRuntime:
     """The metadata log of this member (``clustering.metadata``) on the peer links: Raft
-    traffic of its group goes to it before the quorum queues' handler; clients are admitted once
-    the membership synched and the broker follows the log. Raises ``ValueError`` for a bad
+    traffic of its group goes to it before the quorum queues' handler (members' addresses: the
+    view's, else the last view's kept on disk: a restarted member's replica runs before it is
+    in a view); clients are admitted once the membership synched, the broker follows the log
+    and this member is a voter of the committed configuration. ``solo``: this broker starts a
+    cluster of one by its own data (``MetadataRuntime.solo``). Raises ``ValueError`` for a bad
     ``--sync-replies``."""
     metadata = MetadataRuntime(broker, config.data_dir, config.node_name,
                                fsync=config.sync_policy != "none",
                                reply_policy=config.sync_replies,
-                               timeout=config.metadata_timeout)
-    metadata.attach(links, lambda: dict(driver.node.members))
+                               timeout=config.metadata_timeout, solo=solo)
+    node = driver.node
+    metadata.attach(links, lambda: {**dict(node.stored.members), **dict(node.members)})
     quorum_content = broker.peer_content
 
     def peer_content(channel: Any, method: Any, body: bytes) -> None:
@@ -242,12 +256,17 @@ def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
     broker.accepting_clients = False
 
     def admit() -> bool:
-        return metadata.ready and driver.node.status is Status.MEMBER
+        return metadata.ready and driver.node.status is Status.MEMBER and metadata.voter
 
     def on_ready() -> None:
         broker.accepting_clients = admit()
 
+    def in_configuration(name: str) -> bool:
+        group = metadata.group
+        return group is None or name in group.node.committed_config[1]
+
     driver.admit = admit
+    driver.in_configuration = in_configuration
     metadata.on_ready = on_ready
     return metadata
 

@@ -33,7 +33,9 @@ queues when stopping the member at the first ``--url`` would leave a quorum queu
 quorum) and await_online_quorum_plus_one [--wait S] (rabbitmq-upgrade's: waits, default 120 s,
 until no queue of that member is quorum-critical; exit 1 when the time is up), set_parameter
 [-p VHOST] COMPONENT NAME JSON, clear_parameter [-p VHOST] COMPONENT NAME, list_parameters
-[-p VHOST] and shovel_status (``ctl_params``). Lists print tab-separated columns
+[-p VHOST], shovel_status, federation_status [--only-down] and
+restart_federation_link ID (``ctl_params``), and force_boot --data-dir DIR (rabbitmqctl's:
+on a stopped member, its next start serves alone, ``cluster.force_boot``). Lists print tab-separated columns
 with a header line, as rabbitmqctl does (default columns: ``COLUMNS``, e.g. name and type for
 list_exchanges); any field of the API's objects is a column (e.g. ``list_exchanges vhost name
 type``, ``list_queues name type leader members online members_in_sync`` for replicated queues).
@@ -54,6 +56,8 @@ import sys
 import time
 from typing import Any
 from urllib.parse import quote
+
+from cluster import force_boot
 
 from . import ctl_params
 from .ctl_client import DEFAULT_URL, Api, ApiError, MemberCache, learn, parse_urls
@@ -134,9 +138,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-pattern", default=".*", help="grow: the queues (regex)")
     p.add_argument("--wait", type=float, default=120.0, help="await_online_quorum_plus_one: "
                    "seconds to wait (default 120, as rabbitmq-upgrade)")
+    p.add_argument("--data-dir", default=None, help="force_boot: the stopped broker's data "
+                   "directory")
+    p.add_argument("--only-down", action="store_true", help="federation_status: only the "
+                   "links that are not running")
     p.add_argument("command")
     p.add_argument("args", nargs="*")
     return p
+
+
+def _force_boot(data_dir: str | None) -> int:
+    """``force_boot`` (rabbitmqctl's, on a stopped member): its next start founds a cluster of
+    one from its own data (``cluster.force_boot``). Exit 0, 2 without ``--data-dir``, 1 when
+    the directory cannot be written."""
+    if not data_dir:
+        print("amqp-broker ctl: force_boot needs --data-dir DIR (the stopped broker's)",
+              file=sys.stderr)
+        return 2
+    try:
+        path = force_boot.request(data_dir)
+    except OSError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    print(f"Forcing boot for the broker of {data_dir} ({path}): at its next start it serves "
+          "alone; reset the other members before they come back")
+    return 0
 
 
 def _quorum_critical(api: Api) -> list[dict]:
@@ -338,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (see module docstring)."""
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)  # "-p VHOST" may follow the command
+    if args.command == "force_boot":   # on the stopped member's files, no API
+        return _force_boot(args.data_dir)
     try:
         urls = parse_urls(args.url or [os.environ.get(URL_ENV) or DEFAULT_URL])
     except ValueError as exc:
@@ -351,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
               connect_timeout=args.timeout, fallback=None if single else cache.get(",".join(urls)))
     code = 0
     try:
-        run(api, args.command, args.args, args.vhost, args.formatter == "json", args.priority,
+        run(api, args.command, args.args + (["--only-down"] if args.only_down else []),
+            args.vhost, args.formatter == "json", args.priority,
             args.apply_to, (args.vhost_pattern, args.queue_pattern), args.wait)
     except ValueError as exc:
         print(f"amqp-broker ctl: {exc}", file=sys.stderr)

@@ -57,12 +57,18 @@ step down. Exactly-once: commands carry per-origin sequence numbers (``sessions`
 replica opens at the first cluster view, whose leader bootstraps an empty log with the broker's
 stored definitions (one cluster restart).
 
-Not done yet: the membership on the log -- Cluster.Join forwarded to the leader's
-``add_member``, Cluster.Membership announcing ``committed_config``, Cluster.Suspect verified by
-the leader and ``remove_member``, Leave, Synch after the catch-up; the vote rounds, leases and vote
-file (``cluster.membership``, ``rounds``, ``lease``, ``durable``, ``restart``) still decide the
-view, which the group's configuration follows (the leader adds and removes one member at a time);
-``ctl force_boot``. Also: Queue.Delete's ``if_unused`` / ``if_empty`` are asked of the member's
+Membership (step 6), done: what is published as the cluster is the view's voters of the
+committed configuration, and a joiner accepts clients only once it is one (so a quorum queue
+declared then is placed on it); a member that had a replica opens it at start, before any view
+(Raft's restart: it serves once a majority of its last configuration is back), and never founds
+a group (only a first broker or an upgrade does); the leader removes from the configuration only
+members the view lost while it was in it (``MetadataGroup.departed``), not members absent after a
+power loss; ``ctl force_boot`` (``cluster.force_boot``, ``RaftNode.force_configuration``) starts a
+minority alone. Not done yet: Cluster.Join forwarded as a proposal to the metadata leader,
+Cluster.Membership announcing ``committed_config``, Cluster.Suspect verified by the leader and
+``remove_member`` directly; the vote rounds, leases and vote file (``cluster.membership``,
+``rounds``, ``lease``, ``durable``, ``restart``) still install the view, which the group's
+configuration follows (the leader adds and removes one member at a time). Also: Queue.Delete's ``if_unused`` / ``if_empty`` are asked of the member's
 own queue before proposing (not decided in the log); changing a quorum queue's replicas after its
 declaration is not a command; a command covered by a snapshot a follower installs before it
 applied it is answered with the timeout refusal. Tests: ``cluster/tests/test_metadata_*.py``

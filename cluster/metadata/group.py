@@ -112,6 +112,9 @@ class MetadataGroup:
         self.report_on_apply = True
         #: Called after each ``restore`` of a snapshot the leader sent (not at open).
         self.on_restore: Callable[[], None] | None = None
+        #: Members the cluster view lost while this member was in it (the driver's): the
+        #: leader removes a member from the configuration only when it is here.
+        self.departed: set[str] = set()
         self._reported = 0
         self._gone_ms = -GONE_RETRY_MS
         if node.snapshot.index:
@@ -208,7 +211,9 @@ class MetadataGroup:
         """On the leader, once its term's first entry is committed: the configuration follows
         ``view`` (the cluster view's member names; None: not known yet, nothing changes), one
         single-server change at a time -- members of the view that are not in the
-        configuration are added (learners first), members out of the view removed; and, at
+        configuration are added (learners first), members out of the view removed when the
+        view lost them while this member was in it (``departed``: a verified suspicion, a
+        Leave; not a member merely absent from a view restarted after a power loss); and, at
         most every ``GONE_RETRY_MS``, ``MemberGone`` for members out of the view that are
         still the home of private queues. ``wall_ms`` is unused (the quorum driver's
         signature)."""
@@ -219,7 +224,7 @@ class MetadataGroup:
         members = set(node.members)
         learners = set(node.learners)
         missing = sorted(view - members - learners)
-        extra = sorted(members - view - {self.me})
+        extra = sorted((members - view - {self.me}) & self.departed)
         if missing and not learners:
             _ok, actions = node.add_member(missing[0])
             out += actions

@@ -184,6 +184,23 @@ class RaftNode(LeaderRole):
         self._out.append(a.PersistSnapshot(self.snapshot, False))
         return self._take()
 
+    def force_configuration(self, members: tuple[str, ...]) -> list[a.Action]:
+        """An operator's override (``ctl force_boot``, RabbitMQ's ``rabbitmqctl force_boot``):
+        append a CONFIG entry of ``members`` to this replica's own log without asking anyone,
+        so that ``members`` alone elect a leader and commit from now on (the configuration in
+        force is the last one appended, thesis §4.1). Unsafe by design: what the other members
+        committed beyond this log is lost, and they must not come back with their old logs.
+        Returns the ``AppendLog`` of the entry (and ``MembershipChanged``)."""
+        if self.role is not a.Role.FOLLOWER:
+            self._become_follower(self.term, None)
+        entry = Entry(self.log.last_index + 1, self.term, EntryKind.CONFIG,
+                      encode_members(members))
+        self.log.append([entry])
+        self._out.append(a.AppendLog(entry.index, (entry,)))
+        self._config_changed()
+        self._reset_election_timer()
+        return self._take()
+
     # ------------------------------------------------------------------ queries
     @property
     def members(self) -> tuple[str, ...]:

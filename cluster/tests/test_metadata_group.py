@@ -20,7 +20,7 @@ from cluster.metadata.sessions import APPLY, DUPLICATE, GAP, STALE, Sessions
 from cluster.quorum.group import Forward, Status
 from cluster.quorum.machine import envelope
 from cluster.raft import actions as ra
-from cluster.raft.messages import PersistentState
+from cluster.raft.messages import AppendEntriesReply, PersistentState
 from cluster.raft.node import RaftNode
 
 
@@ -169,3 +169,57 @@ def test_a_joiner_votes_only_once_it_caught_up():
     assert floors[0] == 1 << 62   # empty: no vote yet
     assert joiner.machine.state.vhosts["/"].routing.get_exchange("y") is not None
     assert "f" in leader.members and node.vote_floor <= node.commit_index
+
+
+def _trio_leader() -> tuple[MetadataGroup, list]:
+    """Leader "a" of a configuration (a, b, c) whose log holds a committed entry of its term
+    (b and c acknowledge everything, durably)."""
+    group, out = _leader()
+    node = group.node
+    for name in ("b", "c"):
+        run(group, group.leader_duties(20_000, 0, {"a", name} | set(node.members)), out)
+        index = node.log.last_index
+        for _ in range(5):   # the learner catches up, its CONFIG entry is appended (bounded)
+            run(group, node.receive(name, AppendEntriesReply(node.term, True, index), 20_000), out)
+            if name in node.members:
+                break
+            index = node.log.last_index
+        for peer in [p for p in node.members if p != "a"]:
+            run(group, node.receive(peer, AppendEntriesReply(node.term, True,
+                                                             node.log.last_index), 20_000), out)
+    assert node.members == ("a", "b", "c") and node.committed_config[1] == ("a", "b", "c")
+    return group, out
+
+
+def test_a_member_missing_from_the_view_is_removed_only_once_the_view_lost_it():
+    """After a power loss the first view is a restarted member's alone: the others are absent,
+    not gone, and stay in the configuration (removing them one at a time could leave a
+    configuration whose majority is down); a member the view lost while the leader was in it
+    (a verified suspicion, a Leave) is removed."""
+    group, out = _trio_leader()
+    node = group.node
+    run(group, group.leader_duties(30_000, 0, {"a"}), out)
+    assert node.members == ("a", "b", "c")
+    group.departed.add("c")
+    run(group, group.leader_duties(30_000, 0, {"a"}), out)
+    assert node.members == ("a", "b")
+
+
+def test_force_configuration_lets_a_lone_member_of_three_commit():
+    """``ctl force_boot``: a member of (a, b, c) whose peers are gone appends a configuration
+    of itself alone, is elected by itself and commits."""
+    group, out = _trio_leader()
+    state = PersistentState(term=group.node.term, voted_for="a",
+                            entries=tuple(group.node.log.entries))
+    node = RaftNode("a", state, 0, ra.Timing(), random.Random(4))
+    lone = MetadataGroup("a", "a#2", node)
+    assert node.members == ("a", "b", "c")
+    out = []
+    run(lone, node.tick(100_000), out)
+    assert not node.is_leader   # one of three: no majority
+    run(lone, node.force_configuration(("a",)), out)
+    run(lone, node.tick(200_000), out)
+    assert node.is_leader and node.members == ("a",)
+    lone.submit(m.DeclareExchange("/", "after-force"))
+    run(lone, lone.flush(200_000), out)
+    assert lone.machine.state.vhosts["/"].routing.get_exchange("after-force") is not None
