@@ -9,7 +9,7 @@ plus content on the peer link to that member (dropped while the link is down: Ra
 for every replica, in a worker thread; then ``persisted``); ``PersistState`` / ``PersistSnapshot``
 -> in a worker thread too, holding that replica's later actions until done (Raft's "durable
 before responding"); ``Apply`` -> the machine, then the queue object's effects (deliveries,
-confirms). Nothing fsyncs on the event loop.
+confirms). Nothing fsyncs on the event loop. Bodies stay in the log (``quorum_paging``).
 
 Orderly stop (SIGTERM): ``hand_over`` transfers each leadership held here first.
 Timers (``quorum_timers``, mixed in with the group commit): every ``TICK_MS`` the replicas due are
@@ -24,8 +24,7 @@ leader the deliveries of its consumers (``Ship``; it reports what they hold with
 ``cluster.quorum.remote``, ``cluster.quorum.shipping``). Basic.Get there is refused (406).
 
 Times: Raft runs on the monotonic clock in ms; commands carry the wall clock in ms (TTL).
-Sources: Raft paper §5-§8; RabbitMQ "Quorum Queues"; DESIGN.md §4, §4a.
-"""
+Sources: Raft paper §5-§8; RabbitMQ "Quorum Queues"; DESIGN.md §4, §4a."""
 
 from __future__ import annotations
 
@@ -80,6 +79,7 @@ from queues.message import Message
 from ..protocol import constants as c
 from ..protocol.framing import encode_body_frames, encode_frame
 from ..protocol.methods import encode_method
+from . import quorum_paging as paging
 from .quorum_dlx import DeadLetterWorker, route_dead_letter
 from .quorum_members import ReplicaManagement, has_log, read_members
 from .quorum_timers import TICK_MS, QuorumTimers
@@ -298,6 +298,7 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
         outbox = rep.remote.outbox if rep.remote is not None else None
         rep.raft = QuorumGroup(self.me, self.origin, node, QuorumMachine(rep.config), outbox)
         rep.log = disk
+        paging.page(rep.raft, disk, rep.name)
         if term > stored:
             self.execute(rep, [ra.PersistState(term, None)])
         return rep.raft
@@ -361,12 +362,14 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
             act = todo.popleft()
             kind = type(act)
             if kind is ra.Send:
-                self._send(rep, act.to, QUORUM_RAFT, raft_codec.encode(act.message))  # type: ignore[union-attr]
+                message = paging.outgoing(group, act.message)  # type: ignore[union-attr,arg-type]
+                self._send(rep, act.to, QUORUM_RAFT, raft_codec.encode(message))  # type: ignore[union-attr]
             elif kind is ra.AppendLog:
                 disk.append(act.first_index, act.entries)  # type: ignore[union-attr]
                 self._mark_dirty(rep)
             elif kind is ra.Apply:
                 effects, more = group.apply(act.entries, self.now_ms())  # type: ignore[union-attr]
+                paging.applied(group, disk)
                 if rep.queue is not None and not rep.queue.deleted:
                     rep.queue.on_effects(effects)
                 todo.extend(more)
@@ -398,6 +401,7 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
             elif kind is Change:
                 self._send(rep, act.to, QUORUM_CHANGE, act.payload)  # type: ignore[union-attr]
             elif kind is ra.PersistState or kind is ra.PersistSnapshot:
+                paging.persisting(group, disk, act)  # type: ignore[arg-type]
                 if self._tg is None:
                     self._persist(rep, act)
                     continue

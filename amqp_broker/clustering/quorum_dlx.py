@@ -132,7 +132,7 @@ class DeadLetterWorker:
                 break
             if msg_id not in self.sent:
                 message = split_header(m.header)
-                message.body = m.body
+                message.body = group.machine.fifo.body(m)
                 self._send(msg_id, message, reason)
         self._propose()
 

@@ -151,6 +151,9 @@ class QuorumGroup(RaftGroup):
         #: rabbitmq_raft_entry_commit_latency_seconds). ``_probe``: (index, proposed at ms).
         self.commit_latency_ms = 0
         self._probe = (0, 0)
+        #: A snapshot is taken once this many entries (and twice the live messages) were
+        #: applied since the last one (``SNAPSHOT_MIN_ENTRIES``; fewer in tests).
+        self.snapshot_min_entries = SNAPSHOT_MIN_ENTRIES
 
     # ------------------------------------------------------------------ queries
     @property
@@ -397,7 +400,7 @@ class QuorumGroup(RaftGroup):
         for origin, (applied, gap) in remote.items():
             more.append(Notify(origin_member(origin)[0], origin, applied, gap))
         live = machine.live_messages()
-        if self.machine_index - node.snapshot.index >= max(SNAPSHOT_MIN_ENTRIES, 2 * live):
+        if self.machine_index - node.snapshot.index >= max(self.snapshot_min_entries, 2 * live):
             more += node.snapshot_taken(self.machine_index, machine.snapshot())
         return effects, more
 

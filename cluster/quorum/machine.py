@@ -41,17 +41,32 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cluster.raft import fifo as f
 
 __all__ = ["QuorumMachine", "Applied", "Gap", "Cancelled", "Effect", "envelope",
            "down_envelope", "decode_envelope", "origin_member", "consumer_origin", "KIND_FIFO",
-           "KIND_DOWN"]
+           "KIND_DOWN", "PAGED_SNAPSHOT", "NO_FLOOR", "snapshot_floor", "enqueue_body"]
 
 KIND_FIFO = 0
 KIND_DOWN = 1
 _HEAD = struct.Struct(">QB")
+_FLOOR = struct.Struct(">Q")
+#: The first byte of a snapshot that carries its log floor (a JSON one starts with "{").
+PAGED_SNAPSHOT = b"P"
+#: The floor of a snapshot with every body inside: the log need keep nothing before it.
+NO_FLOOR = 2 ** 63
+
+
+def snapshot_floor(data: bytes) -> int | None:
+    """The log floor of a ``QuorumMachine.snapshot()``: the log must keep every entry from this
+    index on (paged bodies live there; ``NO_FLOOR``: none); None for a snapshot without one
+    (written before paging: every body inside)."""
+    if data.startswith(PAGED_SNAPSHOT) and len(data) > _FLOOR.size:
+        return int(_FLOOR.unpack_from(data, 1)[0])
+    return None
 _U16 = struct.Struct(">H")
 
 
@@ -82,6 +97,16 @@ def _decode_head(data: bytes) -> tuple[str, int, int, int]:
     except (struct.error, UnicodeDecodeError) as exc:
         raise ValueError(f"not a quorum queue entry: {exc}") from exc
     return origin, seq, kind, 2 + n + _HEAD.size
+
+
+def enqueue_body(data: bytes) -> bytes:
+    """The message body of an entry holding a fifo ``Enqueue`` (the paged body of a message:
+    its msg id is the entry's index). Raises ``ValueError`` for any other entry."""
+    _origin, _seq, kind, start = _decode_head(data)
+    command = f.decode(data, start) if kind == KIND_FIFO else None
+    if not isinstance(command, f.Enqueue):
+        raise ValueError("not a quorum queue publish")
+    return command.body
 
 
 def origin_member(origin: str) -> tuple[str, int]:
@@ -233,19 +258,48 @@ class QuorumMachine:
         head = self.fifo.head()
         return head.expires_at if head is not None else None
 
+    @property
+    def read(self) -> Callable[[int], bytes] | None:
+        """Paged mode: the body of the Enqueue at a Raft index (``FifoQueue.read``)."""
+        return self.fifo.read
+
+    @read.setter
+    def read(self, read: Callable[[int], bytes] | None) -> None:
+        self.fifo.read = read
+
     def snapshot(self) -> bytes:
-        """The whole state (JSON around the fifo's snapshot)."""
-        return json.dumps({"fifo": self.fifo.snapshot().decode(), "next": self.next_seq,
-                           "inc": self.incarnation}, separators=(",", ":")).encode()
+        """The whole state: ``PAGED_SNAPSHOT``, the log floor u64 (``snapshot_floor``: the
+        lowest msg id whose body the snapshot leaves in the log, else ``NO_FLOOR``), then JSON
+        around the fifo's snapshot."""
+        floor = self.fifo.paged_floor(NO_FLOOR)
+        return PAGED_SNAPSHOT + _FLOOR.pack(floor) + json.dumps(
+            {"fifo": self.fifo.snapshot().decode(), "next": self.next_seq,
+             "inc": self.incarnation}, separators=(",", ":")).encode()
+
+    def hydrate(self, data: bytes) -> bytes:
+        """``data`` (a ``snapshot()``) with the paged bodies read back from the log: the
+        snapshot a follower installs, which has none of those entries (its floor is then
+        above every message). Raises ``LookupError`` when the log no longer holds one."""
+        if not data.startswith(PAGED_SNAPSHOT):
+            return data
+        d = json.loads(data[1 + _FLOOR.size:])
+        d["fifo"] = self.fifo.hydrate(d["fifo"].encode()).decode()
+        return PAGED_SNAPSHOT + _FLOOR.pack(NO_FLOOR) + json.dumps(
+            d, separators=(",", ":")).encode()
 
     def restore(self, data: bytes) -> None:
-        """Replace the state with a ``snapshot()``'s (b"": the empty state)."""
+        """Replace the state with a ``snapshot()``'s (b"": the empty state; one written before
+        paging, plain JSON, too). Paged bodies are read with ``read`` when needed."""
+        read, page_bytes = self.fifo.read, self.fifo.page_bytes
         if not data:
             self.fifo = f.FifoQueue(self.fifo.config)
             self.fifo.confirms = False
+            self.fifo.read, self.fifo.page_bytes = read, page_bytes
             self.next_seq = {}
             self.incarnation = {}
             return
+        if data.startswith(PAGED_SNAPSHOT):
+            data = data[1 + _FLOOR.size:]
         d = json.loads(data)
         self.fifo.restore(d["fifo"].encode())
         self.next_seq = {k: int(v) for k, v in d["next"].items()}

@@ -138,7 +138,7 @@ def missing(fifo: f.FifoQueue, held: Mapping[str, set[tuple[int, int]]]
         if c is None:
             cancelled.append(cid)
             continue
-        out += (f.Deliver(cid, m.msg_id, m.header, m.body, m.delivery_count)
+        out += (f.Deliver(cid, m.msg_id, m.header, fifo.body(m), m.delivery_count)
                 for m in sorted(c.out.values(), key=lambda m: m.msg_id)
                 if (m.msg_id, m.delivery_count) not in pairs)
     return out, cancelled

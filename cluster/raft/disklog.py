@@ -65,6 +65,7 @@ from queues.store.dirs import make_durable_dirs
 from queues.store.fds import append_all, take_sync_fds
 from queues.store.values import PendingSync
 
+from .entrypos import EntryPositions
 from .marks import TAIL, Mark, MarksFile, judge, tail_crc
 from .messages import EMPTY_SNAPSHOT, Entry, EntryKind, PersistentState, Snapshot
 
@@ -196,6 +197,12 @@ class DiskLog:
         self._appended = False    # entries appended since open (they clear a recovery floor)
         self._marks = MarksFile(self.directory, fsync)
         self.lost: str | None = None
+        #: Where each entry still in a segment lies (``read``), and the read fds by segment.
+        self._positions = EntryPositions()
+        self._rfds: dict[int, int] = {}
+        #: A snapshot deletes no segment holding an entry at or above this index (0: none):
+        #: the oldest live paged message of a quorum queue (its body is read from the log).
+        self.retain_from = 0
         self._state = self._replay()
         self._open_active()
         if self._mark_at_open:
@@ -292,9 +299,11 @@ class DiskLog:
                                                                       kinds=_SEGMENT_KINDS):
                 if kind == KIND_TRUNCATE:
                     del entries[max(0, index - base - 1):]
+                    self._positions.truncate(index)
                     continue
                 if index <= base:
                     high = max(high, index)
+                    self._positions.add(index, seq, offset)
                     continue
                 if index != base + len(entries) + 1 or flags > max(EntryKind) or len(payload) < 8:
                     result.problem = f"entry {index} out of order after {base + len(entries)}"
@@ -302,6 +311,7 @@ class DiskLog:
                     break
                 entries.append(Entry(index, _U64.unpack_from(payload)[0], EntryKind(flags),
                                      bytes(payload[8:])))
+                self._positions.add(index, seq, offset)
                 high = max(high, index)
             end = result.valid_end
             has_data = has_data or end > fmt.FILE_HEADER_SIZE
@@ -380,7 +390,9 @@ class DiskLog:
             out["index"], out["term"] = self._last
         return out
 
-    def _put(self, record: bytes, index: int = 0) -> None:
+    def _put(self, record: bytes, index: int = 0) -> int:
+        """Buffer ``record`` (rolling the segment first when it is full); returns the offset
+        it starts at in the active segment."""
         if self._active_size > self.segment_bytes:
             try:
                 self._write_out()
@@ -389,20 +401,28 @@ class DiskLog:
                 self._rolled_fds.append(old_fd)
             except OSError as exc:   # a full disk: stay in this segment; flush() raises
                 log.warning("Raft log %s: cannot start a new segment: %s", self.directory, exc)
+        start = self._active_size
         self._buf += record
         self._active_size += len(record)
         if index:
             seq, high = self._segments[-1]
             self._segments[-1] = (seq, max(high, index))
+        return start
 
     def append(self, first_index: int, entries: tuple[Entry, ...]) -> None:
         """Run ``AppendLog`` (see ``RaftStorage.append``): a TRUNCATE record when ``first_index``
         is not past the newest entry, then one ENTRY record each; buffered until ``sync``."""
         if first_index <= self._last[0]:
             self._put(fmt.encode_record(KIND_TRUNCATE, 0, first_index))
+            self._positions.truncate(first_index)
         if entries:   # one record batch (a segment is rolled before it, never inside it)
             self._appended = True
-            self._put(b"".join(encode_entries(entries)), entries[-1].index)
+            offset = self._put(b"".join(encode_entries(entries)), entries[-1].index)
+            seq = self._segments[-1][0]
+            positions = self._positions
+            for e in entries:
+                positions.add(e.index, seq, offset)
+                offset += _ENTRY_HEAD.size + len(e.data)
             self._last = (entries[-1].index, entries[-1].term)
         elif first_index <= self._last[0]:
             self._last = (first_index - 1, -1)   # unknown term: reported only after an append
@@ -456,8 +476,9 @@ class DiskLog:
     def save_snapshot(self, snapshot: Snapshot, discard_log: bool) -> None:
         """Run ``PersistSnapshot``: appends buffered so far, the TRUNCATE of ``discard_log`` and the
         snapshot file are durable when this returns; then useless segments are deleted."""
-        if discard_log:
+        if discard_log:   # entries up to the snapshot's may disagree with it: none is read
             self._put(fmt.encode_record(KIND_TRUNCATE, 0, snapshot.index + 1))
+            self._positions.reset(snapshot.index + 1)
             self._last = (snapshot.index, snapshot.term)
             self._unreported = True
         pending, newest = self.flush()
@@ -475,14 +496,19 @@ class DiskLog:
             self._marks.write(snapshot=snapshot.index)
         if self._last[0] < snapshot.index:
             self._last = (snapshot.index, snapshot.term)
-        self._delete_before(snapshot.index)
+        keep = self.retain_from
+        self._delete_before(min(snapshot.index, keep - 1) if keep > 0 else snapshot.index)
 
     def _delete_before(self, index: int) -> None:
         """Delete the oldest segments while every entry in them is at or below ``index``."""
         deleted = False
         while len(self._segments) > 1 and self._segments[0][1] <= index:
             seq, _ = self._segments.pop(0)
+            fd = self._rfds.pop(seq, -1)
+            if fd >= 0:
+                os.close(fd)
             os.unlink(self.directory / fmt.segment_name(seq))
+            self._positions.drop_segments_before(self._segments[0][0])
             deleted = True
         if deleted and self.fsync:
             dfd = os.open(self.directory, os.O_RDONLY)
@@ -504,5 +530,49 @@ class DiskLog:
         for fd in self._rolled_fds:
             os.close(fd)
         self._rolled_fds = []
+        for fd in self._rfds.values():
+            os.close(fd)
+        self._rfds = {}
         os.close(self._wfd)
         self._wfd = -1
+
+    # ------------------------------------------------------------------ reading back
+    @property
+    def readable_to(self) -> int:
+        """The newest index ``read`` can serve (entries from the oldest kept segment on)."""
+        return self._positions.base + len(self._positions) - 1
+
+    def read(self, index: int) -> bytes:
+        """The data of entry ``index`` as written (from the write buffer, else the segment:
+        one ``pread`` of its record, crc checked). Raises ``LookupError`` when this log holds
+        no such entry (compacted away, truncated, never written), ``OSError`` on I/O errors,
+        ``FormatError`` when the record is damaged."""
+        where = self._positions.get(index)
+        if where is None:
+            raise LookupError(f"raft log {self.directory}: no entry {index}")
+        seq, offset = where
+        buffered = self._active_size - len(self._buf)
+        if seq == self._segments[-1][0] and offset >= buffered:
+            head = bytes(self._buf[offset - buffered:offset - buffered + _ENTRY_HEAD.size])
+        else:
+            head = b""
+        if head:
+            length = _ENTRY_HEAD.unpack(head)[0]
+            record = bytes(self._buf[offset - buffered:offset - buffered + 8 + length])
+        else:
+            fd = self._rfds.get(seq)
+            if fd is None:
+                fd = self._rfds[seq] = os.open(self.directory / fmt.segment_name(seq),
+                                               os.O_RDONLY)
+            head = os.pread(fd, _ENTRY_HEAD.size, offset)
+            if len(head) < _ENTRY_HEAD.size:
+                raise fmt.FormatError(f"entry {index}: record cut at offset {offset}")
+            length = _ENTRY_HEAD.unpack(head)[0]
+            record = head + os.pread(fd, 8 + length - _ENTRY_HEAD.size,
+                                     offset + _ENTRY_HEAD.size)
+        length, crc, kind, _flags, ident, _term = _ENTRY_HEAD.unpack_from(record)
+        if (kind != KIND_ENTRY or ident != index or len(record) != 8 + length
+                or zlib.crc32(memoryview(record)[8:]) != crc):
+            raise fmt.FormatError(f"entry {index}: damaged record at offset {offset} of "
+                                  f"segment {seq}")
+        return record[_ENTRY_HEAD.size:]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import base64
 import json
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .fifo_commands import (
@@ -67,7 +68,7 @@ __all__ = [
     "FifoConfig", "FifoQueue", "Enqueue", "Checkout", "Cancel", "Settle", "Return", "Discard",
     "Expire", "Purge", "Take", "Dequeue", "DlxSettle", "Command", "Deliver", "Confirm", "Rejected",
     "DeadLetter", "Purged", "Dequeued", "Effect", "encode", "decode", "Reader",
-    "SNAPSHOT_VERSION",
+    "SNAPSHOT_VERSION", "PAGE_BYTES",
 ]
 
 
@@ -92,19 +93,25 @@ class FifoConfig:
 
 @dataclass(slots=True, init=False)
 class _Msg:
+    """A message in the queue: ``msg_id`` (the Raft index of its Enqueue), ``header``,
+    ``size`` (bytes of the body), ``body`` (None: paged out, read back from the Raft log by
+    ``FifoQueue.body``), ``expires_at`` (ms, commands' clock), ``delivery_count``."""
+
     msg_id: int
     header: bytes
-    body: bytes
+    body: bytes | None
     expires_at: int | None
-    delivery_count: int = 0
+    delivery_count: int
+    size: int
 
-    def __init__(self, msg_id: int, header: bytes, body: bytes, expires_at: int | None,
-                 delivery_count: int = 0) -> None:
+    def __init__(self, msg_id: int, header: bytes, body: bytes | None, expires_at: int | None,
+                 delivery_count: int = 0, size: int = -1) -> None:
         self.msg_id = msg_id
         self.header = header
         self.body = body
         self.expires_at = expires_at
         self.delivery_count = delivery_count
+        self.size = len(body) if body is not None else size
 
 
 @dataclass(slots=True)
@@ -114,8 +121,13 @@ class _Consumer:
 
 
 #: Snapshot format: 1 had one ``ready`` list; 2 adds ``high``, ``returns``, ``pcount`` and ``dlx``
-#: (a version-1 snapshot loads as all-normal, nothing returned, no dead letters held).
-SNAPSHOT_VERSION = 2
+#: (a version-1 snapshot loads as all-normal, nothing returned, no dead letters held); 3: a paged
+#: message's body is null, its size follows its delivery count (its body is in the Raft log).
+SNAPSHOT_VERSION = 3
+#: Paged mode (``FifoQueue.read`` set): a published body stays in memory only while the ready
+#: messages hold at most this many bytes (a small read cache at the head of a short queue);
+#: beyond, the queue keeps its record and reads the body back from the Raft log on delivery.
+PAGE_BYTES = 4 * 1024 * 1024
 #: rabbit_fifo_q's weight: after two high-priority messages, one normal one (when older).
 _WEIGHT = 2
 
@@ -130,7 +142,16 @@ class FifoQueue:
     then ``high`` and ``ready`` (normal) weighted 2:1 -- the counter ``pcount`` runs 0, 1, 2 over
     every message taken from them; at 2 the older (lower msg id) of the two heads goes, else a
     high one when there is one (``rabbit_fifo_q``). ``dlx``: at-least-once dead letters (msg id
-    -> (reason, message)) until their ``DlxSettle``."""
+    -> (reason, message)) until their ``DlxSettle``.
+
+    Paging (issue 25, RabbitMQ 3.10+'s quorum queues: "only metadata in memory", bodies read
+    back from the log segments on delivery): with ``read`` set (msg id -> body bytes, the body of
+    the Enqueue at that Raft index; raises ``LookupError`` when the log no longer holds it), a
+    message published while the ready bytes exceed ``PAGE_BYTES`` keeps only its record
+    (``_Msg`` with ``body`` None: id, header, size, expiry, delivery count); its body is read
+    with ``body(m)`` when it is delivered, dead-lettered or snapshotted for a follower
+    (``hydrate``). Without ``read`` (the simulator, benchmarks of the machine) every body stays
+    in memory, as before."""
 
     def __init__(self, config: FifoConfig) -> None:
         self.config = config
@@ -147,6 +168,21 @@ class FifoQueue:
         #: Whether ``Confirm`` effects are made (``cluster.quorum.machine`` has its own).
         self.confirms = True
         self._active: list[str] | None = None   # consumers that may get messages; None: stale
+        #: Paged mode: msg id -> body (see the class docstring); None: bodies stay in memory.
+        self.read: Callable[[int], bytes] | None = None
+        #: Paged mode: bodies stay in memory while the ready bytes are at most this many.
+        self.page_bytes = PAGE_BYTES
+
+    def body(self, m: _Msg) -> bytes:
+        """The body of ``m``: in memory, or read back from the log (paged mode). Raises
+        ``LookupError`` when paged out and the log no longer holds it."""
+        b = m.body
+        if b is not None:
+            return b
+        read = self.read
+        if read is None:
+            raise LookupError(f"message {m.msg_id} has no body in memory and no log to read")
+        return read(m.msg_id)
 
     # ------------------------------------------------------------------ applying
     def apply(self, index: int, raw: bytes) -> list[Effect]:
@@ -196,7 +232,7 @@ class FifoQueue:
             for i in cmd.msg_ids:
                 held = self.dlx.pop(i, None)
                 if held is not None:
-                    self.dlx_bytes -= len(held[1].body)
+                    self.dlx_bytes -= held[1].size
         self._deliver(out)
         return out
 
@@ -226,9 +262,13 @@ class FifoQueue:
             ttl = own
         # TTL 0: expires unless taken within the same millisecond (rabbit_fifo)
         expires = None if ttl is None else cmd.now_ms + (ttl or 1)
+        size = len(cmd.body)
+        body: bytes | None = cmd.body
+        if self.read is not None and self.ready_bytes + size > self.page_bytes:
+            body = None   # paged: read back from the log on delivery
         (self.high if cmd.high else self.ready).append(
-            _Msg(index, cmd.header, cmd.body, expires))
-        self.ready_bytes += len(cmd.body)
+            _Msg(index, cmd.header, body, expires, 0, size))
+        self.ready_bytes += size
         if cfg.max_length is not None or cfg.max_length_bytes is not None:
             while self._over_limit():
                 self._drop_head("maxlen", out)
@@ -261,7 +301,7 @@ class FifoQueue:
             else:
                 return None
             self.pcount = 0 if c == _WEIGHT else c + 1
-        self.ready_bytes -= len(m.body)
+        self.ready_bytes -= m.size
         return m
 
     def head(self) -> _Msg | None:
@@ -289,7 +329,7 @@ class FifoQueue:
             return
         if not cmd.settle:
             self._getter(cmd.consumer).out[m.msg_id] = m
-        out.append(Dequeued(cmd.consumer, m.msg_id, m.header, m.body, m.delivery_count,
+        out.append(Dequeued(cmd.consumer, m.msg_id, m.header, self.body(m), m.delivery_count,
                             self.message_count()))
 
     def _take(self, cmd: Take) -> None:
@@ -297,7 +337,7 @@ class FifoQueue:
             for i, m in enumerate(ready):
                 if m.msg_id == cmd.msg_id:
                     del ready[i]
-                    self.ready_bytes -= len(m.body)
+                    self.ready_bytes -= m.size
                     self._getter(cmd.consumer).out[m.msg_id] = m
                     return
 
@@ -314,10 +354,10 @@ class FifoQueue:
         once, held in ``dlx`` (and its ``DeadLetter`` names it) until its ``DlxSettle``."""
         if self.config.dlx_at_least_once:
             self.dlx[m.msg_id] = (reason, m)
-            self.dlx_bytes += len(m.body)
-            out.append(DeadLetter(reason, m.header, m.body, m.delivery_count, m.msg_id))
+            self.dlx_bytes += m.size
+            out.append(DeadLetter(reason, m.header, self.body(m), m.delivery_count, m.msg_id))
         else:
-            out.append(DeadLetter(reason, m.header, m.body, m.delivery_count))
+            out.append(DeadLetter(reason, m.header, self.body(m), m.delivery_count))
 
     def _drop_head(self, reason: str, out: list[Effect]) -> None:
         m = self._pop()
@@ -346,7 +386,7 @@ class FifoQueue:
                 self._dead_letter("delivery_limit", m, out)
             else:
                 back.append(m)
-                self.ready_bytes += len(m.body)
+                self.ready_bytes += m.size
 
     def _deliver(self, out: list[Effect]) -> None:
         """Hand ready messages to consumers with credit: round-robin, or only to the first
@@ -373,7 +413,7 @@ class FifoQueue:
             idle = 0
             if ready and not self.returns and not self.high:   # the common case, inline
                 m = ready.popleft()
-                self.ready_bytes -= len(m.body)
+                self.ready_bytes -= m.size
                 pc = self.pcount
                 self.pcount = 0 if pc == _WEIGHT else pc + 1
             else:
@@ -382,7 +422,9 @@ class FifoQueue:
                     break
                 m = got
             c.out[m.msg_id] = m
-            out.append(Deliver(name, m.msg_id, m.header, m.body, m.delivery_count))
+            b = m.body
+            out.append(Deliver(name, m.msg_id, m.header, b if b is not None else self.body(m),
+                               m.delivery_count))
             if not ready and not self.returns and not self.high:
                 break
 
@@ -391,11 +433,62 @@ class FifoQueue:
         """Ready messages (Queue.DeclareOk's message_count)."""
         return len(self.ready) + len(self.high) + len(self.returns)
 
+    def paged_floor(self, default: int) -> int:
+        """The lowest msg id of a live message (ready, checked out, held dead letter) whose body
+        is paged out (read from the log), ``default`` when none is: the Raft log must keep
+        every entry from there on ("the log can be truncated only up to the oldest live
+        message", RabbitMQ "Quorum Queues")."""
+        low = default
+        for m in self.returns:
+            if m.body is None and m.msg_id < low:
+                low = m.msg_id
+        for q in (self.high, self.ready):
+            for m in q:   # in msg id order: the first paged one is the lowest
+                if m.body is None:
+                    low = min(low, m.msg_id)
+                    break
+        for _r, m in self.dlx.values():
+            if m.body is None and m.msg_id < low:
+                low = m.msg_id
+        for c in self.consumers.values():
+            for m in c.out.values():
+                if m.body is None and m.msg_id < low:
+                    low = m.msg_id
+        return low
+
+    def hydrate(self, data: bytes) -> bytes:
+        """A ``snapshot()`` with the bodies of its paged messages read back (``read``): what a
+        follower that installs it needs, having no log of those entries. Raises
+        ``LookupError`` when the log no longer holds one."""
+        d = json.loads(data)
+        read = self.read
+
+        def fill(x: list) -> None:
+            if x[2] is None:
+                if read is None:
+                    raise LookupError(f"message {x[0]} has no body and no log to read")
+                x[2] = base64.b64encode(read(x[0])).decode()
+                del x[5:]
+        for key in ("ready", "high", "returns"):
+            for x in d.get(key, ()):
+                fill(x)
+        for _reason, x in d.get("dlx", ()):
+            fill(x)
+        for _n, _p, out in d["consumers"]:
+            for x in out:
+                fill(x)
+        return json.dumps(d, separators=(",", ":")).encode()
+
     def snapshot(self) -> bytes:
-        """The whole state as bytes (JSON, bodies base64; format ``SNAPSHOT_VERSION``)."""
+        """The whole state as bytes (JSON, bodies base64, a paged body null and its size after
+        the delivery count; format ``SNAPSHOT_VERSION``)."""
         def msg(m: _Msg) -> list:
+            b = m.body
+            if b is None:
+                return [m.msg_id, base64.b64encode(m.header).decode(), None, m.expires_at,
+                        m.delivery_count, m.size]
             return [m.msg_id, base64.b64encode(m.header).decode(),
-                    base64.b64encode(m.body).decode(), m.expires_at, m.delivery_count]
+                    base64.b64encode(b).decode(), m.expires_at, m.delivery_count]
         return json.dumps({
             "v": SNAPSHOT_VERSION,
             "ready": [msg(m) for m in self.ready],
@@ -409,9 +502,12 @@ class FifoQueue:
         }, separators=(",", ":")).encode()
 
     def restore(self, data: bytes) -> None:
-        """Replace the state with a ``snapshot()``'s (version 1 or 2; raises ``ValueError`` for
-        a newer version, which this code cannot read)."""
+        """Replace the state with a ``snapshot()``'s (version 1 to 3; raises ``ValueError`` for
+        a newer version, which this code cannot read). A paged message (null body) is read
+        from the log when needed (``read``)."""
         def msg(x: list) -> _Msg:
+            if x[2] is None:
+                return _Msg(x[0], base64.b64decode(x[1]), None, x[3], x[4], x[5])
             return _Msg(x[0], base64.b64decode(x[1]), base64.b64decode(x[2]), x[3], x[4])
         d = json.loads(data)
         version = d.get("v", 1)
@@ -421,13 +517,13 @@ class FifoQueue:
         self.ready = deque(msg(x) for x in d["ready"])
         self.high = deque(msg(x) for x in d.get("high", ()))
         self.returns = deque(msg(x) for x in d.get("returns", ()))
-        self.ready_bytes = sum(len(m.body) for m in self.ready_messages())
+        self.ready_bytes = sum(m.size for m in self.ready_messages())
         self.pcount = int(d.get("pcount", 0))
         self.dlx = OrderedDict()
         for reason, x in d.get("dlx", ()):
             m = msg(x)
             self.dlx[m.msg_id] = (reason, m)
-        self.dlx_bytes = sum(len(m.body) for _r, m in self.dlx.values())
+        self.dlx_bytes = sum(m.size for _r, m in self.dlx.values())
         self.consumers = OrderedDict(
             (n, _Consumer(p, {m.msg_id: m for m in map(msg, out)})) for n, p, out in d["consumers"])
         self.dedup = OrderedDict((k, v) for k, v in d["dedup"])

@@ -6,9 +6,15 @@ configurations in the log (thesis §4.1: the newest CONFIG entry is in force, ev
 Must not know: storage, the network. Persistence is the driver's, through ``AppendLog`` actions.
 
 Memory: the entries after the last snapshot stay here; the state machine's snapshots bound them.
+With a ``reader`` (index -> the entry's data, read back from storage), ``dry(index)`` drops the
+data of entries up to ``index`` (applied and written): they stay as (index, term, kind) and
+``entry`` / ``slice`` read their data back when a follower needs them (issue 25: a quorum
+queue's backlog lives in the log segments, not in memory, as with RabbitMQ's ``ra_log``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from .messages import Entry, EntryKind, Snapshot, decode_members
 
@@ -22,11 +28,15 @@ class RaftLog:
     snapshot index, then each CONFIG entry in the log.
     """
 
-    __slots__ = ("snapshot", "entries", "configs")
+    __slots__ = ("snapshot", "entries", "configs", "reader", "dry_to")
 
     def __init__(self, snapshot: Snapshot, entries: list[Entry]) -> None:
         self.snapshot = snapshot
         self.entries: list[Entry] = []
+        #: Reads an entry's data back by index (see the module docstring); None: never dry.
+        self.reader: Callable[[int], bytes] | None = None
+        #: Entries up to this index hold no data in memory (read with ``reader``).
+        self.dry_to = snapshot.index
         self.configs: list[tuple[int, tuple[str, ...]]] = [(snapshot.index, snapshot.members)]
         self.append(entries)
 
@@ -64,7 +74,24 @@ class RaftLog:
         pos = index - self.snapshot.index - 1
         if pos < 0:
             raise IndexError(f"entry {index} is compacted into snapshot {self.snapshot.index}")
-        return self.entries[pos]
+        e = self.entries[pos]
+        if index <= self.dry_to and self.reader is not None:
+            return Entry(e.index, e.term, e.kind, self.reader(index))
+        return e
+
+    def dry(self, index: int) -> None:
+        """Drop the data of held entries up to ``index`` from memory (each must be readable
+        with ``reader`` from now on); nothing without a ``reader``."""
+        if self.reader is None or index <= self.dry_to:
+            return
+        base = self.snapshot.index + 1
+        entries = self.entries
+        for i in range(max(self.dry_to, self.snapshot.index) + 1 - base,
+                       min(index, self.last_index) + 1 - base):
+            e = entries[i]
+            if e.data:
+                entries[i] = Entry(e.index, e.term, e.kind, b"")
+        self.dry_to = max(self.dry_to, min(index, self.last_index))
 
     def slice(self, lo: int, hi: int, max_bytes: int) -> tuple[Entry, ...]:
         """Entries ``lo .. hi`` (inclusive) that fit in ``max_bytes`` of data, at least one.
@@ -76,7 +103,10 @@ class RaftLog:
             raise IndexError(f"entry {lo} is compacted into snapshot {self.snapshot.index}")
         out: list[Entry] = []
         size = 0
+        dry, reader = self.dry_to, self.reader
         for e in self.entries[lo - base:hi - base + 1]:
+            if e.index <= dry and reader is not None:
+                e = Entry(e.index, e.term, e.kind, reader(e.index))
             size += len(e.data)
             if out and size > max_bytes:
                 break
@@ -124,6 +154,7 @@ class RaftLog:
         if index <= self.snapshot.index:
             raise ValueError(f"cannot truncate at {index}: snapshot holds {self.snapshot.index}")
         del self.entries[index - self.snapshot.index - 1:]
+        self.dry_to = min(self.dry_to, index - 1)
         while self.configs[-1][0] >= index:
             self.configs.pop()
 
@@ -148,7 +179,9 @@ class RaftLog:
                 self.snapshot = Snapshot(cut, base_term, self.members_at(cut), b"")
                 self.configs = [(cut, self.snapshot.members)] + [c for c in self.configs
                                                                  if c[0] > cut]
+                self.dry_to = max(self.dry_to, cut)
             return
         self.entries = []
         self.snapshot = snapshot
+        self.dry_to = snapshot.index
         self.configs = [(snapshot.index, snapshot.members)]

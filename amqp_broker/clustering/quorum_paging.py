@@ -1,0 +1,103 @@
+"""Quorum queues larger than RAM: a replica's bodies stay in its Raft log on disk (issue 25).
+
+Owns: wiring one replica's ``DiskLog`` to its Raft node and state machine so that neither keeps
+the bodies of a backlog in memory, as RabbitMQ's quorum queues since 3.10 ("Quorum Queues",
+"Memory usage": only a small record per message in memory, bodies read back from the log's
+segments on delivery; rabbit_fifo keeps the Raft index of a message and reads it from ``ra_log``):
+
+* ``page``: the machine reads a paged body back by its message id (the Raft index of its
+  Enqueue: from the node's in-memory log when still there, else from the segment,
+  ``DiskLog.read``), and the node's log reads back entries whose data it dropped;
+* ``applied``: after an ``Apply``, the entries applied and written drop their data from memory
+  (``RaftLog.dry``): a follower that lags is sent them from the segments;
+* ``persisting``: before a snapshot is persisted, the log is told its floor (the oldest live
+  paged message, ``cluster.quorum.machine.snapshot_floor``): no segment holding a live
+  message's entry is deleted ("the log can be truncated only up to the oldest live message");
+  the snapshot image itself holds no paged body;
+* ``outgoing``: an InstallSnapshot to a follower carries the bodies (``QuorumMachine.hydrate``),
+  since that follower has none of those entries; it keeps them in its own snapshot.
+Must not know: AMQP, the network, timers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import replace
+
+from cluster.quorum.group import QuorumGroup
+from cluster.quorum.machine import NO_FLOOR, enqueue_body, snapshot_floor
+from cluster.raft.actions import PersistSnapshot, PersistState
+from cluster.raft.disklog import DiskLog
+from cluster.raft.messages import InstallSnapshot, Message
+from cluster.raft.raftlog import RaftLog
+
+__all__ = ["page", "applied", "persisting", "outgoing", "body_reader"]
+
+log = logging.getLogger(__name__)
+
+
+def body_reader(raft_log: RaftLog, disk: DiskLog, name: str) -> Callable[[int], bytes]:
+    """msg id -> body of the Enqueue at that Raft index: from ``raft_log`` while it holds the
+    entry's data, else read from ``disk``. A body the log no longer holds (it never should) is
+    logged as an error naming queue ``name`` (the first of a run of them) and read as b""
+    rather than stopping the replica."""
+    failed = [0]
+
+    def read(index: int) -> bytes:
+        try:
+            if raft_log.dry_to < index <= raft_log.last_index:
+                data = raft_log.entry(index).data
+            else:
+                data = disk.read(index)
+            body = enqueue_body(data)
+        except (LookupError, ValueError, OSError) as exc:
+            if failed[0] != index - 1:
+                log.error("quorum queue %r: cannot read the body of message %d from the Raft "
+                          "log: %s", name, index, exc)
+            failed[0] = index
+            return b""
+        return body
+    return read
+
+
+def page(group: QuorumGroup, disk: DiskLog, name: str) -> None:
+    """Turn paging on for ``group``'s replica over ``disk`` (see the module docstring). The
+    environment variable ``AMQP_QUORUM_PAGE_BYTES`` sets how many bytes of ready bodies a queue
+    keeps in memory (default ``cluster.raft.fifo.PAGE_BYTES``, 4 MiB; 0: none, every body is
+    read back from the log: the tests use it); ``AMQP_QUORUM_SNAPSHOT_ENTRIES`` the entries
+    between snapshots (default ``cluster.quorum.group.SNAPSHOT_MIN_ENTRIES``; tests: fewer)."""
+    raft_log = group.node.log
+    raft_log.reader = disk.read
+    group.machine.read = body_reader(raft_log, disk, name)
+    page_bytes = os.environ.get("AMQP_QUORUM_PAGE_BYTES", "")
+    if page_bytes.isdigit():
+        group.machine.fifo.page_bytes = int(page_bytes)
+    entries = os.environ.get("AMQP_QUORUM_SNAPSHOT_ENTRIES", "")
+    if entries.isdigit() and int(entries) > 0:
+        group.snapshot_min_entries = int(entries)
+
+
+def applied(group: QuorumGroup, disk: DiskLog) -> None:
+    """After an ``Apply``: the entries applied and written drop their data from memory."""
+    raft_log = group.node.log
+    if raft_log.reader is not None:
+        raft_log.dry(min(group.machine_index, disk.readable_to))
+
+
+def persisting(group: QuorumGroup, disk: DiskLog, act: PersistState | PersistSnapshot) -> None:
+    """Before ``act`` runs: a snapshot's floor is given to ``disk``, which keeps every segment
+    from there on when the snapshot is persisted."""
+    if not isinstance(act, PersistSnapshot) or group.node.log.reader is None:
+        return
+    floor = snapshot_floor(act.snapshot.data)
+    disk.retain_from = 0 if floor is None or floor >= NO_FLOOR else floor
+
+
+def outgoing(group: QuorumGroup, message: Message) -> Message:
+    """``message`` as sent to a follower: an InstallSnapshot with its paged bodies filled in."""
+    if not isinstance(message, InstallSnapshot) or group.node.log.reader is None:
+        return message
+    snap = message.snapshot
+    return replace(message, snapshot=replace(snap, data=group.machine.hydrate(snap.data)))

@@ -1,0 +1,136 @@
+"""Quorum queues larger than RAM (issue 25), with real brokers and pika: every body is paged out
+(``AMQP_QUORUM_PAGE_BYTES=0``: the queue keeps only a record per message and reads the body back
+from its Raft log on delivery), and what a user sees is unchanged: messages come in order with
+their bodies, a requeued one comes back with ``x-delivery-count``, a rejected one reaches the
+dead-letter queue, messages survive a kill -9 and restart, and a member that was down while the
+leader took a snapshot (and cut its log) catches up and delivers the bodies.
+Sources: RabbitMQ "Quorum Queues" (memory usage: bodies in the log segments; poison message
+handling; dead-lettering); rabbit_fifo (a message is its Raft index, read on delivery)."""
+
+from __future__ import annotations
+
+import pika
+import pytest
+
+from cluster.tests.processes import Member, wait_for
+from cluster.tests.quorum_scenarios import declare, message_count, wait_leader
+
+pytestmark = pytest.mark.timeout(240)
+#: Entries between a queue's snapshots in these brokers (8192 by default: a long test).
+SNAPSHOT_ENTRIES = 600
+
+
+@pytest.fixture(autouse=True)
+def _paged(monkeypatch):
+    """Every body of every quorum queue read back from the log (the brokers inherit it)."""
+    monkeypatch.setenv("AMQP_QUORUM_PAGE_BYTES", "0")
+    monkeypatch.setenv("AMQP_QUORUM_SNAPSHOT_ENTRIES", str(SNAPSHOT_ENTRIES))
+
+
+def body(i: int, size: int = 3000) -> bytes:
+    """A body that says which message it is, over ``size`` bytes."""
+    head = f"message {i:06d} ".encode()
+    return (head * (size // len(head) + 1))[:size]
+
+
+def publish(member: Member, queue: str, bodies: list[bytes], confirm: bool = True) -> None:
+    conn = member.connect()
+    try:
+        ch = conn.channel()
+        if confirm:
+            ch.confirm_delivery()
+        props = pika.BasicProperties(delivery_mode=2)
+        for b in bodies:
+            ch.basic_publish("", queue, b, props)
+    finally:
+        conn.close()
+
+
+def take(member: Member, queue: str, count: int) -> list[bytes]:
+    """Consume and ack ``count`` messages (fewer when none comes for 10 s): their bodies."""
+    out: list[bytes] = []
+    conn = member.connect()
+    try:
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=500)
+        for method, _props, b in ch.consume(queue, inactivity_timeout=10):
+            if method is None:
+                break
+            out.append(b)
+            if len(out) % 100 == 0 or len(out) == count:
+                ch.basic_ack(method.delivery_tag, multiple=True)
+            if len(out) == count:
+                break
+        ch.cancel()
+    finally:
+        conn.close()
+    return out
+
+
+def test_paged_bodies_come_in_order_redelivered_counted_and_dead_lettered(cluster):
+    n2, n3, n4 = cluster.start_three()
+    declare(n3, "dead")
+    declare(n3, "paged", **{"x-dead-letter-exchange": "",
+                            "x-dead-letter-routing-key": "dead"})
+    wait_leader(cluster, "paged")
+    bodies = [body(i) for i in range(60)]
+    publish(n2, "paged", bodies)
+    conn = n4.connect()
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=1)   # one at a time: a requeued message comes back first
+    got: list[bytes] = []
+    counts: list[int] = []
+    for method, props, b in ch.consume("paged", inactivity_timeout=10):
+        assert method is not None, f"only {len(got)} delivered"
+        got.append(b)
+        counts.append((props.headers or {}).get("x-delivery-count", 0))
+        if len(got) == 1:
+            ch.basic_nack(method.delivery_tag, requeue=True)      # back, counted
+        elif len(got) == 3:
+            ch.basic_reject(method.delivery_tag, requeue=False)   # dead-lettered
+        else:
+            ch.basic_ack(method.delivery_tag)
+        if len(got) == 61:
+            break
+    ch.cancel()
+    conn.close()
+    assert got[0] == got[1] == bodies[0]
+    assert counts[:2] == [0, 1]
+    assert got[1:] == bodies
+    assert take(n2, "dead", 1) == [bodies[1]]
+    wait_for(lambda: message_count(n3, "paged") == 0, 10, "messages left after the acks")
+
+
+def test_a_member_down_while_the_leader_snapshots_catches_up_and_delivers(cluster):
+    n2, n3, n4 = cluster.start_three()
+    declare(n2, "snapped")
+    leader = wait_leader(cluster, "snapped")
+    away = next(m for m in (n2, n3, n4) if m is not leader)
+    here = next(m for m in (n2, n3, n4) if m not in (leader, away))
+    assert cluster.terminate(away) == 0
+    total, left = SNAPSHOT_ENTRIES + 500, 100
+    bodies = [body(i, 200) for i in range(total)]
+    publish(here, "snapped", bodies[:-1], confirm=False)
+    publish(here, "snapped", bodies[-1:])   # confirmed: every earlier one is in too
+    # the log grows past a snapshot's size, and the snapshot's live messages are few
+    assert take(leader, "snapped", total - left) == bodies[:total - left]
+    octet = int(away.host.rsplit(".", 1)[1])
+    cluster.start(octet, here)
+    wait_for(lambda: message_count(away, "snapped") == left, 30,
+             f"{away.name} holds {message_count(away, 'snapped')} of {left}")
+    cluster.kill(leader)   # the rest is served by the members that were apart
+    # the unacked ones in flight when ``take`` stopped came back first: any order
+    assert sorted(take(away, "snapped", left)) == bodies[total - left:]
+
+
+def test_paged_messages_survive_a_kill_and_restart(cluster):
+    n2 = cluster.start(2)
+    declare(n2, "kept")
+    wait_leader(cluster, "kept")
+    bodies = [body(i) for i in range(100)]
+    publish(n2, "kept", bodies)
+    cluster.kill(n2)
+    cluster.start(2)
+    wait_for(n2.serving, 20, f"n2 does not serve:\n{n2.log_tail()}")
+    wait_for(lambda: message_count(n2, "kept") == 100, 20, "messages lost at the restart")
+    assert take(n2, "kept", 100) == bodies
