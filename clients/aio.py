@@ -21,6 +21,7 @@ Must not import ``amqp_broker.core`` / ``amqp_broker.server``.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -197,15 +198,16 @@ class Connection:
                     raise self._lost_reason or ConnectionClosed(0, "connection lost while "
                                                                    "draining")
 
-    async def close(self) -> None:
-        """Connection.Close (200) and wait (at most 5 s) for Close-Ok; no reconnect after."""
+    async def close(self, wait: float = 5.0) -> None:
+        """Connection.Close (200) and wait (at most ``wait`` seconds) for Close-Ok; no reconnect
+        after."""
         if self._closing:
             return
         self._closing = True
         if self.ready:
             self._proto.close()
             self._kick()
-            with anyio.move_on_after(5.0):
+            with anyio.move_on_after(wait):
                 await self._closed_event.wait()
         if self._conn_scope is not None:
             self._conn_scope.cancel()
@@ -526,8 +528,11 @@ async def connect(uris: str | ConnectionParams | Sequence[str | ConnectionParams
             try:
                 yield conn
             finally:
+                # cancelled from outside: the reader and writer are cancelled too and no
+                # Close-Ok can come, so do not wait the 5 s for it (the socket just closes)
+                cancelled = anyio.current_effective_deadline() == -math.inf
                 with anyio.CancelScope(shield=True):
-                    await conn.close()
+                    await conn.close(wait=0.0 if cancelled else 5.0)
                 tg.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         single = _single(group)

@@ -20,7 +20,8 @@ outcome (the brief's "differential tests"). The RabbitMQ side is, in order of pr
    (PLAIN, AMQPLAIN): ``rabbitmq_auth_mechanisms(...)`` changes it for a test (the node reads
    it for every new connection). The ``rabbitmq_prometheus`` plugin is enabled too, its
    listener on a free loopback port (``rabbitmq_prometheus_url``), for the dashboard test,
-   and ``rabbitmq_shovel`` with ``rabbitmq_shovel_management`` for the shovel tests;
+   and ``rabbitmq_shovel`` with ``rabbitmq_shovel_management`` for the shovel tests
+   (``rabbitmq_federation`` with ``rabbitmq_federation_management`` for the federation ones);
 3. none: :func:`rabbitmq_uri` raises :class:`RabbitMQUnavailable` and the caller skips with its
    text (rabbitmq-server is not installed, or the node did not boot within ~2 minutes).
 
@@ -90,7 +91,8 @@ def rabbitmq_uri() -> str:
                         + _TLS_CONF.format(port=tls_port),
                         plugins="[rabbitmq_management,rabbitmq_auth_mechanism_ssl,"
                                 "rabbitmq_prometheus,rabbitmq_shovel,"
-                                "rabbitmq_shovel_management]",
+                                "rabbitmq_shovel_management,rabbitmq_federation,"
+                                "rabbitmq_federation_management]",
                         files={"ca.crt": (pki / "ca.crt").read_bytes(),
                                "server.crt": (pki / "localhost.crt").read_bytes(),
                                "server.key": (pki / "localhost.key").read_bytes()})

@@ -64,7 +64,10 @@ _STR_KEYS = ("overflow", "dead-letter-exchange", "dead-letter-routing-key", "ha-
              "ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure",
              "alternate-exchange", "queue-mode", "queue-master-locator",
              "dead-letter-strategy")
-_KNOWN = frozenset(_INT_KEYS + _STR_KEYS + ("ha-params",))
+#: The federation plugin's keys (``amqp_broker.federation``: which upstreams federate the
+#: matching exchanges and queues; they add no queue argument). One of them per policy.
+_FEDERATION_KEYS = ("federation-upstream", "federation-upstream-set")
+_KNOWN = frozenset(_INT_KEYS + _STR_KEYS + _FEDERATION_KEYS + ("ha-params",))
 #: Client arguments a quorum queue refuses (``cluster.quorum.config.UNSUPPORTED``): a queue
 #: declared with one of them is not mirrored (it stays classic rather than get a 406).
 QUORUM_REFUSES = ("x-max-priority", "x-queue-mode", "x-max-age", "x-max-segment-size",
@@ -116,7 +119,8 @@ def validate_definition(definition: Any) -> dict[str, Any]:
     not an object, empty, an unknown key, a value of the wrong type, ``ha-mode`` not
     all/exactly/nodes, ``ha-params`` missing for exactly/nodes, given for all, not a positive
     integer (exactly) or not a non-empty list of names (nodes), ``ha-params`` without
-    ``ha-mode``, ``ha-sync-mode`` not automatic/manual, ``overflow`` not drop-head /
+    ``ha-mode``, both federation keys or a federation key that is not a string,
+    ``ha-sync-mode`` not automatic/manual, ``overflow`` not drop-head /
     reject-publish / reject-publish-dlx, ``dead-letter-strategy`` not at-most-once /
     at-least-once. ``delivery-limit`` may be negative (RabbitMQ 4.0: no limit)."""
     if not isinstance(definition, dict) or not definition:
@@ -133,6 +137,15 @@ def validate_definition(definition: Any) -> dict[str, Any]:
     for key in _STR_KEYS:
         if key in definition and not isinstance(definition[key], str):
             raise PolicyError(f"Validation failed\n\n{key} must be a string")
+    federation = [k for k in _FEDERATION_KEYS if k in definition]
+    if len(federation) > 1:   # RabbitMQ's rabbit_federation_parameters:validate_policy/1
+        raise PolicyError("Validation failed\n\ncannot specify federation-upstream, "
+                          "federation-upstream-set or federation-upstream-pattern together")
+    for key in federation:
+        if not isinstance(definition[key], str):
+            what = "upstream set name" if key.endswith("set") else "upstream name"
+            raise PolicyError(f"Validation failed\n\n{definition[key]!r} is not a valid "
+                              f"federation {what}")
     if definition.get("overflow") not in (None, "drop-head", "reject-publish",
                                           "reject-publish-dlx"):
         raise PolicyError(f"Validation failed\n\n{definition['overflow']!r} is not a valid "

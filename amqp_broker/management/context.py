@@ -97,7 +97,8 @@ class Management:
     members' listeners by AMQP address, with the monotonic time they expire: ``peers``);
     ``maintenance_wake``: the event ``maintenance.drain`` sets for ``maintenance.enforce`` (an
     ``anyio.Event``, made in the event loop); ``shovels``: the dynamic shovels
-    (``routes_parameters.shovels_of``); ``vhost_meta`` reads the broker's."""
+    (``routes_parameters.shovels_of``); ``federation``: the federation links
+    (``routes_parameters.federation_of``); ``vhost_meta`` reads the broker's."""
 
     broker: Broker
     listeners: list[Listener] = field(default_factory=list)
@@ -107,6 +108,7 @@ class Management:
     peer_cache: dict[str, tuple[float, list[Listener] | None]] = field(default_factory=dict)
     maintenance_wake: Any = None
     shovels: Any = None   # the ShovelManager (``amqp_broker.shovel.manager``), made at start
+    federation: Any = None   # the FederationManager (``amqp_broker.federation.manager``), too
 
     def __post_init__(self) -> None:
         if self.sampler is None:

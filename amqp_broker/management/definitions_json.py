@@ -36,7 +36,7 @@ from .direct import direct_channel
 from .http import HTTPError, flag, json_response, no_content, path_vhost, read_json
 from .node import RABBITMQ_API_VERSION
 from .routes_access import parse_tags
-from .routes_parameters import import_parameters, shovels_of
+from .routes_parameters import all_parameters, import_parameters
 from .shapes import jsonable, permission_json, user_json
 
 __all__ = ["ROUTES", "export_definitions", "import_definitions"]
@@ -90,7 +90,7 @@ def export_definitions(mgmt: Management, only_vhost: str | None = None) -> dict[
         out["topic_permissions"] = []
         out["global_parameters"] = []
     policies = [p.to_json() for v in vhosts for p in broker.policies.list(v)]
-    parameters = [x for v in vhosts for x in shovels_of(mgmt).parameters(v)]
+    parameters = [x for v in vhosts for x in all_parameters(mgmt, v)]
     out.update({"parameters": parameters, "policies": policies, "queues": queues,
                 "exchanges": exchanges, "bindings": bindings})
     return out

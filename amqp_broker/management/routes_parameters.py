@@ -2,8 +2,9 @@
 [/{name}]]]``, ``/api/shovels[/{vhost}]`` and ``DELETE /api/shovels/vhost/{vhost}/{name}/restart``,
 in RabbitMQ 3.10's shapes (with its rabbitmq_shovel_management plugin).
 
-A parameter is ``{"value", "vhost", "component", "name"}``; the one component is ``shovel``
-(``amqp_broker.shovel``). PUT takes ``{"value": {...}}`` (also with ``component``, ``vhost``,
+A parameter is ``{"value", "vhost", "component", "name"}``; the components are ``shovel``
+(``amqp_broker.shovel``) and ``federation-upstream`` / ``federation-upstream-set``
+(``amqp_broker.federation``). PUT takes ``{"value": {...}}`` (also with ``component``, ``vhost``,
 ``name``) and answers 201 created / 204 replaced; 400 ``bad_request`` with ``"Validation
 failed\\n\\n<errors>\\n"`` (RabbitMQ's texts, ``<`` and ``>`` HTML-escaped as its API does) for a
 bad value, 404 for an unknown vhost or component; DELETE 204, 404 when unknown. Changes need the
@@ -15,12 +16,16 @@ Source: RabbitMQ "Management HTTP API" (parameters), rabbitmq_shovel_management 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..core.access import Account
+from ..federation.manager import FederationManager
+from ..federation.params import COMPONENTS as FEDERATION
+from ..federation.params import FederationParamError
 from ..shovel.manager import ShovelManager
 from ..shovel.params import ShovelParamError, validate
 from .api import endpoint
@@ -37,10 +42,11 @@ from .http import (
 )
 from .routes_shared import listed_vhost, listing_routes, object_routes, vhost_and_name
 
-__all__ = ["ROUTES", "validation_failed", "shovels_of", "import_parameters"]
+__all__ = ["ROUTES", "validation_failed", "shovels_of", "federation_of", "import_parameters",
+           "all_parameters"]
 
-#: the components this broker knows (RabbitMQ's with the shovel plugin enabled)
-COMPONENTS = ("shovel",)
+#: the components this broker knows (RabbitMQ's with the shovel and federation plugins enabled)
+COMPONENTS = ("shovel", *FEDERATION)
 
 
 def validation_failed(text: str) -> HTTPError:
@@ -52,12 +58,33 @@ def validation_failed(text: str) -> HTTPError:
 def shovels_of(mgmt: Management) -> ShovelManager:
     """The broker's shovel manager (made at start by ``management.server``)."""
     if mgmt.shovels is None:
-        def local() -> tuple[str, int] | None:
-            amqp = mgmt.listener("amqp")
-            return (amqp.host, amqp.port) if amqp is not None else None
-
-        mgmt.shovels = ShovelManager(mgmt.broker, mgmt.data_dir, local)
+        mgmt.shovels = ShovelManager(mgmt.broker, mgmt.data_dir, _local(mgmt))
     return mgmt.shovels
+
+
+def federation_of(mgmt: Management) -> FederationManager:
+    """The broker's federation manager (made at start by ``management.server``)."""
+    if mgmt.federation is None:
+        mgmt.federation = FederationManager(mgmt.broker, mgmt.data_dir, _local(mgmt))
+    return mgmt.federation
+
+
+def _local(mgmt: Management) -> Callable[[], tuple[str, int] | None]:
+    def local() -> tuple[str, int] | None:
+        amqp = mgmt.listener("amqp")
+        return (amqp.host, amqp.port) if amqp is not None else None
+
+    return local
+
+
+def all_parameters(mgmt: Management, vhost: str | None = None,
+                   component: str | None = None) -> list[dict]:
+    """Every runtime parameter (of ``vhost``, of ``component``) as GET /api/parameters
+    answers them: the shovels', then the federation's."""
+    out = shovels_of(mgmt).parameters(vhost) if component in (None, "shovel") else []
+    if component != "shovel":
+        out += federation_of(mgmt).parameters(vhost, component)
+    return out
 
 
 def _component(request: Request) -> str:
@@ -70,17 +97,23 @@ def _component(request: Request) -> str:
 @endpoint()
 async def list_parameters(request: Request, mgmt: Management, user: Account) -> Response:
     """Every parameter, or those of ``{component}`` (and ``{vhost}``)."""
-    if "component" in request.path_params:
-        _component(request)
+    component = _component(request) if "component" in request.path_params else None
     vhost = listed_vhost(request, mgmt)
-    return list_response(request, shovels_of(mgmt).parameters(vhost))
+    return list_response(request, all_parameters(mgmt, vhost, component))
 
 
 @endpoint()
 async def show_parameter(request: Request, mgmt: Management, user: Account) -> Response:
     """One parameter; 404 when unknown."""
-    _component(request)
-    d = shovels_of(mgmt).get(path_vhost(request), path_vhost(request, "name"))
+    component = _component(request)
+    vhost, name = path_vhost(request), path_vhost(request, "name")
+    if component != "shovel":
+        value = federation_of(mgmt).get(vhost, component, name)
+        if value is None:
+            raise not_found()
+        return json_response({"value": value, "vhost": vhost, "component": component,
+                              "name": name})
+    d = shovels_of(mgmt).get(vhost, name)
     if d is None:
         raise not_found()
     return json_response({"value": d.value, "vhost": d.vhost, "component": "shovel",
@@ -90,40 +123,44 @@ async def show_parameter(request: Request, mgmt: Management, user: Account) -> R
 @endpoint("policymaker")
 async def put_parameter(request: Request, mgmt: Management, user: Account) -> Response:
     """Set a parameter: 201 / 204; 400 with RabbitMQ's validation text; 404 unknown vhost."""
-    _component(request)
+    component = _component(request)
     vhost, name = vhost_and_name(request, mgmt)
     body = await read_json(request)
+    return created() if _put(mgmt, component, vhost, name, body.get("value")) else no_content()
+
+
+def _put(mgmt: Management, component: str, vhost: str, name: str, value: object) -> bool:
+    """Set a parameter of ``component``; True when new. ``HTTPError`` 400 when refused."""
     try:
-        d = validate(vhost, name, body.get("value"))
-    except ShovelParamError as exc:
+        if component == "shovel":
+            return shovels_of(mgmt).put(validate(vhost, name, value))
+        return federation_of(mgmt).put(vhost, component, name, value)
+    except (ShovelParamError, FederationParamError) as exc:
         raise validation_failed(str(exc)) from None
-    return created() if shovels_of(mgmt).put(d) else no_content()
 
 
 @endpoint("policymaker")
 async def delete_parameter(request: Request, mgmt: Management, user: Account) -> Response:
     """Clear a parameter: 204, 404 when unknown."""
-    _component(request)
-    if not shovels_of(mgmt).delete(path_vhost(request), path_vhost(request, "name")):
+    component = _component(request)
+    vhost, name = path_vhost(request), path_vhost(request, "name")
+    if not (shovels_of(mgmt).delete(vhost, name) if component == "shovel"
+            else federation_of(mgmt).delete(vhost, component, name)):
         raise not_found()
     return no_content()
 
 
 def import_parameters(mgmt: Management, items: list[dict], only_vhost: str | None = None) -> None:
-    """Set the ``shovel`` parameters of a definitions file (``{"component", "vhost", "name",
-    "value"}`` each; other components are skipped, as this broker has none). Raises
-    ``HTTPError`` 400 for a refused value or an unknown vhost."""
+    """Set the ``shovel`` and federation parameters of a definitions file (``{"component",
+    "vhost", "name", "value"}`` each; other components are skipped, as this broker has none).
+    Raises ``HTTPError`` 400 for a refused value or an unknown vhost."""
     for item in items:
         if item.get("component") not in COMPONENTS:
             continue
         vhost = only_vhost or str(item.get("vhost", "/"))
         if vhost not in mgmt.broker.vhosts:
             raise HTTPError(400, "bad_request", f"vhost '{vhost}' does not exist")
-        try:
-            d = validate(vhost, str(item.get("name", "")), item.get("value"))
-        except ShovelParamError as exc:
-            raise validation_failed(str(exc)) from None
-        shovels_of(mgmt).put(d)
+        _put(mgmt, str(item["component"]), vhost, str(item.get("name", "")), item.get("value"))
 
 
 @endpoint()

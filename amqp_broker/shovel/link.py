@@ -28,13 +28,14 @@ from typing import Any
 import anyio
 
 from clients.aio import Connection, connect
-from clients.channel import Channel, Confirmation
+from clients.channel import Channel, Confirmation, Consumer
 from clients.errors import ChannelClosed
 from clients.message import Message, Properties, decode_properties, encode_properties
 
 from .params import ShovelDef
 
-__all__ = ["run", "ShovelFailed", "uri_for", "forward_header", "no_password"]
+__all__ = ["run", "ShovelFailed", "uri_for", "forward_header", "no_password", "Acker",
+           "forward", "ensure_queue"]
 
 #: how many settled deliveries are acked at once (Basic.Ack multiple) at most
 ACK_BATCH = 200
@@ -90,8 +91,10 @@ def no_password(uri: str) -> str:
     return f"{head}{sep}{userinfo.split(':', 1)[0]}@{host}"
 
 
-async def _ensure_queue(conn: Connection, queue: str) -> int:
-    """Passive declare of ``queue``; declared durable when missing. Returns its ready count."""
+async def ensure_queue(conn: Connection, queue: str) -> int:
+    """Passive declare of ``queue``; declared durable (no arguments) when missing (404), as
+    RabbitMQ's shovel and federation links do. Returns its ready count. Raises the client's
+    ``ChannelClosed`` (other codes) / ``ConnectionClosed``."""
     ch = await conn.channel()
     try:
         ok = await ch.queue_declare(queue, passive=True)
@@ -124,9 +127,12 @@ def _properties_of(d: ShovelDef, msg: Message, node: str) -> bytes:
     return encode_properties(props)
 
 
-class _Acker:
+class Acker:
     """Settles source deliveries in the order they were published (on-confirm: once each
-    confirmation is answered); counts them for ``src-delete-after``."""
+    confirmation is answered); counts them for ``src-delete-after``. ``send`` takes
+    (delivery tag, -1 for no-ack; the destination's ``Confirmation`` or None: settle at once);
+    ``run`` returns once ``limit`` were settled (``done`` set) or ``send`` was closed and
+    everything sent was settled. Raises the client's ``PublishNacked`` / ``ConfirmsLost``."""
 
     def __init__(self, src: Channel, limit: float) -> None:
         self.src = src
@@ -137,9 +143,13 @@ class _Acker:
         self.done = anyio.Event()
 
     async def run(self) -> None:
+        """Settle until ``limit`` or the end of ``send`` (see the class docstring)."""
         async with self.recv:
             while True:
-                tag, conf = await self.recv.receive()
+                try:
+                    tag, conf = await self.recv.receive()
+                except anyio.EndOfStream:
+                    return
                 last = tag
                 if conf is not None:
                     await conf.wait()   # raises PublishNacked / ConfirmsLost: the run ends
@@ -160,6 +170,37 @@ class _Acker:
                     return
 
 
+async def forward(consumer: Consumer, dest: Connection, dest_ch: Channel, acker: Acker,
+                  ack_mode: str, route: Callable[[Message], tuple[str, str, bytes] | None],
+                  limit: float = math.inf) -> bool:
+    """Publish each delivery of ``consumer`` through ``dest_ch`` (of ``dest``) where
+    ``route(msg)`` says (exchange, routing key, encoded properties; None: drop it, settled at
+    once) and hand it to ``acker`` (``ack_mode`` as a shovel's). Returns True after ``limit``
+    deliveries, False when the consumer ended (cancelled). Closes ``acker.send``. Raises the
+    client's ``ChannelClosed`` / ``ConnectionClosed``. Used by the shovels and the federation
+    links (``amqp_broker.federation``)."""
+    received = 0
+    no_ack = ack_mode == "no-ack"
+    async with acker.send:
+        async for msg in consumer:
+            target = route(msg)
+            conf = None
+            if target is not None:
+                conf = dest_ch.publish_nowait(msg.body, target[0], target[1],
+                                              props_raw=target[2])
+                if dest.ready and dest._proto.buffered >= dest.high_water:
+                    await dest.drain()
+                else:
+                    dest._kick()
+                if ack_mode == "on-publish":
+                    await dest.drain()
+            await acker.send.send((-1 if no_ack else msg.delivery_tag, conf))
+            received += 1
+            if received >= limit:
+                return True
+    return False
+
+
 async def run(d: ShovelDef, local: tuple[str, int], node: str,
               on_running: Callable[[], None]) -> str:
     """Run shovel ``d`` until an end fails (raises) or ``src-delete-after`` is reached (returns
@@ -172,14 +213,14 @@ async def run(d: ShovelDef, local: tuple[str, int], node: str,
             connect(dest_uris, reconnect=False, client_properties=props) as dest:
         if d.src_queue is not None:
             queue = d.src_queue
-            ready = await _ensure_queue(src, queue)
+            ready = await ensure_queue(src, queue)
         else:
             ch = await src.channel()
             ok = await ch.queue_declare("", exclusive=True)
             queue, ready = str(ok.queue), 0
             await ch.queue_bind(queue, d.src_exchange or "", d.src_exchange_key)
         if d.dest_queue is not None:
-            await _ensure_queue(dest, d.dest_queue)
+            await ensure_queue(dest, d.dest_queue)
         limit: float = math.inf
         if d.delete_after == "queue-length":
             limit = ready
@@ -190,37 +231,24 @@ async def run(d: ShovelDef, local: tuple[str, int], node: str,
         no_ack = d.ack_mode == "no-ack"
         src_ch = await src.channel(prefetch=None if no_ack else d.prefetch)
         dest_ch = await dest.channel(confirm=d.ack_mode == "on-confirm")
-        acker = _Acker(src_ch, limit)
+        acker = Acker(src_ch, limit)
         consumer = await src_ch.basic_consume(queue, no_ack=no_ack)
         on_running()
-        received = 0
         async with anyio.create_task_group() as tg:
             tg.start_soon(acker.run)
 
             async def pump() -> None:
-                nonlocal received
-                async with acker.send:
-                    async for msg in consumer:
-                        exchange = (d.dest_exchange if d.dest_exchange is not None
-                                    else "" if d.dest_queue is not None else msg.exchange)
-                        key = (d.dest_queue if d.dest_queue is not None
-                               else d.dest_exchange_key if d.dest_exchange_key is not None
-                               else msg.routing_key)
-                        conf = dest_ch.publish_nowait(msg.body, exchange, key,
-                                                      props_raw=_properties_of(d, msg, node))
-                        if dest.ready and dest._proto.buffered >= dest.high_water:
-                            await dest.drain()
-                        else:
-                            dest._kick()
-                        if d.ack_mode == "on-publish":
-                            await dest.drain()
-                        await acker.send.send((-1 if no_ack else msg.delivery_tag, conf))
-                        received += 1
-                        if received >= limit:
-                            break
-                    else:
-                        raise ShovelFailed("the source consumer was cancelled "
-                                           "(its queue was deleted?)")
+                def route(msg: Message) -> tuple[str, str, bytes]:
+                    exchange = (d.dest_exchange if d.dest_exchange is not None
+                                else "" if d.dest_queue is not None else msg.exchange)
+                    key = (d.dest_queue if d.dest_queue is not None
+                           else d.dest_exchange_key if d.dest_exchange_key is not None
+                           else msg.routing_key)
+                    return exchange, key, _properties_of(d, msg, node)
+
+                if not await forward(consumer, dest, dest_ch, acker, d.ack_mode, route, limit):
+                    raise ShovelFailed("the source consumer was cancelled "
+                                       "(its queue was deleted?)")
                 await acker.done.wait()
                 tg.cancel_scope.cancel()
 

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
     from ..core.broker import Broker
 
-__all__ = ["ShovelManager", "PLACEMENT_INTERVAL", "FILE_NAME"]
+__all__ = ["ShovelManager", "PLACEMENT_INTERVAL", "FILE_NAME", "now", "reason_of",
+           "save_json"]
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,20 @@ PLACEMENT_INTERVAL = 1.0
 FILE_NAME = "parameters.json"
 
 
-def _now() -> str:
+def now() -> str:
+    """Local time as RabbitMQ's status timestamps show it ("YYYY-MM-DD HH:MM:SS")."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+
+
+def save_json(path: Path, items: list[dict[str, Any]]) -> None:
+    """Write ``items`` as JSON to ``path`` whole and atomically (temporary file, fsync,
+    rename). Raises ``OSError``."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(items, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class _Shovel:
@@ -55,11 +68,11 @@ class _Shovel:
         self.d = d
         self.state = "starting"
         self.reason: str | None = None
-        self.timestamp = _now()
+        self.timestamp = now()
         self.scope: anyio.CancelScope | None = None
 
     def set(self, state: str, reason: str | None = None) -> None:
-        self.state, self.reason, self.timestamp = state, reason, _now()
+        self.state, self.reason, self.timestamp = state, reason, now()
 
 
 class ShovelManager:
@@ -93,14 +106,8 @@ class ShovelManager:
     def _save(self) -> None:
         if self.path is None:
             return
-        items = [{"component": "shovel", "vhost": s.d.vhost, "name": s.d.name,
-                  "value": s.d.value} for s in self.shovels.values()]
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(items, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        save_json(self.path, [{"component": "shovel", "vhost": s.d.vhost, "name": s.d.name,
+                               "value": s.d.value} for s in self.shovels.values()])
 
     def parameters(self, vhost: str | None = None) -> list[dict[str, Any]]:
         """The ``shovel`` parameters (of ``vhost``) as GET /api/parameters answers them."""
@@ -213,7 +220,7 @@ class ShovelManager:
                     outcome = await link.run(s.d, local, self.broker.settings.node_name,
                                              lambda: s.set("running"))
                 except Exception as exc:  # an end failed: RabbitMQ shows it as terminated
-                    reason = _reason(exc)
+                    reason = reason_of(exc)
                     log.warning("shovel %r of vhost %r terminated: %s", s.d.name, s.d.vhost,
                                 reason)
                     s.set("terminated", reason)
@@ -230,9 +237,10 @@ class ShovelManager:
             s.scope = None
 
 
-def _reason(exc: BaseException) -> str:
+def reason_of(exc: BaseException) -> str:
+    """``exc`` as a status's reason ("Type: text"; a group of one: its exception)."""
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        return _reason(exc.exceptions[0])
+        return reason_of(exc.exceptions[0])
     return f"{type(exc).__name__}: {exc}"
 
 

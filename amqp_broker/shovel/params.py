@@ -28,7 +28,8 @@ from urllib.parse import urlsplit
 from .erl import term
 
 __all__ = ["ShovelDef", "ShovelParamError", "validate", "DEFAULT_PREFETCH",
-           "DEFAULT_RECONNECT_DELAY", "ACK_MODES"]
+           "DEFAULT_RECONNECT_DELAY", "ACK_MODES", "proplist", "check_uri", "binary", "number",
+           "boolean", "enum"]
 
 #: RabbitMQ's defaults (rabbit_shovel_parameters: ?DEFAULT_PREFETCH, ?DEFAULT_RECONNECT_DELAY s)
 DEFAULT_PREFETCH = 1000
@@ -216,3 +217,9 @@ def validate(vhost: str, name: str, value: Any) -> ShovelDef:
         add_timestamp_header=bool(value.get("dest-add-timestamp-header",
                                             value.get("add-timestamp-header", False))),
         publish_properties=dict(props))
+
+
+#: rabbit_parameter_validation's checks, shared with ``amqp_broker.federation.params`` (the
+#: federation plugin validates its parameters with the same functions and texts)
+proplist, check_uri, binary, number, boolean, enum = (
+    _proplist, _check_uri, _binary, _number, _boolean, _enum)
