@@ -286,7 +286,7 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
         replica starts empty at ``term``, the term of the leader that asked for it, so that it
         can vote in no older term, and votes only once its log reaches ``vote_floor`` (that
         leader's commit index: its files were deleted if it was a member before)."""
-        disk = DiskLog(rep.directory, fsync=self.fsync)
+        disk = DiskLog(rep.directory, fsync=self.fsync, lazy=True)
         state = disk.load()
         empty = not state.entries and not state.snapshot.index
         stored = state.term
@@ -368,11 +368,12 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
                 disk.append(act.first_index, act.entries)  # type: ignore[union-attr]
                 self._mark_dirty(rep)
             elif kind is ra.Apply:
-                effects, more = group.apply(act.entries, self.now_ms())  # type: ignore[union-attr]
-                paging.applied(group, disk)
-                if rep.queue is not None and not rep.queue.deleted:
-                    rep.queue.on_effects(effects)
-                todo.extend(more)
+                for batch in paging.batches(group, act.entries):  # type: ignore[union-attr]
+                    effects, more = group.apply(batch, self.now_ms())
+                    paging.applied(group, disk)
+                    if rep.queue is not None and not rep.queue.deleted:
+                        rep.queue.on_effects(effects)
+                    todo.extend(more)
             elif kind is Forward:
                 self._forward(rep, act)  # type: ignore[arg-type]
             elif kind is Ship:   # deliveries for consumers outside the group: kept for the link

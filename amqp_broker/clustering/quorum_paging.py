@@ -8,6 +8,8 @@ segments on delivery; rabbit_fifo keeps the Raft index of a message and reads it
 * ``page``: the machine reads a paged body back by its message id (the Raft index of its
   Enqueue: from the node's in-memory log when still there, else from the segment,
   ``DiskLog.read``), and the node's log reads back entries whose data it dropped;
+* ``batches``: an ``Apply`` batch gets the data of entries loaded without it back (the log
+  is opened ``lazy``: a restart does not read the backlog into memory);
 * ``applied``: after an ``Apply``, the entries applied and written drop their data from memory
   (``RaftLog.dry``): a follower that lags is sent them from the segments;
 * ``persisting``: before a snapshot is persisted, the log is told its floor (the oldest live
@@ -23,19 +25,21 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from cluster.quorum.group import QuorumGroup
 from cluster.quorum.machine import NO_FLOOR, enqueue_body, snapshot_floor
 from cluster.raft.actions import PersistSnapshot, PersistState
 from cluster.raft.disklog import DiskLog
-from cluster.raft.messages import InstallSnapshot, Message
+from cluster.raft.messages import Entry, EntryKind, InstallSnapshot, Message
 from cluster.raft.raftlog import RaftLog
 
-__all__ = ["page", "applied", "persisting", "outgoing", "body_reader"]
+__all__ = ["page", "batches", "BATCH_BYTES", "applied", "persisting", "outgoing", "body_reader"]
 
 log = logging.getLogger(__name__)
+#: Bytes of entry data read back for one part of a replayed ``Apply`` batch.
+BATCH_BYTES = 4 << 20
 
 
 def body_reader(raft_log: RaftLog, disk: DiskLog, name: str) -> Callable[[int], bytes]:
@@ -70,6 +74,9 @@ def page(group: QuorumGroup, disk: DiskLog, name: str) -> None:
     between snapshots (default ``cluster.quorum.group.SNAPSHOT_MIN_ENTRIES``; tests: fewer)."""
     raft_log = group.node.log
     raft_log.reader = disk.read
+    if disk.lazy:   # the entries it loaded came without their data
+        raft_log.dry_to = raft_log.last_index
+    disk.release_loaded()
     group.machine.read = body_reader(raft_log, disk, name)
     page_bytes = os.environ.get("AMQP_QUORUM_PAGE_BYTES", "")
     if page_bytes.isdigit():
@@ -77,6 +84,30 @@ def page(group: QuorumGroup, disk: DiskLog, name: str) -> None:
     entries = os.environ.get("AMQP_QUORUM_SNAPSHOT_ENTRIES", "")
     if entries.isdigit() and int(entries) > 0:
         group.snapshot_min_entries = int(entries)
+
+
+def batches(group: QuorumGroup, batch: tuple[Entry, ...]) -> Iterator[tuple[Entry, ...]]:
+    """An ``Apply`` batch, as is or -- when it holds entries loaded without their data
+    (``DiskLog.lazy``: after a restart) -- in parts of at most ``BATCH_BYTES`` of data read
+    back, so that replaying a backlog does not read it all into memory at once."""
+    raft_log = group.node.log
+    read = raft_log.reader
+    if read is None or not batch or batch[0].index > raft_log.dry_to:
+        yield batch
+        return
+    dry = raft_log.dry_to
+    part: list[Entry] = []
+    size = 0
+    for e in batch:
+        if e.kind is EntryKind.COMMAND and not e.data and e.index <= dry:
+            e = Entry(e.index, e.term, e.kind, read(e.index))
+        part.append(e)
+        size += len(e.data)
+        if size >= BATCH_BYTES:
+            yield tuple(part)
+            part, size = [], 0
+    if part:
+        yield tuple(part)
 
 
 def applied(group: QuorumGroup, disk: DiskLog) -> None:

@@ -170,15 +170,17 @@ class _LogSync(PendingSync):
 class DiskLog:
     """``RaftStorage`` in ``directory`` (created if missing). ``segment_bytes``: a segment is
     rolled once it exceeds this size; ``fsync``: False skips fsyncs (tests; survives kill -9 but
-    not power loss). Raises ``FormatError`` on segment files of another format or a newer version
+    not power loss); ``lazy``: ``load`` leaves the data of command entries on disk (``read``). Raises ``FormatError`` on segment files of another format or a newer version
     (a header of ours with a few flipped bits is rewritten: ``format.header_damage``), ``OSError``
     on I/O errors (after a failed fsync treat the replica as failed: fail-stop, as the message
     store). ``lost``: why this replica lost entries it had acknowledged (None: nothing lost; see
     the module docstring), found when it opened."""
 
     def __init__(self, directory: Path | str, *, segment_bytes: int = 64 << 20,
-                 fsync: bool = True) -> None:
+                 fsync: bool = True, lazy: bool = False) -> None:
         self.directory = Path(directory)
+        #: ``load`` gives command entries without their data (b""): read them with ``read``.
+        self.lazy = lazy
         # the directories leading here made durable too (a power cut must not take the log away)
         make_durable_dirs(self.directory, fsync)
         self.segment_bytes = segment_bytes
@@ -309,8 +311,9 @@ class DiskLog:
                     result.problem = f"entry {index} out of order after {base + len(entries)}"
                     result.valid_end = offset
                     break
+                lazy = self.lazy and flags == EntryKind.COMMAND
                 entries.append(Entry(index, _U64.unpack_from(payload)[0], EntryKind(flags),
-                                     bytes(payload[8:])))
+                                     b"" if lazy else bytes(payload[8:])))
                 self._positions.add(index, seq, offset)
                 high = max(high, index)
             end = result.valid_end
@@ -347,6 +350,12 @@ class DiskLog:
     def load(self) -> PersistentState:
         """What was durable when this log was opened (see ``RaftStorage.load``)."""
         return self._state
+
+    def release_loaded(self) -> None:
+        """Forget the entries ``load`` returned (their data stays readable with ``read``): the
+        node that took them holds them now, and a queue's backlog must not stay in memory
+        twice."""
+        self._state = replace(self._state, entries=())
 
     # ------------------------------------------------------------------ writing
     def _open_active(self) -> None:
