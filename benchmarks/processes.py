@@ -271,8 +271,11 @@ class RabbitMQ(Broker):
             if user is not None:
                 for path in (self.base, *self.base.iterdir()):
                     os.chown(path, user.pw_uid, user.pw_gid)
-        self.port = free_port(5674)
-        dist_port = free_port(25674)
+        # ports the kernel picks: a fixed preferred port (5674, 25674) was taken by two nodes
+        # booting at once (two pytest-xdist workers): dist_port_already_used, or one node's
+        # clients talking to the other's AMQP listener
+        self.port = free_port()
+        dist_port = free_port()
         self._started_epmd = not port_accepts(EPMD_PORT)
         env = dict(
             os.environ,

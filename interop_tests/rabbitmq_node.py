@@ -84,7 +84,7 @@ def rabbitmq_uri() -> str:
             raise RabbitMQUnavailable(_failure)
         from benchmarks.processes import RabbitMQ, free_port, wait_for_port
 
-        api_port, tls_port, prom_port = free_port(15680), free_port(5681), free_port(15700)
+        api_port, tls_port, prom_port = free_port(), free_port(), free_port()  # any: xdist
         pki = tls_pki()
         node = RabbitMQ(conf=f"management.tcp.port = {api_port}\nmanagement.tcp.ip = 127.0.0.1\n"
                         f"prometheus.tcp.port = {prom_port}\nprometheus.tcp.ip = 127.0.0.1\n"
