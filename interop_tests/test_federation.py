@@ -78,6 +78,12 @@ def _links(base: str, name: str, status: str = "running") -> list[dict] | None:
     return mine if mine and all(x["status"] == status for x in mine) else None
 
 
+def _gone(base: str, name: str) -> bool:
+    """True when no link of exchange or queue ``name`` is listed."""
+    return not [x for x in api(base, "/federation-links")[1]
+                if name in (x.get("exchange"), x.get("queue"))]
+
+
 def _get(uri: str, queue: str):
     """basic_get of ``queue`` at ``uri``: (properties, body) or None."""
     conn = pika.BlockingConnection(pika.URLParameters(uri))
@@ -158,8 +164,7 @@ def test_federated_exchange_within_one_broker(management_broker, unique_name):
         assert hop.get("cluster-name")
     finally:
         _unfederate(b.api_url, name)
-    eventually(lambda: not [x for x in api(b.api_url, "/federation-links")[1]
-                            if x.get("exchange") == down], "the link gone with its policy")
+    eventually(lambda: _gone(b.api_url, down), "the link gone with its policy")
 
 
 # ------------------------------------------------------------------------- ours only
@@ -253,7 +258,11 @@ def test_upstreams_rabbitmq_and_ours_survive_sigkill(rabbitmq, tmp_path, unique_
         assert eventually(lambda: _get(d.uri, f"{ox}q"), "federated after")[1] == b"after"
         [(props, body)] = _consume(d.uri, oq, 1)
         assert body == b"queued upstream" and props.headers["x-received-from"][0]["queue"] == oq
-        # stopped while its links run: they end at once (no SIGKILL after the stop timeout)
+        # the links from RabbitMQ stopped (their policy gone), then the broker: it stops
+        # without a SIGKILL (a cancelled link's connections close at once, they do not wait
+        # for a Close-Ok that cannot come)
+        api(d.api_url, f"/policies/%2F/{name}.r", "DELETE")
+        eventually(lambda: _gone(d.api_url, rx), "the link from RabbitMQ gone")
         assert d.stop() == 0
     finally:
         d.stop()
