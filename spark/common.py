@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
-__all__ = ["OwnsConnection", "lowered_options", "option_uris", "option_int", "option_bool"]
+__all__ = ["OwnsConnection", "lowered_options", "option_uris", "option_int", "option_bool",
+           "uris_for_attempt"]
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -54,6 +55,16 @@ def option_uris(opts: Mapping[str, Any], error: type[Exception]) -> tuple[str, .
     if not uris:
         raise error('option "uri" is required: amqp://user:pass@host:port/vhost[,amqp://...]')
     return uris
+
+
+def uris_for_attempt(uris: Sequence[str], attempt: int) -> tuple[str, ...]:
+    """The broker list an ``attempt`` (0 first: a Spark task's attempt, or a source probe's
+    retry) connects through, in order: ``uris`` turned by ``attempt`` places, so a retry starts
+    at the broker after the one the failed attempt started at (a member that is frozen or
+    unreachable, rather than refusing, would cost every retry its ``connection_timeout`` first)
+    and goes round the rest."""
+    k = attempt % len(uris) if uris else 0
+    return tuple(uris[k:]) + tuple(uris[:k])
 
 
 def option_int(name: str, value: str, lo: int, hi: int, error: type[Exception]) -> int:

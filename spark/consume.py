@@ -28,6 +28,7 @@ half the prefetch: acks only return credit on a stream.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import decimal
 import json
@@ -61,7 +62,7 @@ TAIL_MAX_SECONDS = 1.0
 _KNOWN_OPTIONS = {
     "uri", "queue", "startingoffset", "starting_offset", "endingoffset", "ending_offset",
     "max_messages_per_batch", "messages_per_partition", "prefetch", "read_timeout",
-    "probe_timeout", "fail_on_data_loss",
+    "probe_timeout", "fail_on_data_loss", "failover_timeout",
 }
 
 
@@ -162,11 +163,14 @@ class SourceOptions:
     read_timeout: float = 30.0
     probe_timeout: float = 0.5
     fail_on_data_loss: bool = True
+    failover_timeout: float = 60.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Options as Spark hands them (keys case-insensitive). Required: ``uri`` (several
-        comma-separated: failover) and ``queue`` (a stream queue). Raises ``SourceError`` for a
+        comma-separated: failover) and ``queue`` (a stream queue). ``failover_timeout``
+        (seconds, default 60): how long a streaming query waits for a broker of the list to
+        answer its probes before it fails (``spark.failover``). Raises ``SourceError`` for a
         missing or bad value, or an unknown option that looks like a typo of ours."""
         opts = lowered_options(options, _KNOWN_OPTIONS, SourceError)
         uris = option_uris(opts, SourceError)
@@ -191,6 +195,7 @@ class SourceOptions:
             probe_timeout=_seconds("probe_timeout", opts.get("probe_timeout", "0.5")),
             fail_on_data_loss=_bool("fail_on_data_loss",
                                     opts.get("fail_on_data_loss", "true")),
+            failover_timeout=_seconds("failover_timeout", opts.get("failover_timeout", "60")),
         )
 
 
@@ -203,12 +208,27 @@ def split_range(start: int, end: int, size: int) -> list[tuple[int, int]]:
 
 
 # --------------------------------------------------------------------------- connections
-def _connect(opts: SourceOptions, name: str, timeout: float) -> Any:
-    from clients.blocking import BlockingConnection
+#: Rounds over the ``uri`` list a range read's connect makes (backoff 0.1 s doubling to 1 s).
+READ_CONNECT_ROUNDS = 3
 
+
+def _connect(opts: SourceOptions, name: str, timeout: float, *, rounds: int = 1,
+             connect_timeout: float | None = None) -> Any:
+    """A connection to the first answering broker of ``opts.uris`` (``rounds`` rounds over the
+    list); ``timeout``: seconds per request; ``connect_timeout``: at most this many seconds per
+    address (TCP + AMQP handshake; the URI's ``connection_timeout`` when lower)."""
+    from clients.blocking import BlockingConnection
+    from clients.uri import parse_uri
+
+    params = [parse_uri(u) for u in opts.uris]
+    if connect_timeout is not None:
+        params = [dataclasses.replace(p, connection_timeout=min(p.connection_timeout,
+                                                                connect_timeout))
+                  for p in params]
     # No reconnect: a consumer re-registered after a reconnect would start over at its
     # x-stream-offset argument; a lost connection fails the task and Spark re-reads the range.
-    return BlockingConnection(list(opts.uris), reconnect=False, operation_timeout=timeout,
+    return BlockingConnection(params, reconnect=False, operation_timeout=timeout,
+                              connect_attempts=rounds, backoff_max=1.0,
                               client_properties={"connection_name": name})
 
 
@@ -237,12 +257,20 @@ def _offset_of(message: Any, queue: str) -> int:
 
 class StreamProbe(OwnsConnection):
     """One connection for learning offsets of ``opts.queue`` (see the module doc). Use as a
-    context manager. Raises ``SourceError`` (missing queue, not a stream) and the client's
-    errors (``NoBrokerAvailable``, ``ConnectionClosed``)."""
+    context manager. ``timeout``: seconds per request and, shared by the addresses, for
+    connecting (None: 10 s per request, the URIs' ``connection_timeout`` per address). Raises
+    ``SourceError`` (missing queue, not a stream) and the client's errors
+    (``NoBrokerAvailable``, ``ConnectionClosed``, ``TimeoutError``): ``spark.failover`` retries
+    those through the rest of the ``uri`` list."""
 
-    def __init__(self, opts: SourceOptions, client_name: str = "spark amqp source probe") -> None:
+    def __init__(self, opts: SourceOptions, client_name: str = "spark amqp source probe",
+                 timeout: float | None = None) -> None:
         self.opts = opts
-        self.conn = _connect(opts, client_name, max(opts.probe_timeout, 10.0))
+        if timeout is None:
+            self.conn = _connect(opts, client_name, max(opts.probe_timeout, 10.0))
+        else:
+            self.conn = _connect(opts, client_name, max(opts.probe_timeout, timeout),
+                                 connect_timeout=max(1.0, timeout / len(opts.uris)))
 
     def _deliveries(self, argument: Any, prefetch: int, first_wait: float, settle: float,
                     most: int) -> list[int]:
@@ -375,10 +403,12 @@ def read_range(opts: SourceOptions, start: int, end: int,
     with one multiple ack). Raises ``SourceError`` when no message came for ``opts.read_timeout``
     seconds before ``end``, the queue is not a stream (nothing acked then), or
     (``fail_on_data_loss``) offsets of the range are gone; the client's errors when the
-    connection is lost (Spark then retries the whole range)."""
+    connection is lost or no broker of the list answered in ``READ_CONNECT_ROUNDS`` rounds
+    (Spark then retries the whole range: ``spark.source`` starts a retry one broker further
+    on)."""
     if end <= start:
         return
-    conn = _connect(opts, client_name, opts.read_timeout)
+    conn = _connect(opts, client_name, opts.read_timeout, rounds=READ_CONNECT_ROUNDS)
     try:
         channel = conn.channel(prefetch=opts.prefetch)
         consumer = _consume(channel, opts, start)

@@ -381,7 +381,8 @@ class AmqpDataSource(DataSource):
     """``format("amqp")``: a batch and streaming sink that publishes rows as AMQP messages, and
     a batch and streaming source that reads a stream queue (``spark.source``; options in
     ``spark.consume.SourceOptions.parse``: ``uri``, ``queue``, ``startingOffset``,
-    ``endingOffset``, ``max_messages_per_batch``, ...; columns ``spark.source.SCHEMA``).
+    ``endingOffset``, ``max_messages_per_batch``, ``failover_timeout``, ...; columns
+    ``spark.source.SCHEMA``; failover over the ``uri`` list: ``spark.failover``).
 
     Register with ``spark.dataSource.register(AmqpDataSource)``. Options (all strings):
     ``uri`` (required; several comma-separated for failover), ``exchange`` (default ""),

@@ -18,7 +18,14 @@ from typing import Any
 
 from clients.message import Properties, encode_properties
 
-from .common import OwnsConnection, lowered_options, option_bool, option_int, option_uris
+from .common import (
+    OwnsConnection,
+    lowered_options,
+    option_bool,
+    option_int,
+    option_uris,
+    uris_for_attempt,
+)
 
 __all__ = [
     "SinkOptions", "MessageBuilder", "Publisher", "PROPERTY_COLUMNS", "message_id",
@@ -124,15 +131,6 @@ class SinkOptions:
                 return name
         raise SinkError(f"no body: add a 'body' or 'value' column (binary or string), set "
                         f"body_column, or use option format=json; columns: {list(columns)}")
-
-
-def uris_for_attempt(uris: Sequence[str], attempt: int) -> tuple[str, ...]:
-    """The broker list a task's ``attempt`` (0 first) connects through, in order: ``uris``
-    turned by ``attempt`` places, so a retried task starts at the broker after the one its
-    failed attempt started at (a member that is frozen or unreachable, rather than refusing,
-    would cost every retry its ``connection_timeout`` first) and goes round the rest."""
-    k = attempt % len(uris) if uris else 0
-    return tuple(uris[k:]) + tuple(uris[:k])
 
 
 def message_id(prefix: str, index: int) -> str:

@@ -15,7 +15,9 @@ Readers are pickled to the Python workers: connections are opened inside the met
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -31,7 +33,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .consume import ROW_FIELDS, SourceError, SourceOptions, StreamProbe, read_range, split_range
+from . import failover
+from .common import uris_for_attempt
+from .consume import ROW_FIELDS, SourceError, SourceOptions, read_range, split_range
 
 try:  # Spark >= 4.2: read limits (admission control) and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -96,6 +100,15 @@ def _task_name(kind: str, partition: AmqpInputPartition) -> str:
     return f"spark amqp source {kind} ({where}, offsets {partition.start}..{partition.end - 1})"
 
 
+def _read(opts: SourceOptions, kind: str, partition: AmqpInputPartition) -> Iterator[tuple]:
+    """The rows of one task; a retried task (its broker was lost) starts one broker further on
+    in the ``uri`` list (``uris_for_attempt``), and re-reads the same offsets."""
+    ctx = TaskContext.get()
+    if ctx is not None and ctx.attemptNumber():
+        opts = dataclasses.replace(opts, uris=uris_for_attempt(opts.uris, ctx.attemptNumber()))
+    return read_range(opts, partition.start, partition.end, _task_name(kind, partition))
+
+
 class AmqpBatchReader(DataSourceReader):
     """``spark.read.format("amqp")``: the offsets ``[startingOffset, endingOffset)`` of the stream,
     ``endingOffset`` "latest" (default) meaning its end when the read is planned (each action
@@ -107,16 +120,14 @@ class AmqpBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[AmqpInputPartition]:
         opts = self.opts
-        with StreamProbe(opts, "spark amqp source (planning a batch read)") as probe:
-            start = probe.resolve_start(opts.starting)
-            end = probe.end_offset()
+        start, end = failover.probe(opts, "spark amqp source (planning a batch read)",
+                                    lambda p: (p.resolve_start(opts.starting), p.end_offset()))
         if opts.ending is not None:
             end = min(end, opts.ending)
         return _partitions(opts, start, max(start, end))
 
     def read(self, partition: AmqpInputPartition) -> Iterator[tuple]:  # type: ignore[override]
-        return read_range(self.opts, partition.start, partition.end,
-                          _task_name("batch", partition))
+        return _read(self.opts, "batch", partition)
 
 
 class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -125,12 +136,18 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     start ``startingOffset`` resolves to (only for a new query: a restarted one goes on from its
     checkpoint). ``latestOffset``: the stream's end (see ``spark.consume``), at most
     ``max_messages_per_batch`` after the start (Spark >= 4.2), never before the start, and
-    under ``Trigger.AvailableNow`` never past the end seen when the query started."""
+    under ``Trigger.AvailableNow`` never past the end seen when the query started.
+
+    Failover (``spark.failover``): each probe goes through the ``uri`` list and is tried again
+    through the next members while its broker is lost, for at most ~6 s a call; when no broker
+    answers, ``latestOffset`` answers its start (no new batch) and fails the query
+    (``SourceUnavailable``) only after ``failover_timeout`` seconds without an answer."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._target: int | None = None  # Trigger.AvailableNow: the end when it started
         self._latest: int | None = None  # the last end probed (reportLatestOffset)
+        self._outage = failover.Outage(opts)
 
     def _offset(self, n: int) -> dict:
         return {"queue": self.opts.queue, "next": n}
@@ -145,14 +162,14 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset["next"]
 
     def _end(self) -> int:
-        with StreamProbe(self.opts, "spark amqp source (latest offset)") as probe:
-            end = probe.end_offset()
+        end = failover.probe(self.opts, "spark amqp source (latest offset)",
+                             lambda p: p.end_offset())
         self._latest = end
         return end
 
     def initialOffset(self) -> dict:  # noqa: N802
-        with StreamProbe(self.opts, "spark amqp source (initial offset)") as probe:
-            start = probe.resolve_start(self.opts.starting)
+        start = failover.probe(self.opts, "spark amqp source (initial offset)",
+                               lambda p: p.resolve_start(self.opts.starting))
         log.info("queue %r: a new query starts at offset %d (startingOffset %s)",
                  self.opts.queue, start, self.opts.starting.kind)
         return self._offset(start)
@@ -167,7 +184,17 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict | None = None,  # noqa: N802
                      limit: ReadLimit | None = None) -> dict:
-        end = self._end()
+        began = time.monotonic()
+        try:
+            end = self._end()
+            self._outage.ok()
+        except failover.SourceUnavailable as exc:
+            self._outage.failed(exc, began)  # raises after failover_timeout s
+            if start is not None:  # no new batch until a broker answers
+                return self._offset(self._next_of(start, "start"))
+            if self._latest is None:  # Spark < 4.2, before any end was learnt
+                raise
+            end = self._latest  # Spark < 4.2: the end it was last given
         if self._target is not None:
             end = min(end, self._target)
         if start is None:  # Spark < 4.2 calls latestOffset() without the start
@@ -189,8 +216,7 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(self.opts, first, max(first, last))
 
     def read(self, partition: AmqpInputPartition) -> Iterator[tuple]:  # type: ignore[override]
-        return read_range(self.opts, partition.start, partition.end,
-                          _task_name("micro-batch", partition))
+        return _read(self.opts, "micro-batch", partition)
 
     def commit(self, end: dict) -> None:
         # Nothing to do on the broker: the stream keeps every message until retention, and

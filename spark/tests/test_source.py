@@ -161,12 +161,15 @@ def test_streaming_restart_from_checkpoint_reads_only_new_messages(session, brok
         assert row.message_id == f"id-{row.offset}" and row.routing_key == unique
 
 
-@pytest.mark.xfail(strict=False, reason="known failure, open: in the CI rehearsal the streaming query failed in latestOffset after the member's death (PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR); not yet fixed: see the closing note of session 11")
+# Three brokers and a Spark query on a loaded machine: more than the default 120 s when this test
+# is the first to use the session (its start counts here then).
+@pytest.mark.timeout(300)
 def test_replicated_stream_read_through_any_member_survives_its_death(session, unique, tmp_path):
     """A stream of a three-member cluster is one replicated log (issue 25): a streaming query
     reading it through the URI list n2, n3, n4 reads through n2 what was published on n3; after
     n2's SIGKILL the query goes on through the next member and reads what comes next, every
-    offset once."""
+    offset once. (A probe of ``latestOffset`` connected to n2 when it dies fails; before
+    ``spark.failover`` that failed the query, PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR.)"""
     from cluster.tests.processes import Cluster, wait_for
 
     cluster = Cluster.create(tmp_path)
@@ -187,22 +190,45 @@ def test_replicated_stream_read_through_any_member_survives_its_death(session, u
 
         publish(0, 300)
         out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-        stream = (session.readStream.format("amqp")
-                  .option("uri", ",".join(m.uri for m in members)).option("queue", unique)
-                  .option("startingOffset", "first").option("max_messages_per_batch", 100)
-                  .load())
-        query = (stream.writeStream.format("parquet").option("path", str(out))
-                 .option("checkpointLocation", str(checkpoint))
-                 .trigger(processingTime="200 milliseconds").start())
+        queries = []
+
+        def start() -> None:
+            stream = (session.readStream.format("amqp")
+                      .option("uri", ",".join(m.uri for m in members)).option("queue", unique)
+                      .option("startingOffset", "first").option("max_messages_per_batch", 150)
+                      .load())
+            queries.append(stream.writeStream.format("parquet").option("path", str(out))
+                           .option("checkpointLocation", str(checkpoint))
+                           .trigger(processingTime="200 milliseconds").start())
+
+        def wait_rows(rows: int, timeout: float = 120.0) -> None:
+            """Until the queries read ``rows`` rows. Spark's own "Python worker failed to
+            connect back" (the 10 s PythonWorkerFactory gives a new Python worker, hard-coded,
+            missed on a loaded machine) restarts the query from its checkpoint, at most 5
+            times, as a supervisor would; any other error fails the test."""
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                error = queries[-1].exception()
+                if error is not None:
+                    if "failed to connect back" not in str(error) or len(queries) > 5:
+                        raise AssertionError(f"query failed: {error}")
+                    start()
+                elif sum(_input_rows(q) for q in queries) >= rows:
+                    return
+                time.sleep(0.1)
+            raise AssertionError(f"{[_input_rows(q) for q in queries]} rows of {rows} read "
+                                 f"within {timeout} s")
+
+        start()
         try:
-            _wait_rows(query, 300, timeout=120)
+            wait_rows(300)
             cluster.kill(n2)
             publish(300, 200)
-            _wait_rows(query, 500, timeout=120)
+            wait_rows(500)
             time.sleep(0.5)  # a re-read (duplicate) would show up as more input rows
         finally:
-            query.stop()
-        assert query.exception() is None
+            queries[-1].stop()
+        assert queries[-1].exception() is None
         rows = session.read.parquet(str(out)).collect()
         assert sorted(r.offset for r in rows) == list(range(500)), "lost or duplicated offsets"
         for row in rows:
