@@ -7,7 +7,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 __all__ = ["OwnsConnection", "lowered_options", "option_uris", "option_int", "option_bool",
-           "uris_for_attempt"]
+           "uris_for_attempt", "CONNECT_ROUNDS", "CONNECT_BACKOFF_MAX"]
+
+#: Rounds over the ``uri`` list a Spark task's connect makes before it fails (backoff 0.1 s
+#: doubling to ``CONNECT_BACKOFF_MAX``): a member changing its view may refuse for a moment.
+CONNECT_ROUNDS = 3
+CONNECT_BACKOFF_MAX = 1.0
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}

@@ -38,7 +38,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .common import OwnsConnection, lowered_options, option_bool, option_int, option_uris
+from .common import (
+    CONNECT_BACKOFF_MAX,
+    CONNECT_ROUNDS,
+    OwnsConnection,
+    lowered_options,
+    option_bool,
+    option_int,
+    option_uris,
+)
 
 __all__ = [
     "SourceOptions", "SourceError", "StreamProbe", "read_range", "split_range", "ROW_FIELDS",
@@ -208,10 +216,6 @@ def split_range(start: int, end: int, size: int) -> list[tuple[int, int]]:
 
 
 # --------------------------------------------------------------------------- connections
-#: Rounds over the ``uri`` list a range read's connect makes (backoff 0.1 s doubling to 1 s).
-READ_CONNECT_ROUNDS = 3
-
-
 def _connect(opts: SourceOptions, name: str, timeout: float, *, rounds: int = 1,
              connect_timeout: float | None = None) -> Any:
     """A connection to the first answering broker of ``opts.uris`` (``rounds`` rounds over the
@@ -228,7 +232,7 @@ def _connect(opts: SourceOptions, name: str, timeout: float, *, rounds: int = 1,
     # No reconnect: a consumer re-registered after a reconnect would start over at its
     # x-stream-offset argument; a lost connection fails the task and Spark re-reads the range.
     return BlockingConnection(params, reconnect=False, operation_timeout=timeout,
-                              connect_attempts=rounds, backoff_max=1.0,
+                              connect_attempts=rounds, backoff_max=CONNECT_BACKOFF_MAX,
                               client_properties={"connection_name": name})
 
 
@@ -403,12 +407,12 @@ def read_range(opts: SourceOptions, start: int, end: int,
     with one multiple ack). Raises ``SourceError`` when no message came for ``opts.read_timeout``
     seconds before ``end``, the queue is not a stream (nothing acked then), or
     (``fail_on_data_loss``) offsets of the range are gone; the client's errors when the
-    connection is lost or no broker of the list answered in ``READ_CONNECT_ROUNDS`` rounds
+    connection is lost or no broker of the list answered in ``CONNECT_ROUNDS`` rounds
     (Spark then retries the whole range: ``spark.source`` starts a retry one broker further
     on)."""
     if end <= start:
         return
-    conn = _connect(opts, client_name, opts.read_timeout, rounds=READ_CONNECT_ROUNDS)
+    conn = _connect(opts, client_name, opts.read_timeout, rounds=CONNECT_ROUNDS)
     try:
         channel = conn.channel(prefetch=opts.prefetch)
         consumer = _consume(channel, opts, start)

@@ -19,6 +19,8 @@ from typing import Any
 from clients.message import Properties, encode_properties
 
 from .common import (
+    CONNECT_BACKOFF_MAX,
+    CONNECT_ROUNDS,
     OwnsConnection,
     lowered_options,
     option_bool,
@@ -291,8 +293,9 @@ class Publisher(OwnsConnection):
     the confirms of the *previous* chunk (one chunk in flight while the next is built);
     ``flush()`` waits for the rest. Raises ``clients.PublishNacked``, ``clients.MessageReturned``
     (mandatory, unroutable), ``ConnectionClosed``/``ChannelClosed``, ``TimeoutError`` — the
-    broker did not take a message and the Spark task must fail. No reconnect: a lost connection
-    fails the task, and Spark's retry (``spark.local``: on by default) re-sends with the same
+    broker did not take a message and the Spark task must fail. Connects in ``CONNECT_ROUNDS``
+    rounds over the list (a member changing its view may refuse for a moment). No reconnect: a
+    lost connection fails the task, and Spark's retry (``spark.local``: on by default) re-sends with the same
     message ids, through the next broker first (``uris_for_attempt``)."""
 
     def __init__(self, opts: SinkOptions, client_name: str = "spark amqp sink") -> None:
@@ -301,6 +304,7 @@ class Publisher(OwnsConnection):
         self.opts = opts
         self.conn = BlockingConnection(
             list(opts.uris), reconnect=False, operation_timeout=opts.confirm_timeout,
+            connect_attempts=CONNECT_ROUNDS, backoff_max=CONNECT_BACKOFF_MAX,
             client_properties={"connection_name": client_name})
         try:
             self.channel = self.conn.channel(confirm=True)

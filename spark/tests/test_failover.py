@@ -106,3 +106,24 @@ def test_latest_offset_waits_for_a_broker_then_fails_after_failover_timeout(brok
         for _ in range(10):  # each call retries for about 1 s; after 2 s the query fails
             answers.append(latest(8))
     assert answers and set(answers) == {8}  # until then: no new batch
+
+
+def test_tasks_connect_in_rounds_while_the_list_refuses(broker, proxy, stream):
+    """A member changing its view may refuse a connection for a moment: a range read (source)
+    and a publisher (sink) go round the list again (``CONNECT_ROUNDS``) rather than fail the
+    task at once. Here the list's only URI refuses the first connection of each."""
+    from spark.consume import read_range
+    from spark.publish import MessageBuilder, Publisher, SinkOptions
+
+    route = ("127.0.0.1", broker.port)
+    opts = SourceOptions.parse({"uri": _uri(proxy.port), "queue": stream})
+    proxy.set_routes([("127.0.0.1", _free_port()), route])
+    assert [r[0] for r in read_range(opts, 0, 5)] == list(range(5))
+    assert proxy.accepted == 2
+    proxy.set_routes([("127.0.0.1", _free_port()), route])
+    sink = SinkOptions.parse({"uri": _uri(proxy.port), "routing_key": stream})
+    with Publisher(sink) as pub:
+        pub.send(MessageBuilder(sink, ["body"]).build({"body": ["m5"]}))
+        pub.flush()
+    assert proxy.accepted == 2
+    assert [r[0] for r in read_range(opts, 5, 6)] == [5]
