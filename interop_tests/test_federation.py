@@ -70,6 +70,14 @@ def test_federation_parameters_as_rabbitmq(management_broker, unique_name):
     for p in (set_path, path):
         assert api(base, p, "DELETE")[0] == 204
         assert api(base, p)[0] == 404
+    # a vhost's parameters go with it
+    vhost = _short(unique_name)
+    assert api(base, f"/vhosts/{vhost}", "PUT", {})[0] == 201
+    assert api(base, f"/parameters/federation-upstream/{vhost}/{name}", "PUT",
+               {"value": value})[0] == 201
+    assert api(base, f"/vhosts/{vhost}", "DELETE")[0] == 204
+    eventually(lambda: not [x for x in api(base, "/parameters")[1] if x["vhost"] == vhost],
+               "the parameter gone with its vhost")
 
 
 def _links(base: str, name: str, status: str = "running") -> list[dict] | None:

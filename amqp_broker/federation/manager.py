@@ -185,9 +185,16 @@ class FederationManager:
 
     def reconcile(self) -> None:
         """Start, stop and restart links to match ``wanted`` (nothing runs on a member that
-        does not run the links, or before the AMQP listener is up)."""
+        does not run the links, or before the AMQP listener is up); forget the parameters of
+        deleted vhosts (as RabbitMQ deletes a vhost's runtime parameters with it)."""
         if self._tg is None:
             return
+        if self.local() is not None:   # definitions loaded: a deleted vhost's parameters go
+            gone = [k for k in self.params if k[0] not in self.broker.vhosts]
+            for param in gone:
+                del self.params[param]
+            if gone:
+                self._save()
         wanted = self.wanted() if self.runs_here() and self.local() is not None else {}
         for key, link in list(self.links.items()):
             if wanted.get(key) != link.spec:
