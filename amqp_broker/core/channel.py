@@ -180,6 +180,16 @@ class Channel:
             publish, header, body = done
             self._publish(publish, header, body)
 
+    def on_body_view(self, view: memoryview) -> None:
+        """``on_body`` for a body frame's payload as a view of its read chunk (``FrameSplitter``
+        body views: the frames of a body larger than one frame, copied once when joined)."""
+        if self.closing:
+            return
+        done = self.assembler.body_view(view)
+        if done is not None:
+            publish, header, body = done
+            self._publish(publish, header, body)
+
     def _check_publish(self, publish: Publish) -> None:
         if publish.immediate:
             raise ConnectionException(c.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true",

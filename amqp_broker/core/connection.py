@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from pamqp import commands as cmd
 
 from ..protocol import constants as c
 from ..protocol.errors import ConnectionException
-from ..protocol.framing import FrameSplitter
+from ..protocol.framing import FRAME_BODY_VIEW, FrameSplitter
 from ..protocol.methods import decode_method, encode_method, method_ids
 from .channel import Channel
 from .handshake import State, open_vhost, secure_ok, send_start, start_ok, tune_ok
@@ -43,6 +43,14 @@ CLOSE_TIMEOUT = 3.0
 #: Seconds we keep reading (and discarding) after the Close-Ok we sent for the peer's own
 #: Connection.Close, until the peer closes its socket (RabbitMQ's reader: CLOSING_TIMEOUT, 30 s).
 LINGER_TIMEOUT = 30.0
+# Final: compiled code reads them as constants; pure code without a module attribute lookup
+_METHOD: Final = c.FRAME_METHOD
+_HEADER: Final = c.FRAME_HEADER
+_BODY: Final = c.FRAME_BODY
+#: Bytes ``take_output`` hands over at a time while large pieces wait (1 MiB).
+TAKE_MAX = 1 << 20
+#: Average bytes per queued piece above which output counts as large pieces (``take_output``).
+LARGE_PIECE = 4096
 #: Heartbeats (s) from which ours are sent on whole seconds (``Connection._heartbeat_due``):
 #: at 4 s, one every 1-2 s, while the peer waits two intervals (8 s) before it gives up.
 HEARTBEAT_GRID_MIN = 4
@@ -65,7 +73,7 @@ class Connection:
         self.id = conn_id
         self.name = f"{peer[0]}:{peer[1]}"
         self.state = State.AWAIT_HEADER
-        self.splitter = FrameSplitter(c.FRAME_MIN_SIZE)
+        self.splitter = FrameSplitter(c.FRAME_MIN_SIZE, body_views=True)
         self.frame_max = c.FRAME_MIN_SIZE
         self.channel_max = broker.settings.channel_max
         self.heartbeat = 0
@@ -96,7 +104,8 @@ class Connection:
         #: A client connection counted in ``broker.churn`` (set at Open-Ok; cleared when its
         #: close is counted). Peer links and in-process API connections never are.
         self.counted = False
-        self._out: list[bytes] = []
+        #: Queued output: bytes, and views of large bodies (``write_parts``).
+        self._out: list[bytes | memoryview] = []
         self.output_size = 0
         self._header = b""
         self._framing_broken = False
@@ -128,8 +137,9 @@ class Connection:
         self._out.append(data)
         self.output_size += len(data)
 
-    def write_parts(self, parts: list[bytes]) -> None:
-        """Queue several pieces of one write (a large delivery: envelopes and body slices)."""
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Queue several pieces of one write (a large delivery: envelopes and body slices, the
+        slices views of the body, copied only when ``take_output`` joins them)."""
         out = self._out
         was_empty = not out
         out.extend(parts)
@@ -142,14 +152,42 @@ class Connection:
         self.write(encode_method(channel, method))
 
     def take_output(self) -> bytes:
-        """All queued bytes (the caller writes them); resets the buffer."""
+        """The queued bytes (the caller writes them): all of them, or while more than
+        ``TAKE_MAX`` bytes of large pieces (large bodies, over 4 KiB a piece on average) wait, the
+        first ``TAKE_MAX`` or so, and ``on_writable`` is called for the rest. So a 64 MiB delivery
+        goes out in 1 MiB writes as the socket takes them, not joined whole (a copy of the body)
+        and buffered whole again by the transport. Everything when the connection is closed."""
         out = self._out
         if not out:
             return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
+        size = self.output_size
+        if size > TAKE_MAX and len(out) * LARGE_PIECE < size and not self.closed:
+            return self._take_some(out)
+        if len(out) == 1:
+            first = out[0]
+            data = first if isinstance(first, bytes) else bytes(first)
+        else:
+            data = b"".join(out)
         self._out = []
         self.output_size = 0
         self.last_sent = self.broker.clock()
+        return data
+
+    def _take_some(self, out: list[bytes | memoryview]) -> bytes:
+        """``take_output``'s first ``TAKE_MAX`` bytes or so (whole pieces, at least one)."""
+        taken = 0
+        n = 0
+        for piece in out:
+            taken += len(piece)
+            n += 1
+            if taken >= TAKE_MAX:
+                break
+        data = b"".join(out[:n])
+        del out[:n]
+        self.output_size -= taken
+        self.last_sent = self.broker.clock()
+        if out and self.on_writable is not None:
+            self.on_writable()
         return data
 
     def output_drained(self) -> None:
@@ -187,7 +225,7 @@ class Connection:
                 return
         try:
             for ftype, channel, payload in self.splitter.feed(data):
-                if ftype == c.FRAME_METHOD:
+                if ftype == _METHOD:
                     if channel:
                         ch = self.channels.get(channel)
                         if ch is None:
@@ -196,19 +234,23 @@ class Connection:
                             ch.on_method(payload)
                     else:
                         self._connection_method(payload)
-                elif ftype == c.FRAME_BODY or ftype == c.FRAME_HEADER:
+                elif ftype == _BODY or ftype == _HEADER or ftype == FRAME_BODY_VIEW:
                     ch = self.channels.get(channel)
                     if ch is None:
                         if self.state is State.CLOSING:
+                            if ftype == FRAME_BODY_VIEW:
+                                self.splitter.views.popleft()
                             continue
                         raise ConnectionException(
                             c.CHANNEL_ERROR if channel else c.UNEXPECTED_FRAME,
                             f"{'CHANNEL_ERROR' if channel else 'UNEXPECTED_FRAME'} - content frame "
                             f"on {'unopened ' if channel else ''}channel {channel}")
-                    if ftype == c.FRAME_BODY:
+                    if ftype == _BODY:
                         ch.on_body(payload)
-                    else:
+                    elif ftype == _HEADER:
                         ch.on_header(payload)
+                    else:  # a full body frame, a view of the chunk (``FrameSplitter``)
+                        ch.on_body_view(self.splitter.views.popleft())
                 elif channel or payload:  # heartbeat: channel 0, empty payload (spec §4.2.7)
                     raise ConnectionException(
                         c.FRAME_ERROR, f"FRAME_ERROR - heartbeat on channel {channel} with "

@@ -59,7 +59,8 @@ class ContentAssembler(Generic[M]):
         self._publish: M | None = None
         self._header: bytes | None = None
         self._size = 0
-        self._parts: list[bytes] = []
+        #: A body's frames so far: bytes, or views of read chunks (``body_view``).
+        self._parts: list[bytes | memoryview] = []
         self._got = 0
 
     @property
@@ -109,10 +110,7 @@ class ContentAssembler(Generic[M]):
             raise self.unexpected("content body")
         got = self._got + len(payload)
         if got > self._size:
-            raise ConnectionException(
-                c.UNEXPECTED_FRAME,
-                f"UNEXPECTED_FRAME - body of {got} bytes exceeds declared size {self._size}",
-                c.CLASS_BASIC, 40)
+            raise self._overrun(got)
         if got == self._size:
             parts = self._parts
             if parts:
@@ -127,6 +125,34 @@ class ContentAssembler(Generic[M]):
         self._parts.append(payload)
         self._got = got
         return None
+
+    def body_view(self, view: memoryview) -> tuple[M, bytes, bytes] | None:
+        """``body`` for a body frame's payload as a view of the chunk it was read in
+        (``FrameSplitter`` body views): kept as it is until the body is complete, then joined with
+        the other parts, so the body is copied once in all (the same errors as ``body``)."""
+        publish = self._publish
+        header = self._header
+        if publish is None or header is None:
+            raise self.unexpected("content body")
+        got = self._got + len(view)
+        if got > self._size:
+            raise self._overrun(got)
+        parts = self._parts
+        parts.append(view)
+        if got < self._size:
+            self._got = got
+            return None
+        body = b"".join(parts)
+        self._parts = []
+        self._publish = None
+        self._header = None
+        return publish, header, body
+
+    def _overrun(self, got: int) -> ConnectionException:
+        return ConnectionException(
+            c.UNEXPECTED_FRAME,
+            f"UNEXPECTED_FRAME - body of {got} bytes exceeds declared size {self._size}",
+            c.CLASS_BASIC, 40)
 
     def unexpected(self, what: str) -> ConnectionException:
         """The 505 for a frame that arrived out of order (to be raised by the caller)."""

@@ -85,22 +85,24 @@ def encode_deliver(channel: int, prefix: bytes, delivery_tag: int, redelivered: 
 
 def encode_deliver_parts(channel: int, prefix: bytes, delivery_tag: int, redelivered: bool,
                          routing_raw: bytes, header_payload: bytes, body: bytes,
-                         frame_max: int = 131072) -> list[bytes]:
+                         frame_max: int = 131072) -> list[bytes | memoryview]:
     """``encode_deliver`` as a list of pieces, queued as they are and joined once with the rest
     of the connection's output: a body that fits one frame (``frame_max`` bytes, the 8 of the
     envelope included) is a piece of its own, uncopied until that join; a longer one is cut into
-    frame_max - 8 byte slices (one copy each) between the frames' envelopes (§4.2.6.2).
-    ``body`` must not be empty (an empty body has no body frame: use ``encode_deliver``)."""
+    frame_max - 8 byte slices, views of ``body`` (no copy), between the frames' envelopes
+    (§4.2.6.2). ``body`` must not be empty (an empty body has no body frame: use
+    ``encode_deliver``)."""
     size = len(prefix) + 9 + len(routing_raw)
     step = frame_max - c.FRAME_OVERHEAD
     n = len(body)
-    first = body if n <= step else body[:step]
-    parts = [b"".join((_pack_head(c.FRAME_METHOD, channel, size), prefix,
+    view = memoryview(body)
+    first: bytes | memoryview = body if n <= step else view[:step]
+    parts: list[bytes | memoryview] = [b"".join((_pack_head(c.FRAME_METHOD, channel, size), prefix,
                        _pack_tag_bit(delivery_tag, redelivered), routing_raw, _END,
                        _pack_head(c.FRAME_HEADER, channel, len(header_payload)), header_payload,
                        _END, _pack_head(c.FRAME_BODY, channel, len(first)))), first]
     for i in range(step, n, step):
-        chunk = body[i:i + step]
+        chunk = view[i:i + step]
         parts.append(_END + _pack_head(c.FRAME_BODY, channel, len(chunk)))
         parts.append(chunk)
     parts.append(_END)

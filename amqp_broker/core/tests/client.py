@@ -129,7 +129,13 @@ class Client:
     # ----------------------------------------------------------------------------- output
     def pump(self) -> list[tuple[int, Any]]:
         """Decode everything the broker wrote since the last call; append it to ``inbox``."""
-        data = self.conn.take_output() if self.conn is not None else b""
+        pieces = []
+        while self.conn is not None:  # large output comes in several takes (take_output)
+            piece = self.conn.take_output()
+            if not piece:
+                break
+            pieces.append(piece)
+        data = b"".join(pieces)
         new: list[tuple[int, Any]] = []
         while data:
             consumed, channel, value = frame.unmarshal(data)
