@@ -25,9 +25,11 @@ Rules (the round's majority rule is in ``rounds``, the joiner's replay order in 
   its vote in that view (``restart``): it answers Votes with ``rejoining`` set, and the proposer
   leaves it out of the new view (it re-joins and gets the replay). So a survivor of a majority
   crash re-admits the restarted members, and a surviving non-leader takes over with their grants.
-  With nobody serving for ``recover_after`` (power loss), a restarted member runs a recovery round
-  and, granted by a majority of its durable view, starts it over alone from its own data; the
-  others join it. Restarted members prefer a serving survivor (see ``restart``).
+  With nobody serving for ``recover_after`` (power loss), a restarted member that ``may_recover``
+  (the driver's rule: the metadata log's leader, elected by a majority of the last configuration)
+  runs a recovery round and, granted by a majority of its durable view, starts the view over
+  with itself; the others join it (definitions come from the metadata log, not its disk).
+  Restarted members prefer a serving survivor (see ``restart``).
 - The leader checks every ``confirm_period`` that a majority answers its Ping and re-sends the
   Membership as a confirmation; a member without one for ``quorum_lease`` stops serving mirrored
   queues and suspects the leader.
@@ -99,6 +101,10 @@ class Node:
         self._seeds: list[tuple[str, str]] = []
         self._next_join = 0.0
         self._sync = JoinSync()
+        #: Whether this restarted member may propose a recovery round (asked once nobody
+        #: served for ``recover_after``): the driver's rule, the metadata log's leader only
+        #: (its Raft group elected it: a majority of the last configuration is back).
+        self.may_recover: Callable[[], bool] = lambda: True
         self._handlers: dict[type[ClusterMethod], Callable[[str, ClusterMethod, float], None]] = {
             Join: self._on_join, Membership: self._on_membership, Leave: self._on_leave,
             Suspect: self._on_suspect, Synch: self._on_synch, Ping: self._on_ping,
@@ -389,7 +395,7 @@ class Node:
             return
         takeover, recovery, view, members = None, False, self.view, self.members
         if self.status is Status.JOINING and rv is not None:
-            if not rv.should_recover(now, self.timing.recover_after):
+            if not rv.should_recover(now, self.timing.recover_after) or not self.may_recover():
                 return
             recovery, view, members = True, rv.view, rv.members
         elif self.status not in IN_VIEW:

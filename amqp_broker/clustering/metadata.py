@@ -27,12 +27,16 @@ timers and orderly leadership hand-over as a quorum queue's), and:
   and applied reports wait for it; the whole state once the replica caught up with the log after
   a start or a join, and after each snapshot install (so a member forgets what was deleted while
   it was away). Until then this member admits no clients (``ready``).
-- bootstrapping: the replica opens at the first cluster view; the view's leader, when its
-  metadata log is empty, starts the group (a configuration of itself) and proposes its stored
-  definitions (``definitions.db``) -- a new cluster's founder, or, upgrading from the broadcast
-  design (one cluster restart), the leader of the view the restarted members form; members
-  that join start empty and are added by the metadata leader (learner, then voter), whose
-  configuration follows the cluster view.
+- bootstrapping: a member that had a replica opens it at start (``start``: Raft's restart,
+  it serves once a majority of its last configuration is back) and never founds a group; one
+  without a replica opens it at the first cluster view, whose leader starts the group (a
+  configuration of itself) and proposes its stored definitions (``definitions.db``) -- a new
+  cluster's first broker, or, upgrading from the broadcast design (one cluster restart, no
+  ``raft/metadata`` yet), the leader of the view the restarted members form; members that join
+  start empty and are added by the metadata leader (learner, then voter), whose configuration
+  follows the cluster view (removing only members the view lost: ``departed``); a joiner is
+  admitted to clients once it is a voter (``voter``). ``ctl force_boot`` (``forced``): the
+  replica becomes a configuration of this member alone (``RaftNode.force_configuration``).
 - private queues: the record names the connection; on its home member the queue is made for
   that connection, the others make a proxy; one whose connection is gone is proposed for
   deletion (``DeleteQueue``), as are exclusive queues of a closing connection, auto-delete

@@ -265,8 +265,13 @@ def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
         group = metadata.group
         return group is None or name in group.node.committed_config[1]
 
+    def may_recover() -> bool:   # after a power loss the metadata leader restarts the view
+        group = metadata.group
+        return group is None or group.is_leader
+
     driver.admit = admit
     driver.in_configuration = in_configuration
+    driver.node.may_recover = may_recover
     metadata.on_ready = on_ready
     return metadata
 

@@ -147,3 +147,29 @@ def test_leader_then_last_member_crash_one_after_the_other_then_restart(
         sim.describe()
     check_safety(sim)
     check_majority_announcements(sim, topology)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_after_a_power_loss_only_the_metadata_leader_restarts_the_view(seed: int) -> None:
+    """``Node.may_recover`` (the broker: this member leads the metadata log, elected by a
+    majority of its last configuration) decides who may start the view over: here only n2, so
+    n0 and n1 back first wait (they cannot reach one without it), and once n2 is back the view
+    is restarted by n2, which leads it."""
+    sim = Sim(names(3), seed=seed)
+    sim.form()
+    sim.run_until(sim.now + 2.0)
+    topology: list = []
+    crash_all(sim, list(sim.names), topology)
+    sim.run_until(sim.now + 1.0)
+    restart(sim, ["n0", "n1"], topology)
+    for x in sim.names:
+        sim.nodes[x].may_recover = lambda x=x: x == "n2"
+    sim.run_until(sim.now + 8.0)   # twice recover_after
+    assert all(sim.nodes[y].status.value == "joining" for y in ("n0", "n1")), sim.describe()
+    restart(sim, ["n2"], topology)
+    sim.nodes["n2"].may_recover = lambda: True
+    assert sim.run_while(lambda: not sim.converged(set(sim.names)), sim.now + RECOVERY_LIMIT), \
+        sim.describe()
+    assert sim.nodes["n0"].leader == "n2"
+    check_safety(sim)
+    check_majority_announcements(sim, topology)
