@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if args.results:
         with RESULTS.open("a") as f:
-            f.write(f"\n### Quorum queue backlog RSS (issue 25), {time.strftime('%Y-%m-%d %H:%M')}"
+            f.write(f"\n## Quorum queue backlog RSS (issue 25), {time.strftime('%Y-%m-%d %H:%M')}"
                     f" UTC, `python -m benchmarks.quorum_rss`\n\n{table}\n")
     return 0
 

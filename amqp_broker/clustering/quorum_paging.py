@@ -69,7 +69,7 @@ def body_reader(raft_log: RaftLog, disk: DiskLog, name: str) -> Callable[[int], 
 def page(group: QuorumGroup, disk: DiskLog, name: str) -> None:
     """Turn paging on for ``group``'s replica over ``disk`` (see the module docstring). The
     environment variable ``AMQP_QUORUM_PAGE_BYTES`` sets how many bytes of ready bodies a queue
-    keeps in memory (default ``cluster.raft.fifo.PAGE_BYTES``, 4 MiB; 0: none, every body is
+    keeps in memory (default ``cluster.raft.fifo.PAGE_BYTES``, 1 MiB; 0: none, every body is
     read back from the log: the tests use it); ``AMQP_QUORUM_SNAPSHOT_ENTRIES`` the entries
     between snapshots (default ``cluster.quorum.group.SNAPSHOT_MIN_ENTRIES``; tests: fewer)."""
     raft_log = group.node.log

@@ -127,7 +127,7 @@ SNAPSHOT_VERSION = 3
 #: Paged mode (``FifoQueue.read`` set): a published body stays in memory only while the ready
 #: messages hold at most this many bytes (a small read cache at the head of a short queue);
 #: beyond, the queue keeps its record and reads the body back from the Raft log on delivery.
-PAGE_BYTES = 4 * 1024 * 1024
+PAGE_BYTES = 1024 * 1024
 #: rabbit_fifo_q's weight: after two high-priority messages, one normal one (when older).
 _WEIGHT = 2
 
