@@ -1,5 +1,5 @@
-"""Per-queue and per-channel ``message_stats`` with ``*_details.rate``, and closing a connection
-through the API (issue 26), against both brokers (``management_broker``: ours and the RabbitMQ
+"""Per-queue, per-channel and per-exchange ``message_stats`` with ``*_details.rate``, and
+closing a connection through the API (issue 26), against both brokers (``management_broker``: ours and the RabbitMQ
 3.10 node with rabbitmq_management): the same requests, the same answers' shapes and codes.
 RabbitMQ's statistics show after its next collection (5 s): reads are polled, bounded."""
 
@@ -46,6 +46,51 @@ def test_queue_and_channel_message_stats_have_rates(management_broker, unique_na
         assert isinstance(stats["publish_details"]["rate"], float)
         listed = [x for x in api(base, "/queues")[1] if x["name"] == q]
         assert isinstance(listed[0]["messages_details"]["rate"], float)
+
+
+def test_exchange_message_stats_have_rates(management_broker, unique_name):
+    """An exchange's ``message_stats`` (RabbitMQ 3.10, rates mode basic): ``publish_in`` counts
+    the messages published to it, ``publish_out`` one per queue each reached (a fanout to two
+    queues: twice), counted on the exchange published to, not on one an exchange-to-exchange
+    binding passed them through; none until a message is published to it, and no
+    ``publish_out`` while none was routed."""
+    base = management_broker.api_url
+    fan, direct, e2e, idle = (f"{unique_name}.{k}" for k in ("fan", "dir", "e2e", "idle"))
+    with pika.BlockingConnection(pika.URLParameters(management_broker.uri)) as conn:
+        ch = conn.channel()
+        for name, kind in ((fan, "fanout"), (direct, "direct"), (e2e, "fanout"),
+                           (idle, "fanout")):
+            ch.exchange_declare(name, kind, auto_delete=True)
+        for q in ("q1", "q2"):
+            ch.queue_declare(f"{unique_name}.{q}", auto_delete=True)
+            ch.queue_bind(f"{unique_name}.{q}", fan)
+        ch.exchange_bind(fan, e2e)
+        for _ in range(10):
+            ch.basic_publish(fan, "", b"x")
+        for _ in range(4):
+            ch.basic_publish(direct, "nowhere", b"x")
+        for _ in range(3):
+            ch.basic_publish(e2e, "", b"x")
+
+        def stats():
+            listed = {x["name"]: x for x in api(base, "/exchanges/%2F")[1]
+                      if x["name"].startswith(unique_name)}
+            found = {k: x.get("message_stats") for k, x in listed.items()}
+            ins = [(found.get(x) or {}).get("publish_in") for x in (fan, direct, e2e)]
+            return found if ins == [10, 4, 3] else None
+
+        found = eventually(stats, "the exchanges' message_stats")
+        assert {k: v for k, v in found[fan].items() if not k.endswith("_details")} == {
+            "publish_in": 10, "publish_out": 20}
+        assert {k: v for k, v in found[e2e].items() if not k.endswith("_details")} == {
+            "publish_in": 3, "publish_out": 6}
+        assert found[direct] == {"publish_in": 4, "publish_in_details": found[direct][
+            "publish_in_details"]}
+        assert found[idle] is None
+        for key in ("publish_in_details", "publish_out_details"):
+            assert isinstance(found[fan][key]["rate"], float)
+        status, one = api(base, f"/exchanges/%2F/{fan}")
+        assert status == 200 and one["message_stats"]["publish_out"] == 20
 
 
 def test_close_connection_through_the_api(management_broker, unique_name):

@@ -164,6 +164,15 @@ def test_exchange_added_bound_published_deleted(ui):
     got = _api(http, "/queues/%2F/ui.xq/get", "POST", {"count": 1, "ackmode": "ack_requeue_false",
                                                       "encoding": "auto"})
     assert [m["payload"] for m in got] == ["via the exchange"]
+    # its message rates in and out, where RabbitMQ shows them: the list and the exchange's page
+    _go(page, "#/exchanges", '#exchanges tr[data-exchange="ui.x"]')
+    rates = page.locator('#exchanges tr[data-exchange="ui.x"] td.num').all_inner_texts()
+    assert len(rates) == 2 and all(r.endswith("/s") for r in rates), rates
+    page.locator('#exchanges tr[data-exchange="ui.x"] a').click()
+    page.locator("#xinfo td.num", has_text="/s").nth(1).wait_for()
+    assert page.locator("#xinfo th").all_inner_texts()[-2:] == ["Message rate in",
+                                                                "Message rate out"]
+    page.locator("#xrates").wait_for()
     _shot(page, shots, "exchange")
     page.click("#delete")
     page.locator("#add-exchange").wait_for()

@@ -2,9 +2,11 @@
 
 Cheap by construction: the hot path adds one integer per publish (``Channel.n_publish``), one per
 routing outcome, one list slot per delivery (``Channel.typed``, indexed by a slot the consumer
-computed once) and one per Basic.Ack call (``Channel.n_ack``, by the number of deliveries it
-settles); the delivery total and confirms are read from counters the channel keeps anyway
-(``next_delivery_tag``, the confirm tracker's sequence numbers). Totals are summed over the live
+computed once), one per Basic.Ack call (``Channel.n_ack``, by the number of deliveries it
+settles) and, per publish, a dict lookup and two list slots of the exchange's cell
+(``VirtualHost.exchange_counts``: ``exchange_cell``); the delivery total and confirms are read
+from counters the channel keeps anyway (``next_delivery_tag``, the confirm tracker's sequence
+numbers). Totals are summed over the live
 channels when someone asks (a management sample every few seconds, a Prometheus scrape), and a
 channel's counts are folded into ``Broker.message_totals`` once when it is released, so totals
 only grow (Prometheus counters).
@@ -21,17 +23,18 @@ Must not know: timers, sockets (rates are computed by the caller from samples).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from queues.queue_type import QueueType
 
     from .broker import Broker
     from .channel import Channel
+    from .vhost import VirtualHost
 
 __all__ = ["ACKED", "CONSUME_AUTO", "CONSUME_MANUAL", "Churn", "GET_AUTO", "GET_EMPTY",
            "GET_MANUAL", "MessageTotals", "N_TYPED", "QUEUE_TYPES", "REDELIVERED", "TYPED_KINDS",
-           "fold_channel", "message_totals", "typed_slot"]
+           "EXCHANGE_SLACK", "exchange_cell", "fold_channel", "message_totals", "typed_slot"]
 
 #: RabbitMQ's ``queue_type`` label values, in slot order.
 QUEUE_TYPES = ("rabbit_classic_queue", "rabbit_quorum_queue", "rabbit_stream_queue")
@@ -125,3 +128,27 @@ def message_totals(broker: Broker) -> MessageTotals:
             if not ch.counts_folded:
                 out.add_channel(ch)
     return out
+
+
+#: Cells in a vhost's ``exchange_counts`` before ``exchange_cell`` first looks for stale ones.
+EXCHANGE_SLACK = 16
+
+
+def exchange_cell(vhost: VirtualHost, exchange: Any) -> list[int]:
+    """A new ``[publish_in, publish_out]`` cell for ``exchange`` (a ``routing.Exchange`` of
+    ``vhost``) in ``vhost.exchange_counts``, the per-exchange counts of RabbitMQ's exchange
+    ``message_stats`` (Management HTTP API: ``publish_in``, messages clients published to the
+    exchange, routed or not; ``publish_out``, one per queue each of them reached, as RabbitMQ's
+    ``queue_exchange_stats`` count them: rabbit_channel.erl v3.10.8 ``deliver_to_queues``). The
+    publish path calls it on an exchange's first publish only. When the dict holds a power of two
+    (at least ``EXCHANGE_SLACK``) cells, the cells of exchanges no longer declared (deleted,
+    auto-deleted, replaced by a new one of the same name) go first: the dict stays within about
+    twice the exchanges published to that are still declared, at O(1) amortised per call."""
+    counts = vhost.exchange_counts
+    n = len(counts)
+    if n >= EXCHANGE_SLACK and n & (n - 1) == 0:
+        routing = vhost.routing
+        for old in [x for x in counts if routing.get_exchange(x.name) is not x]:
+            del counts[old]
+    cell = counts[exchange] = [0, 0]
+    return cell

@@ -68,6 +68,8 @@ class VirtualHost:
                                                              broker._timer_earlier)
         #: Queues with a publish dedup window (``dedup_state`` saves the durable ones).
         self.dedup_queues: set[Any] = set()
+        #: Exchange -> [publish_in, publish_out] of the client publishes (``stats.exchange_cell``).
+        self.exchange_counts: dict[Any, list[int]] = {}
 
     # ------------------------------------------------------------------------ helpers
     def not_found(self, kind: str, name: str) -> ChannelException:

@@ -31,9 +31,9 @@ than a majority of their members (RabbitMQ's ``rabbit_quorum_queue:filter_quorum
 each as RabbitMQ lists them (``readable_name``, ``name``, ``virtual_host``, ``type``); the
 health check ``node-is-quorum-critical`` and ``ctl await_online_quorum_plus_one`` ask it.
 Which members are in maintenance: each broker announces it in its Connection.Start server
-properties (``being_drained``), read from every member of the view when needed (as
-``peers`` reads their listeners). Sources: RabbitMQ "Upgrading RabbitMQ" (maintenance mode),
-rabbitmq-server v3.10.8 ``rabbit_maintenance.erl``, ``rabbit_amqqueue:rebalance/3``,
+properties (``being_drained``), read from every member of the view when needed
+(``peers.member_states``; ``/api/nodes`` shows each member's). Sources: RabbitMQ "Upgrading
+RabbitMQ" (maintenance mode), rabbitmq-server v3.10.8 ``rabbit_maintenance.erl``, ``rabbit_amqqueue:rebalance/3``,
 rabbitmq-upgrade(8), rabbitmq-queues(8).
 """
 
@@ -44,14 +44,12 @@ from collections.abc import Hashable
 from typing import Any
 
 import anyio
-import anyio.to_thread
 
 from cluster.quorum.members import TRANSFER
 from cluster.quorum.rebalance import Move, Rebalance
 
-from ..clustering.cli import server_properties
 from .context import Management
-from .node import cluster_view
+from .peers import member_states
 from .shapes import visible_connections
 
 __all__ = ["drain", "enforce", "revive", "rebalance", "quorum_critical", "MAINTENANCE_TEXT",
@@ -67,7 +65,6 @@ RETRY_S = 1.0
 #: Seconds a rebalance waits for one leadership to move.
 MOVE_TIMEOUT_S = 5.0
 _POLL_S = 0.05
-_PROBE_S = 1.0
 
 
 def _runtime(mgmt: Management) -> Any:
@@ -97,32 +94,15 @@ def _length(rep: Any) -> int:
     return max(0, node.log.last_index - node.snapshot.index)
 
 
-def _probe(host: str, port: int) -> dict[str, Any]:
-    return server_properties(host, port, _PROBE_S)
-
-
 async def _members(mgmt: Management) -> tuple[set[str], set[str]]:
-    """(members that answered, those of them in maintenance), this broker included."""
-    view = cluster_view(mgmt)
+    """(members that answered, those of them in maintenance), this broker included
+    (``peers.member_states``)."""
     me = mgmt.broker.settings.node_name
-    up, drained = {me}, ({me} if mgmt.broker.draining else set())
-    pairs = [(n, a) for n, a in zip(view["member_names"], view["members"], strict=False)
-             if n != me]
-
-    async def one(name: str, address: str) -> None:
-        host, _, port = address.rpartition(":")
-        try:
-            props = await anyio.to_thread.run_sync(_probe, host.strip("[]"), int(port),
-                                                   abandon_on_cancel=True)
-        except (OSError, ValueError):
-            return
-        up.add(name)
-        if props.get("being_drained"):
-            drained.add(name)
-
-    async with anyio.create_task_group() as tg:
-        for name, address in pairs:
-            tg.start_soon(one, name, address)
+    states = await member_states(mgmt)
+    up = {me, *(n for n, props in states.items() if props is not None)}
+    drained = {n for n, props in states.items() if props and props.get("being_drained")}
+    if mgmt.broker.draining:
+        drained.add(me)
     return up, drained
 
 

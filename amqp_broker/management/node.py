@@ -89,12 +89,22 @@ def node_json(mgmt: Management) -> dict[str, Any]:
     }
 
 
-def peer_nodes(mgmt: Management) -> list[dict[str, Any]]:
-    """The other members of our view, as far as this node knows them (name, running)."""
+def peer_nodes(mgmt: Management,
+               states: dict[str, dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The other members of our view, as far as this node knows them: name, ``running`` (it
+    answered), ``being_drained`` (in maintenance mode: RabbitMQ's field), from ``states`` (node
+    name -> its server properties, None when it did not answer: ``peers.member_states``)."""
     cluster = cluster_view(mgmt)
     me = mgmt.broker.settings.node_name
-    return [{"name": n, "type": "disc", "running": True, "cluster_view": cluster["view"],
-             "cluster_leader": cluster["leader"]} for n in cluster["member_names"] if n != me]
+    out = []
+    for n in cluster["member_names"]:
+        if n == me:
+            continue
+        props = states.get(n)
+        out.append({"name": n, "type": "disc", "running": props is not None,
+                    "being_drained": bool(props and props.get("being_drained")),
+                    "cluster_view": cluster["view"], "cluster_leader": cluster["leader"]})
+    return out
 
 
 def overview_json(mgmt: Management, peers: list[dict[str, Any]] | None = None) -> dict[str, Any]:

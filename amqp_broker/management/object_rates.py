@@ -1,15 +1,18 @@
 """Per-object message rates for the management API's ``message_stats`` / ``*_details``: per
-queue and per channel, sampled with the node's totals (``context.Sampler``, every 5 s: RabbitMQ's
+queue, per channel and per exchange, sampled with the node's totals (``context.Sampler``, every 5 s: RabbitMQ's
 ``collect_statistics_interval``) and computed as RabbitMQ's "basic" rates mode does, per second
 between the newest two samples of the object. Source: "Management HTTP API" (``message_stats``,
 ``*_details.rate``), RabbitMQ docs "Management Plugin" (statistics interval, rates mode).
 
 A sample reads the busy queues (``Broker.busy_queues``: O(those)) plus the queues of the last
 sample that were still changing (so a queue that fell idle shows its rates going to 0), and
-every live channel.
+every live channel, and the exchanges clients published to (``VirtualHost.exchange_counts``,
+``core.stats.exchange_cell``: O(those)).
 Queue counters: ``messages``, ``messages_ready``, ``messages_unacknowledged`` (counts) and
 ``publish`` (messages the queue took: a classic queue's entry sequence, when the queue type
-keeps one). Channel counters: ``publish``, ``ack``, ``deliver_get``, ``confirm``.
+keeps one). Channel counters: ``publish``, ``ack``, ``deliver_get``, ``confirm``. Exchange counters:
+``publish_in`` (messages clients published to it) and ``publish_out`` (one per queue each of
+those reached), RabbitMQ's.
 Must not know: HTTP, timers.
 """
 
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..core.broker import Broker
 
-__all__ = ["ObjectRates", "queue_counters", "channel_counters"]
+__all__ = ["ObjectRates", "queue_counters", "channel_counters", "exchange_counters"]
 
 _Snap = dict[int, tuple[Any, float, dict[str, int]]]
 
@@ -43,6 +46,13 @@ def channel_counters(ch: Any) -> dict[str, int]:
             "confirm": ch.confirms.confirmed if ch.confirms else 0}
 
 
+def exchange_counters(vhost: Any, ex: Any) -> dict[str, int] | None:
+    """``ex``'s (a ``routing.Exchange`` of ``vhost``, a ``VirtualHost``) ``publish_in`` and
+    ``publish_out`` now; None when no client published to it since it was declared."""
+    cell = vhost.exchange_counts.get(ex)
+    return None if cell is None else {"publish_in": cell[0], "publish_out": cell[1]}
+
+
 def _rates(prev: _Snap, cur: _Snap, obj: Any) -> dict[str, float]:
     key = id(obj)
     a, b = prev.get(key), cur.get(key)
@@ -53,14 +63,17 @@ def _rates(prev: _Snap, cur: _Snap, obj: Any) -> dict[str, float]:
 
 
 class ObjectRates:
-    """The newest two samples of every sampled queue and channel (keyed by object identity)."""
+    """The newest two samples of every sampled queue, channel and exchange (keyed by object
+    identity)."""
 
     def __init__(self) -> None:
         self._queues: tuple[_Snap, _Snap] = ({}, {})
         self._channels: tuple[_Snap, _Snap] = ({}, {})
+        self._exchanges: tuple[_Snap, _Snap] = ({}, {})
 
     def sample(self, broker: Broker, now: float) -> None:
-        """Take one sample of ``broker``'s queues and channels at wall time ``now`` (s)."""
+        """Take one sample of ``broker``'s queues, channels and exchanges at wall time ``now``
+        (s)."""
         queues = {id(q): q for q in broker.busy_queues()}
         older, last = self._queues
         for key, (q, _, counts) in last.items():
@@ -75,6 +88,13 @@ class ObjectRates:
             for ch in list(conn.channels.values()):
                 channels[id(ch)] = (ch, now, channel_counters(ch))
         self._channels = (self._channels[1], channels)
+        exchanges = {}
+        for vhost in list(broker.vhosts.values()):
+            routing = vhost.routing
+            for ex, (n_in, n_out) in list(vhost.exchange_counts.items()):
+                if routing.get_exchange(ex.name) is ex:
+                    exchanges[id(ex)] = (ex, now, {"publish_in": n_in, "publish_out": n_out})
+        self._exchanges = (self._exchanges[1], exchanges)
 
     def queue(self, q: Any) -> dict[str, float]:
         """Per-second rates of ``q``'s counters ({} until it was in two samples in a row;
@@ -84,3 +104,7 @@ class ObjectRates:
     def channel(self, ch: Any) -> dict[str, float]:
         """Per-second rates of ``ch``'s counters ({} until it was in two samples)."""
         return _rates(*self._channels, ch)
+
+    def exchange(self, ex: Any) -> dict[str, float]:
+        """Per-second rates of ``ex``'s counters ({} until it was in two samples)."""
+        return _rates(*self._exchanges, ex)

@@ -18,6 +18,10 @@ reaches one node finds the others' management URLs there (``amqp-broker ctl`` re
   a member that did not answer is left out and asked again after ``RETRY_S`` (the page polls
   the overview every 2 s). The ``ip_address`` of another member's listeners is the host of its
   AMQP address in the view (where the members reach it), not its bind address.
+
+``member_states`` asks every other member at once, now, for what changes from one moment to the
+next (``being_drained``, whether it answers at all: ``/api/nodes``, ``maintenance``), and
+refreshes the listeners cache with the answers.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from ..clustering.cli import server_properties
 from .context import Listener, Management
 from .node import cluster_view
 
-__all__ = ["publish", "peer_listeners", "listener_json", "PROBE_TIMEOUT_S", "KEEP_S", "RETRY_S"]
+__all__ = ["publish", "peer_listeners", "listener_json", "member_states", "PROBE_TIMEOUT_S",
+           "KEEP_S", "RETRY_S"]
 
 #: seconds to wait for a member's Connection.Start
 PROBE_TIMEOUT_S = 1.0
@@ -81,28 +86,53 @@ def _listeners(host: str, port: int, props: dict[str, Any]) -> list[Listener]:
     return out
 
 
-async def _probe(mgmt: Management, address: str, now: float) -> None:
+async def _probe(mgmt: Management, address: str, now: float) -> dict[str, Any] | None:
+    """Ask the member at ``address`` for its server properties (None: no answer) and cache its
+    listeners."""
     hp = _split(address)
     if hp is None:
         mgmt.peer_cache[address] = (now + KEEP_S, None)
-        return
+        return None
     try:
         props = await anyio.to_thread.run_sync(server_properties, hp[0], hp[1],
                                                PROBE_TIMEOUT_S, abandon_on_cancel=True)
     except OSError:   # refused, timed out, not AMQP 0-9-1 (ConnectionError is an OSError)
         mgmt.peer_cache[address] = (now + RETRY_S, None)
-        return
+        return None
     mgmt.peer_cache[address] = (now + KEEP_S, _listeners(hp[0], hp[1], props))
+    return props
+
+
+def _peers(mgmt: Management) -> list[tuple[str, str]]:
+    """(node name, AMQP address) of the other members of this node's view, in view order."""
+    view = cluster_view(mgmt)
+    me = mgmt.broker.settings.node_name
+    return [(n, a) for n, a in zip(view["member_names"], view["members"], strict=False)
+            if n != me]
+
+
+async def member_states(mgmt: Management) -> dict[str, dict[str, Any] | None]:
+    """Node name -> Connection.Start server properties of each other member of this node's view
+    (``being_drained``, its listeners ...), asked now, all at once, each within
+    ``PROBE_TIMEOUT_S``; None for a member that did not answer. Refreshes the listeners cache
+    with the answers. {} for a broker not clustered."""
+    now = time.monotonic()
+    out: dict[str, dict[str, Any] | None] = {}
+
+    async def one(name: str, address: str) -> None:
+        out[name] = await _probe(mgmt, address, now)
+
+    async with anyio.create_task_group() as tg:
+        for name, address in _peers(mgmt):
+            tg.start_soon(one, name, address)
+    return out
 
 
 async def peer_listeners(mgmt: Management) -> list[dict[str, Any]]:
     """The listeners of the other members of this node's view, as ``listener_json`` dicts,
     in view order; a member that does not answer (or a broker not clustered) adds none.
     Waits at most about ``PROBE_TIMEOUT_S`` (members are asked in parallel)."""
-    view = cluster_view(mgmt)
-    me = mgmt.broker.settings.node_name
-    peers = [(n, a) for n, a in zip(view["member_names"], view["members"], strict=False)
-             if n != me]
+    peers = _peers(mgmt)
     now = time.monotonic()
     stale = [a for _, a in peers if mgmt.peer_cache.get(a, (0.0, None))[0] <= now]
     if stale:

@@ -41,6 +41,7 @@ from .http import (
     read_json,
     require_keys,
 )
+from .object_rates import exchange_counters
 from .shapes import binding_json, exchange_json
 
 __all__ = ["ROUTES", "exchange_items", "binding_items", "properties_from_json"]
@@ -52,11 +53,21 @@ def _name(request: Request, key: str = "name") -> str:
 
 
 def exchange_items(mgmt: Management, user: Account, vhost: str | None = None) -> list[dict]:
-    """Every exchange ``user`` may see (of ``vhost`` only, when given)."""
+    """Every exchange ``user`` may see (of ``vhost`` only, when given), with its message
+    rates."""
     broker = mgmt.broker
     names = [vhost] if vhost is not None else auth.visible_vhosts(user, broker.access,
                                                                   list(broker.vhosts))
-    return [exchange_json(v, ex) for v in names for ex in broker.vhosts[v].routing.exchanges()]
+    return [_with_stats(mgmt, v, ex) for v in names
+            for ex in broker.vhosts[v].routing.exchanges()]
+
+
+def _with_stats(mgmt: Management, vhost: str, ex: Any) -> dict:
+    """``exchange_json`` with the exchange's counts and rates (``object_rates``)."""
+    counts = exchange_counters(mgmt.broker.vhosts[vhost], ex)
+    rates = (mgmt.sampler.objects.exchange(ex)
+             if counts is not None and mgmt.sampler is not None else {})
+    return exchange_json(vhost, ex, counts, rates)
 
 
 def binding_items(mgmt: Management, user: Account, vhost: str | None = None) -> list[dict]:
@@ -84,10 +95,10 @@ def _exchange(request: Request, mgmt: Management, user: Account) -> tuple[str, A
 
 @endpoint()
 async def show_exchange(request: Request, mgmt: Management, user: Account) -> Response:
-    """One exchange, with RabbitMQ's ``incoming`` and ``outgoing`` (per-channel and per-queue
-    message rates: [] here, as RabbitMQ's with rates_mode basic)."""
+    """One exchange with its ``message_stats``, and RabbitMQ's ``incoming`` and ``outgoing``
+    (per-channel and per-queue message rates: [] here, as RabbitMQ's with rates_mode basic)."""
     vhost, ex = _exchange(request, mgmt, user)
-    return json_response({**exchange_json(vhost, ex), "incoming": [], "outgoing": []})
+    return json_response({**_with_stats(mgmt, vhost, ex), "incoming": [], "outgoing": []})
 
 
 @endpoint()

@@ -16,7 +16,7 @@ ours). ``/api/rebalance/queues`` is RabbitMQ's route (3.9+), which answers 204 a
 in the background; ours answers when the moves are done, with the leaders per member
 (``rabbitmq-queues rebalance quorum``'s table). Administrator only, but the health check (any
 management user, as RabbitMQ's). ``GET /api/nodes`` shows
-``being_drained`` (RabbitMQ's field) for this broker.
+``being_drained`` (RabbitMQ's field) for every member, as each says it now.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from .context import Management
 from .direct import GotMessage
 from .http import json_response, not_found, path_vhost
 from .node import cluster_view, node_json, overview_json, peer_nodes
-from .peers import peer_listeners
+from .peers import member_states, peer_listeners
 
 __all__ = ["ROUTES"]
 
@@ -32,13 +32,18 @@ async def overview(request: Request, mgmt: Management, user: Account) -> Respons
 
 @endpoint("monitoring")
 async def nodes(request: Request, mgmt: Management, user: Account) -> Response:
-    return json_response([node_json(mgmt), *peer_nodes(mgmt)])
+    """``GET /api/nodes``: this node, then the other members, each with ``being_drained`` as
+    it says now (``peers.member_states``: a drained member shows so from every member)."""
+    return json_response([node_json(mgmt), *peer_nodes(mgmt, await member_states(mgmt))])
 
 
 @endpoint("monitoring")
 async def node(request: Request, mgmt: Management, user: Account) -> Response:
+    """``GET /api/nodes/{name}``: one of ``nodes``' items, 404 for a name not in the view."""
     name = path_vhost(request, "name")
-    for item in [node_json(mgmt), *peer_nodes(mgmt)]:
+    me = mgmt.broker.settings.node_name
+    states = {} if name == me else await member_states(mgmt)
+    for item in [node_json(mgmt), *peer_nodes(mgmt, states)]:
         if item["name"] == name:
             return json_response(item)
     raise not_found()

@@ -153,12 +153,25 @@ def replica_json(broker: Broker, group: Any, members: list[str]) -> dict[str, An
             [m for m in synced if m != leader]}
 
 
-def exchange_json(vhost: str, ex: Exchange) -> dict[str, Any]:
-    """An exchange as in ``GET /api/exchanges`` (the default exchange's name is "")."""
-    return {"name": ex.name, "vhost": vhost, "type": ex.type, "durable": ex.durable,
-            "auto_delete": ex.auto_delete, "internal": ex.internal,
-            "arguments": jsonable(dict(ex.arguments or {})),
-            "user_who_performed_action": "rmq-internal"}
+def exchange_json(vhost: str, ex: Exchange, counts: dict[str, int] | None = None,
+                  rates: dict[str, float] | None = None) -> dict[str, Any]:
+    """An exchange as in ``GET /api/exchanges`` (the default exchange's name is ""), with the
+    ``message_stats`` of ``counts`` (``object_rates.exchange_counters``) and ``rates`` (per
+    second: ``object_rates.ObjectRates.exchange``) as RabbitMQ 3.10 shows them: none before a
+    client published to it, then ``publish_in`` (messages published to it) and, once one of
+    those reached a queue, ``publish_out`` (one per queue reached), each with
+    ``<key>_details.rate``."""
+    out = {"name": ex.name, "vhost": vhost, "type": ex.type, "durable": ex.durable,
+           "auto_delete": ex.auto_delete, "internal": ex.internal,
+           "arguments": jsonable(dict(ex.arguments or {})),
+           "user_who_performed_action": "rmq-internal"}
+    if counts is not None:
+        rates = rates or {}
+        out["message_stats"] = {k: v for key, count in counts.items()
+                                if count or key == "publish_in"
+                                for k, v in ((key, count),
+                                             (f"{key}_details", rate(rates.get(key, 0.0))))}
+    return out
 
 
 def props_key(routing_key: str, arguments: dict | None) -> str:

@@ -3,10 +3,11 @@ RabbitMQ's ``rabbitmq-upgrade drain`` / ``revive`` and ``rabbitmq-queues rebalan
 
 - ``ctl drain`` on one broker: its client connection is closed with 320 CONNECTION_FORCED "Node
   was put into maintenance mode" (RabbitMQ's text), a new client is refused with 320, the quorum
-  queues it led are led by the others (as every member sees it), ``/api/nodes`` shows
-  ``being_drained``, publishing and getting through another member go on, and a quorum queue
-  declared meanwhile is led by another member;
-- ``ctl revive``: clients are served again, the broker leads nothing until
+  queues it led are led by the others (as every member sees it), every member's ``/api/nodes``
+  shows it ``being_drained`` (and the others not), publishing and getting through another
+  member go on, and a quorum queue declared meanwhile is led by another member;
+- ``ctl revive``: clients are served again, every member's ``/api/nodes`` shows none
+  ``being_drained``, the broker leads nothing until
 - ``ctl rebalance``: the three queues' leaderships end one per broker, as the table it prints says,
   and each broker's ``/metrics`` reports the queue it leads only (the sums count each once);
 - the health check ``node-is-quorum-critical`` and ``ctl await_online_quorum_plus_one`` /
@@ -101,9 +102,11 @@ def test_drain_revive_and_rebalance(cluster: Cluster, capsys):
     for other in others:   # every member sees the leaders elsewhere
         wait_for(lambda o=other: target not in _leaders(urls[o]).values()
                  and len(_leaders(urls[o])) == 3, 15, f"{target} still leads, per {other}")
-    nodes = api_get(urls[target], "/nodes")
-    assert isinstance(nodes, list)
-    assert next(n for n in nodes if n["name"] == target)["being_drained"] is True
+    for url in urls.values():   # every member shows which one is drained
+        nodes = api_get(url, "/nodes")
+        assert isinstance(nodes, list)
+        assert {n["name"]: n["being_drained"] for n in nodes} == {
+            n: n == target for n in everyone}, url
     served = cluster.members[others[0]]
     conn = _connect(served)
     ch = conn.channel()
@@ -121,9 +124,10 @@ def test_drain_revive_and_rebalance(cluster: Cluster, capsys):
 
     assert ctl.main(["--url", urls[target], "revive"]) == 0
     _connect(member).close()
-    nodes = api_get(urls[target], "/nodes")
-    assert isinstance(nodes, list)
-    assert next(n for n in nodes if n["name"] == target)["being_drained"] is False
+    for url in urls.values():
+        nodes = api_get(url, "/nodes")
+        assert isinstance(nodes, list)
+        assert {n["name"]: n["being_drained"] for n in nodes} == dict.fromkeys(everyone, False)
     assert target not in _leaders(urls[target]).values()   # nothing moves back by itself
 
     capsys.readouterr()

@@ -31,7 +31,15 @@ from ..access import permit
 from ..confirms import STORE
 from ..consumer import ChannelConsumer
 from ..relay_inbox import RelayOrigin
-from ..stats import ACKED, GET_AUTO, GET_EMPTY, GET_MANUAL, REDELIVERED, typed_slot
+from ..stats import (
+    ACKED,
+    GET_AUTO,
+    GET_EMPTY,
+    GET_MANUAL,
+    REDELIVERED,
+    exchange_cell,
+    typed_slot,
+)
 from .queue import queue_name
 
 if TYPE_CHECKING:
@@ -178,13 +186,15 @@ def publish_message(ch: Channel, publish: Publish, header: bytes, body: bytes) -
             conn.broker.announce_blocked(conn)
     ch.n_publish += 1
     if ch.tx is not None:
-        ch.tx.append(("publish", (msg, publish.mandatory)))
+        ch.tx.append(("publish", (msg, publish.mandatory, exchange)))
         return
-    deliver_published(ch, msg, publish.mandatory)
+    deliver_published(ch, msg, publish.mandatory, exchange)
 
 
-def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
-    """Route ``msg``, enqueue it, return it when mandatory and unroutable, settle its confirm."""
+def deliver_published(ch: Channel, msg: Message, mandatory: bool, exchange: Any) -> None:
+    """Route ``msg``, enqueue it, return it when mandatory and unroutable, settle its confirm;
+    counted in ``exchange``'s (the ``routing.Exchange`` it was published to) ``publish_in`` and
+    ``publish_out`` (``stats.exchange_cell``)."""
     vhost = ch.vhost
     try:
         names = vhost.route(msg)
@@ -196,8 +206,13 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool) -> None:
     ok = True
     sid = None
     waits = None
+    cell = vhost.exchange_counts.get(exchange)
+    if cell is None:
+        cell = exchange_cell(vhost, exchange)
+    cell[0] += 1
     if names:
         ch.n_routed += len(names)
+        cell[1] += len(names)
         if msg.has_headers:
             msg = _strip_bcc(msg)
         ok, sid, waits = vhost.enqueue(msg, names)

@@ -50,10 +50,12 @@ export function exchanges(el) {
       {type: f.type, durable: f.durable, auto_delete: false, internal: false, arguments: {}})); };
   return async () => {
     const list = await api("/exchanges");
-    $("list").innerHTML = table("exchanges", ["Virtual host", "Name", "Type", "Features"],
-      list.map(x => `<tr data-exchange="${esc(x.name)}"><td>${esc(x.vhost)}</td>
+    $("list").innerHTML = table("exchanges", ["Virtual host", "Name", "Type", "Features",
+      "Message rate in", "Message rate out"], list.map(x => `<tr data-exchange="${esc(x.name)}">
+      <td>${esc(x.vhost)}</td>
       <td><a href="${link("exchanges", x.vhost, x.name)}">${esc(x.name || "(AMQP default)")}</a></td>
-      <td>${esc(x.type)}</td><td>${features(x)}</td></tr>`));
+      <td>${esc(x.type)}</td><td>${features(x)}</td>
+      ${num(rate(x.message_stats?.publish_in_details))}${num(rate(x.message_stats?.publish_out_details))}</tr>`));
   };
 }
 

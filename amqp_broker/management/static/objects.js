@@ -5,6 +5,9 @@ import {drawChart, legend} from "./chart.js";
 import {CHANNEL_HEAD, channelRows} from "./lists.js";
 
 const SERIES = [["messages", "#2a7ab0", "Net change"], ["publish", "#3a9a4a", "Incoming"]];
+// RabbitMQ's exchange page: message rates in (published to it) and out (to its queues)
+const X_SERIES = [["publish_in", "#3a9a4a", "Publish (In)"],
+  ["publish_out", "#2a7ab0", "Publish (Out)"]];
 
 function bindingRows(list, vhost) {
   return list.map(b => `<tr data-binding="${esc(b.source)}|${esc(b.routing_key)}">
@@ -114,8 +117,11 @@ export function queue(el, [vhost, name]) {
 
 export function exchange(el, [vhost, name]) {
   const path = `/exchanges/${enc(vhost)}/${enc(name)}`;
+  const history = [];
   el.innerHTML = `<h2>Exchange <span id="xtitle">${esc(name)}</span></h2>
     <p class="muted">Virtual host ${esc(vhost)}</p><div id="xdetails"></div>
+    <h3>Message rates (per second)</h3><canvas id="xrates" width="900" height="160"></canvas>
+    <div id="xlegend" class="legend"></div>
     <h3>Bindings (this exchange is the source)</h3><div id="xbindings"></div>
     <span id="bindings-result"></span>
     <form id="add-binding"><label>To <select name="kind"><option value="q">queue</option>
@@ -135,9 +141,15 @@ export function exchange(el, [vhost, name]) {
       return "Exchange deleted."; }); };
   return async () => {
     const [x, bindings] = await Promise.all([api(path), api(path + "/bindings/source")]);
-    $("xdetails").innerHTML = table("xinfo", ["Type", "Durable", "Auto-delete", "Internal"],
-      [`<tr><td>${esc(x.type)}</td><td>${x.durable}</td><td>${x.auto_delete}</td>
-      <td>${x.internal}</td></tr>`]);
+    const s = x.message_stats || {};
+    $("xdetails").innerHTML = table("xinfo", ["Type", "Durable", "Auto-delete", "Internal",
+      "Message rate in", "Message rate out"], [`<tr><td>${esc(x.type)}</td><td>${x.durable}</td>
+      <td>${x.auto_delete}</td><td>${x.internal}</td>
+      ${num(rate(s.publish_in_details))}${num(rate(s.publish_out_details))}</tr>`]);
+    history.push(Object.fromEntries(X_SERIES.map(([k]) => [k, s[k + "_details"]?.rate ?? 0])));
+    if (history.length > 150) history.shift();
+    drawChart($("xrates"), history, X_SERIES);
+    $("xlegend").innerHTML = legend(X_SERIES, history[history.length - 1]);
     $("xbindings").innerHTML = table("bindings", ["From", "Kind", "To", "Routing key",
       "Arguments", ""], bindingRows(bindings, vhost));
     onUnbind($("xbindings"));

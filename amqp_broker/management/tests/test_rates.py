@@ -48,3 +48,62 @@ def test_queue_and_channel_rates_between_two_samples() -> None:
     assert rates["messages"] == -11 / 5 and rates["publish"] == 0.0
     mgmt.sampler.sample(now=1015.0)
     assert mgmt.sampler.objects.queue(broker.vhosts["/"].queues["rq"])["messages"] == 0.0
+
+
+def test_exchange_publish_in_and_out_rates() -> None:
+    """RabbitMQ 3.10's exchange ``message_stats``: ``publish_in`` counts the messages clients
+    published to the exchange (routed or not), ``publish_out`` one per queue each reached
+    (a fanout to two queues: twice), on the exchange published to (not the one an
+    exchange-to-exchange binding passed it through); none before any publish, no
+    ``publish_out`` while nothing was routed. Checked against RabbitMQ in
+    interop_tests/test_management_rates_differential.py."""
+    broker = Broker()
+    mgmt = make(broker)
+    assert mgmt.sampler is not None
+    cl = Client(broker, port=51236)
+    cl.handshake()
+    cl.open_channel(1)
+    for name, kind in (("xfan", "fanout"), ("xdir", "direct"), ("xe2e", "fanout"),
+                       ("xidle", "fanout")):
+        cl.call(1, commands.Exchange.Declare(exchange=name, exchange_type=kind),
+                commands.Exchange.DeclareOk)
+    for q in ("xq1", "xq2"):
+        cl.call(1, commands.Queue.Declare(queue=q), commands.Queue.DeclareOk)
+        cl.call(1, commands.Queue.Bind(queue=q, exchange="xfan"), commands.Queue.BindOk)
+    cl.call(1, commands.Exchange.Bind(destination="xfan", source="xe2e"),
+            commands.Exchange.BindOk)
+    cl.publish(1, "xfan", "", b"first")
+    cl.pump()
+    mgmt.sampler.sample(now=2000.0)
+    for _ in range(10):
+        cl.publish(1, "xfan", "", b"x")
+    for _ in range(5):
+        cl.publish(1, "xdir", "nowhere", b"x")
+    for _ in range(3):
+        cl.publish(1, "xe2e", "", b"x")
+    cl.pump()
+    mgmt.sampler.sample(now=2005.0)
+
+    async def body() -> None:
+        async with client(mgmt) as c:
+            fan = (await c.get("/api/exchanges/%2F/xfan")).json()
+            assert fan["message_stats"] == {
+                "publish_in": 11, "publish_in_details": {"rate": 2.0},
+                "publish_out": 22, "publish_out_details": {"rate": 4.0}}
+            listed = {x["name"]: x for x in (await c.get("/api/exchanges/%2F")).json()}
+            assert listed["xfan"]["message_stats"] == fan["message_stats"]
+            assert sorted(listed["xdir"]["message_stats"]) == ["publish_in",
+                                                               "publish_in_details"]
+            assert listed["xdir"]["message_stats"]["publish_in"] == 5
+            assert listed["xe2e"]["message_stats"]["publish_out"] == 6
+            assert "message_stats" not in listed["xidle"]
+    run(body)
+    # a deleted and re-declared exchange starts again from nothing
+    cl.call(1, commands.Exchange.Delete(exchange="xdir"), commands.Exchange.DeleteOk)
+    cl.call(1, commands.Exchange.Declare(exchange="xdir", exchange_type="direct"),
+            commands.Exchange.DeclareOk)
+
+    async def again() -> None:
+        async with client(mgmt) as c:
+            assert "message_stats" not in (await c.get("/api/exchanges/%2F/xdir")).json()
+    run(again)
