@@ -57,6 +57,7 @@ def open_broker(config: Config) -> Broker:
             definitions.save_vhost(name)
     policy_store.load_policies(broker)   # before recovery: policies of vhosts restored later
     recover(broker)
+    broker.delayed.open(data / "delayed.log")   # after the exchanges it routes through
     persist.load_access(broker)
     dedup_state.load(data, broker)
     return broker
@@ -78,6 +79,7 @@ def close_broker(broker: Broker, data_dir: Path) -> None:
     metadata = getattr(broker, "metadata", None)   # the cluster metadata log (clustering)
     if metadata is not None:
         metadata.close()
+    broker.delayed.close()
     durability = broker.durability
     if durability.store is not None:
         durability.store.close()

@@ -55,7 +55,8 @@ class Exchange:
     bindings change.
 
     Raises ``UnknownExchangeType`` for an unknown ``type`` and ``InvalidArgument`` for a
-    non-string ``alternate-exchange`` argument.
+    non-string ``alternate-exchange`` argument (and, for ``x-delayed-message``, a bad
+    ``x-delayed-type``: ``routing.exchange_types.delayed``).
     Source: AMQP 0-9-1 §1.7.2.1 ``exchange.declare``; RabbitMQ: Exchanges guide, Alternate
     Exchanges.
     """
@@ -74,7 +75,7 @@ class Exchange:
         object.__setattr__(self, "arguments", args)
         object.__setattr__(self, "alternate_exchange", alternate_exchange_of(args))
         if self.matcher is None:
-            object.__setattr__(self, "matcher", matcher_for(self.type, self.name))
+            object.__setattr__(self, "matcher", matcher_for(self.type, self.name, args))
 
     @property
     def is_default(self) -> bool:

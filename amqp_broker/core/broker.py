@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from pamqp import commands as cmd
 
 from .access import AccessControl
+from .delayed import DelayedMessages
 from .durability import Durability
 from .policies import Policies
 from .relay import RelayOutbox
@@ -220,6 +221,9 @@ class Broker:
         #: Messages other members relayed here, waiting for a local consumer
         #: (``core.relay_inbox``); its ``policy`` is the relay policy.
         self.relay_inbox = RelayInbox(self.settings.relay_policy)
+        #: Messages held by x-delayed-message exchanges, with their timers (``core.delayed``);
+        #: the composition root opens its log (``<data>/delayed.log``).
+        self.delayed = DelayedMessages(self)
 
     def clock_ms(self) -> int:
         """The clock in whole milliseconds (what queues use for TTL)."""
@@ -264,6 +268,7 @@ class Broker:
                 q.expire()
         for vhost in self.vhosts.values():
             vhost.tick(now)
+        self.delayed.run_due(now)
         if self.relay_inbox.waiting:
             self.relay_inbox.tick(self)
         self.run_dispatch()
@@ -293,6 +298,9 @@ class Broker:
                 nxt = vhost.expiry_timers.next_deadline()
                 if nxt is not None:
                     delay = min(delay, nxt - now)
+            nxt = self.delayed.next_deadline()
+            if nxt is not None:
+                delay = min(delay, nxt - now)
             delay = max(delay, TICK_SECONDS)
         self.wake_at = now + delay
         return delay

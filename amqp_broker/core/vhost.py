@@ -122,8 +122,9 @@ class VirtualHost:
                                                auto_delete=auto_delete, internal=internal,
                                                arguments=dict(arguments or {}))
             self.broker.durability.exchange_declared(self.name, ex)
-        except UnknownExchangeType:
-            raise rules.unknown_exchange_type(type_) from None
+        except UnknownExchangeType as exc:  # x-delayed-message: its x-delayed-type is unknown
+            raise rules.unknown_exchange_type(exc.args[-1] if len(exc.args) > 1 else type_
+                                              ) from None
         except RoutingInvalidArgument as exc:
             raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}") from None
 

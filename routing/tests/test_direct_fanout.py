@@ -87,7 +87,7 @@ def test_fanout_ignores_key_and_headers() -> None:
 
 
 def test_registry() -> None:
-    assert set(EXCHANGE_TYPES) == {"direct", "fanout", "topic", "headers"}
+    assert set(EXCHANGE_TYPES) == {"direct", "fanout", "topic", "headers", "x-delayed-message"}
     assert isinstance(matcher_for("direct", "x"), DirectMatcher)
     assert matcher_for("fanout", "x").source == "x"
     with pytest.raises(UnknownExchangeType):

@@ -62,7 +62,7 @@ def test_declare_creates_then_returns_existing() -> None:
 def test_declare_unknown_type_raises_even_if_exists() -> None:
     t = RoutingTable()
     with pytest.raises(UnknownExchangeType):
-        t.declare_exchange("x", "x-delayed-message")
+        t.declare_exchange("x", "x-consistent-hash")
     t.declare_exchange("x", "direct")
     with pytest.raises(UnknownExchangeType):
         t.declare_exchange("x", "bogus")
