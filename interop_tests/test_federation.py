@@ -163,9 +163,14 @@ def test_federated_exchange_within_one_broker(management_broker, unique_name):
             "type": "exchange", "vhost": "/", "exchange": down, "upstream_exchange": up,
             "upstream": name, "status": "running", "uri": "amqp://"}
         assert "local_connection" in link and "id" in link
-        _publish(b.uri, up, "k", b"hello")
-        props, body = eventually(lambda: _get(b.uri, queue), "the message federated")
+        # RabbitMQ shows a link running once connected, before its bindings are made upstream:
+        # publish until one comes through
+        props, body = eventually(lambda: _publish(b.uri, up, "k", b"hello") or _get(b.uri, queue),
+                                 "a message federated")
         assert body == b"hello" and props.delivery_mode == 2
+        [upstream_queue] = [q["name"] for q in api(b.api_url, "/queues/%2F")[1]
+                            if q["name"].startswith(f"federation: {up} -> ")]
+        assert upstream_queue.endswith(f":{down}")
         [hop] = props.headers["x-received-from"]
         assert {k: hop.get(k) for k in ("uri", "exchange", "redelivered", "vhost")} == {
             "uri": "amqp://", "exchange": down, "redelivered": False, "vhost": "/"}, hop
@@ -173,6 +178,12 @@ def test_federated_exchange_within_one_broker(management_broker, unique_name):
     finally:
         _unfederate(b.api_url, name)
     eventually(lambda: _gone(b.api_url, down), "the link gone with its policy")
+
+    def upstream_queues() -> list[str]:
+        return [q["name"] for q in api(b.api_url, "/queues/%2F")[1]
+                if q["name"].startswith(f"federation: {up} -> ")]
+
+    eventually(lambda: not upstream_queues(), "its upstream queue deleted")
 
 
 # ------------------------------------------------------------------------- ours only

@@ -14,8 +14,9 @@ message to the downstream exchange with its routing key and an ``x-received-from
 (acked). Deviation: RabbitMQ declares the internal exchange with its ``x-federation-upstream``
 type when the upstream has the plugin (filtering there); we always use fanout (its fallback) and
 filter here. Both ends use our client (``clients.aio``), without reconnect: a lost end ends the
-run and ``manager`` starts it again after ``reconnect-delay``.
-Errors: ``LinkFailed`` (why); the client's ``ConnectionClosed`` / ``ChannelClosed`` /
+run and ``manager`` starts it again after ``reconnect-delay``. A link that goes (its policy,
+upstream or exchange removed) deletes its upstream queue and exchanges (``cleanup``), unless
+its upstream's ``resource-cleanup-mode`` is ``never``. Errors: ``LinkFailed`` (why); the client's ``ConnectionClosed`` / ``ChannelClosed`` /
 ``NoBrokerAvailable`` / ``TimeoutError`` / ``OSError`` pass through.
 """
 
@@ -42,10 +43,13 @@ from .params import Upstream
 if TYPE_CHECKING:
     from ..core.broker import Broker
 
-__all__ = ["run", "LinkSpec", "LinkFailed", "upstream_queue_name", "local_uri", "BINDING_SYNC"]
+__all__ = ["run", "cleanup", "LinkSpec", "LinkFailed", "upstream_queue_name", "local_uri",
+           "BINDING_SYNC", "CLEANUP_TIMEOUT"]
 
 #: seconds between comparisons of the downstream exchange's bindings with the upstream's
 BINDING_SYNC = 0.5
+#: seconds a cleanup of a gone link's upstream queue and exchanges may take at most
+CLEANUP_TIMEOUT = 30.0
 
 
 class LinkFailed(Exception):
@@ -123,6 +127,26 @@ async def _ensure_upstream_exchange(up: Connection, broker: Broker, spec: LinkSp
     await ch.exchange_declare(ux, x.type, durable=x.durable, auto_delete=x.auto_delete,
                               internal=x.internal, arguments=dict(x.arguments) or None)
     await ch.close()
+
+
+def _deleter(exchange: str) -> Callable[[Channel], Any]:
+    return lambda ch: ch.exchange_delete(exchange)
+
+
+async def cleanup(spec: LinkSpec, local: tuple[str, int]) -> None:
+    """Delete the upstream queue and internal exchanges of exchange link ``spec``, gone (its
+    policy, upstream or exchange removed), as RabbitMQ's ``resource-cleanup-mode`` ``default``
+    does. Raises the client's errors, ``TimeoutError`` after ``CLEANUP_TIMEOUT`` seconds."""
+    uris = [uri_for(x, local) for x in spec.upstream.uris]
+    name = f"Federation link cleanup {spec.vhost}/{spec.name} <- {spec.upstream.name}"
+    with anyio.fail_after(CLEANUP_TIMEOUT):
+        async with connect(uris, reconnect=False,
+                           client_properties={"connection_name": name}) as up:
+            queue = upstream_queue_name(spec, parse_uri(uris[0]).vhost)
+            ch = await up.channel()
+            await ch.queue_delete(queue)
+            for x in (f"{queue} A", f"{queue} B"):
+                await _disposable(up, _deleter(x))
 
 
 async def run(spec: LinkSpec, broker: Broker, local: tuple[str, int],

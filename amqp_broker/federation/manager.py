@@ -4,8 +4,8 @@ policies ask for and their status for ``GET /api/federation-links``.
 
 Every ``RECONCILE_INTERVAL`` seconds the manager compares the links the policies and parameters
 ask for (``upstreams.federated`` for each exchange and queue) with those running: a new one is
-started, a gone one (policy, parameter, exchange or queue removed) stopped, a changed one
-restarted. Link states, as RabbitMQ's ``rabbit_federation_status``: ``starting``, ``running``
+started, a gone one (policy, parameter, exchange or queue removed) stopped (an exchange link's
+upstream queue and exchanges deleted, ``exchange_link.cleanup``), a changed one restarted. Link states, as RabbitMQ's ``rabbit_federation_status``: ``starting``, ``running``
 (with ``local_connection``) and ``error`` (with the ``error``; started again after the
 upstream's ``reconnect-delay`` seconds). In a cluster one member runs the links: the member with
 the lowest name in the view (as the shovels, ``shovel.manager``); each member keeps its own
@@ -200,6 +200,11 @@ class FederationManager:
             if wanted.get(key) != link.spec:
                 link.scope.cancel()
                 del self.links[key]
+                s = link.spec
+                local = self.local()
+                if key not in wanted and s.kind == "exchange" and s.upstream.cleanup \
+                        and self.runs_here() and local is not None:
+                    self._tg.start_soon(self._cleanup, s, local)
         for key, spec in wanted.items():
             if key not in self.links:
                 link = self.links[key] = _Link(spec)
@@ -215,6 +220,13 @@ class FederationManager:
             except Exception:   # a policy or object changing under us: try again next time
                 log.exception("federation: reconcile failed")
             await anyio.sleep(RECONCILE_INTERVAL)
+
+    async def _cleanup(self, spec: LinkSpec, local: tuple[str, int]) -> None:
+        try:
+            await exchange_link.cleanup(spec, local)
+        except Exception as exc:  # the upstream is away: its queue stays (as RabbitMQ's)
+            log.warning("federation link exchange %r of vhost %r from upstream %r: cleanup "
+                        "failed: %s", spec.name, spec.vhost, spec.upstream.name, reason_of(exc))
 
     async def _supervise(self, link: _Link) -> None:
         s = link.spec

@@ -8,7 +8,8 @@ default: the downstream's), ``consumer-tag``, ``prefetch-count`` (default 1000 u
 messages), ``reconnect-delay`` (seconds, default 5), ``max-hops`` (default 1; exchanges only),
 ``expires`` / ``message-ttl`` (ms, the upstream queue's ``x-expires`` / ``x-message-ttl``; default
 none), ``trust-user-id`` (default false: the ``user_id`` property is removed), ``ack-mode``
-(``on-confirm`` default, ``on-publish``, ``no-ack``); RabbitMQ's ``resource-cleanup-mode``,
+(``on-confirm`` default, ``on-publish``, ``no-ack``), ``resource-cleanup-mode`` (``default``:
+an exchange link that goes deletes its upstream queue and exchange; ``never``); RabbitMQ's
 ``ha-policy``, ``bind-nowait`` and ``channel-use-mode`` are accepted and have no effect here.
 ``federation-upstream-set`` (a list of objects): each ``upstream`` (mandatory, a
 ``federation-upstream`` name) with any of the keys above, which override that upstream's.
@@ -78,7 +79,8 @@ class Upstream:
     """The effective settings of one upstream for one federated exchange or queue (an upstream
     parameter with its set entry's overrides). ``uris``: tried in order; ``exchange`` /
     ``queue``: the upstream's names (None: the downstream's); ``reconnect_delay``: seconds;
-    ``expires`` / ``message_ttl``: ms or None."""
+    ``expires`` / ``message_ttl``: ms or None; ``cleanup``: delete the upstream queue and
+    exchange of an exchange link that goes (``resource-cleanup-mode`` not ``never``)."""
 
     name: str
     uris: tuple[str, ...]
@@ -92,6 +94,7 @@ class Upstream:
     message_ttl: int | None = None
     trust_user_id: bool = False
     ack_mode: str = "on-confirm"
+    cleanup: bool = True
 
 
 def upstream_of(name: str, value: Mapping[str, Any],
@@ -114,4 +117,5 @@ def upstream_of(name: str, value: Mapping[str, Any],
         max_hops=int(merged.get("max-hops", 1)), expires=opt_int("expires"),
         message_ttl=opt_int("message-ttl"),
         trust_user_id=bool(merged.get("trust-user-id", False)),
-        ack_mode=str(merged.get("ack-mode", "on-confirm")))
+        ack_mode=str(merged.get("ack-mode", "on-confirm")),
+        cleanup=merged.get("resource-cleanup-mode", "default") != "never")
