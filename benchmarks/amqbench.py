@@ -48,6 +48,9 @@ CASES: tuple[Case, ...] = (
     Case("16b", "16 B transient, no-ack", ("--size", "16")),
     Case("1k", "1 KiB transient, no-ack", ("--size", "1024")),
     Case("64k", "64 KiB transient, no-ack", ("--size", "65536")),
+    # large bodies (issue 28): several body frames each; 16 MiB is max_message_size's default
+    Case("1m", "1 MiB transient, no-ack", ("--size", "1048576")),
+    Case("16m", "16 MiB transient, no-ack", ("--size", "16777216")),
     Case(
         "1k-ack",
         "1 KiB manual ack, prefetch 1000",

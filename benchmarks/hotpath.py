@@ -4,8 +4,9 @@ repeat across runs and machines, unlike time): ``python -m benchmarks.hotpath [-
 
 A core ``Broker`` (no sockets: ``amqp_broker.core``) with one publishing and one consuming
 connection; the publisher's frames (Basic.Publish + header + body of ``--size`` bytes, default
-1024, one body frame up to frame_max 131072, as amqbench sends them) are fed to
-``Connection.receive_data`` in chunks of 100 messages, each chunk cut into reads of at most 256 KiB
+1024, in body frames of at most frame_max 131072, as amqbench sends them) are fed to
+``Connection.receive_data`` in chunks of 100 messages (fewer of bodies over 82 KiB: ``per_chunk``),
+each chunk cut into reads of at most 256 KiB
 (what the I/O layer's socket reads hand over: ``server.connection_io.READ_SIZE``), so a large
 frame straddles two reads as it does on a socket. The consumer's output is taken after each chunk
 (the bytes a socket write would carry; when output credit stopped deliveries, the I/O layer's
@@ -38,11 +39,24 @@ CHUNK = 100
 READ_SIZE = 262144
 
 
+#: Body bytes per body frame: frame_max 131072 less the 8 of the envelope (a longer body is cut).
+FRAME_BODY_MAX = 131072 - 8
+#: Body bytes per chunk at most: large bodies go fewer to a chunk (one of 1 MiB: 8 a chunk).
+CHUNK_BYTES = 8 * 1024 * 1024
+
+
 def _frames(routing_key: str, body: bytes, persistent: bool) -> bytes:
     props = commands.Basic.Properties(delivery_mode=2 if persistent else None)
-    return (frame.marshal(commands.Basic.Publish(exchange="", routing_key=routing_key), 1)
-            + frame.marshal(header.ContentHeader(0, len(body), props), 1)
-            + frame.marshal(pbody.ContentBody(body), 1))
+    return b"".join([frame.marshal(commands.Basic.Publish(exchange="", routing_key=routing_key), 1),
+                     frame.marshal(header.ContentHeader(0, len(body), props), 1),
+                     *(frame.marshal(pbody.ContentBody(body[i:i + FRAME_BODY_MAX]), 1)
+                       for i in range(0, len(body), FRAME_BODY_MAX))])
+
+
+def per_chunk(size: int) -> int:
+    """Messages of ``size`` body bytes fed per chunk: ``CHUNK`` (100), fewer for bodies over
+    ``CHUNK_BYTES`` / 100 (82 KiB), at least 1."""
+    return max(1, min(CHUNK, CHUNK_BYTES // max(size, 1)))
 
 
 def _reads(data: bytes) -> list[bytes]:
@@ -78,11 +92,12 @@ def run(messages: int, case: str, size: int = 1024) -> float:
     con.call(1, commands.Basic.Qos(prefetch_count=1000))
     con.consume(1, "hot", "c", no_ack=(case == "noack"))
     channel = con.conn.channels[1]
-    reads = _reads(_frames("hot", b"x" * size, persistent) * CHUNK)
+    chunk = per_chunk(size)
+    reads = _reads(_frames("hot", b"x" * size, persistent) * chunk)
     store = durability.store if durability is not None else None
     delivered = 0
     started = time.perf_counter()
-    for _ in range(messages // CHUNK):
+    for _ in range(messages // chunk):
         for data in reads:
             pub.conn.receive_data(data)
         if store is not None:  # the group commit (in the I/O layer's worker thread normally)
