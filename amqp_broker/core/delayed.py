@@ -93,9 +93,7 @@ class DelayedMessages:
         Raises ``OSError`` when the log cannot be written (the message is then not held)."""
         r = HeldRecord(next(self._ids), self._wall_ms() + delay_ms, delay_ms, vhost,
                        msg.exchange, msg.routing_key, msg.header_payload, msg.body)
-        if self.log is not None:
-            self.log.append_held(r)
-        self.held[r.id] = r
+        self.held[r.id] = r if self.log is None else self.log.append_held(r)
         self.timers.schedule(r.id, self.broker.clock() + delay_ms / 1000)
 
     def run_due(self, now: float) -> int:
@@ -118,9 +116,17 @@ class DelayedMessages:
             self.timers.schedule(id_, now + early_ms / 1000)
             return
         del self.held[id_]
+        if self.log is not None:
+            try:
+                r = self.log.read(id_)
+            except (OSError, ValueError) as exc:
+                log.error("delayed message %d unreadable, dropped: %s", id_, exc)
+                self.dropped += 1
+                self.log.append_done(id_)
+                return
         self._route(r)
         if self.log is not None:
-            self.log.append_done(id_, list(self.held.values()))
+            self.log.append_done(id_)
 
     def _route(self, r: HeldRecord) -> None:
         vhost = self.broker.vhosts.get(r.vhost)

@@ -8,7 +8,9 @@ is cut off when the file is opened. Opening replays the log, keeps the held reco
 done record, and rewrites the file with only those (compaction); compaction runs again when done
 records outnumber the live ones by ``COMPACT_SLACK``.
 
-Appends are written to the OS at once (``flush``): a held message survives the broker process's
+The holder keeps only a held message's routing facts in memory (``light``); its content header
+and body are read back from the file (``read``) when it is due. Appends are written to the OS at
+once (``flush``): a held message survives the broker process's
 death (kill -9) as soon as ``append_held`` returns; ``sync`` (fsync) is called by the holder at
 each tick, so a power loss can lose the last tick's appends (100 ms), as the message store's
 group commit. Must not know: timers, routing, the broker. Source: the plugin keeps its messages
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["COMPACT_SLACK", "DelayedLog", "HeldRecord"]
+__all__ = ["COMPACT_SLACK", "DelayedLog", "HeldRecord", "light"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,11 @@ class HeldRecord:
     routing_key: str
     header: bytes
     body: bytes
+
+
+def light(r: HeldRecord) -> HeldRecord:
+    """``r`` without its content header and body (what the holder keeps in memory)."""
+    return HeldRecord(r.id, r.due_ms, r.delay_ms, r.vhost, r.exchange, r.routing_key, b"", b"")
 
 
 def _strings(*parts: str) -> bytes:
@@ -108,29 +115,33 @@ def _frame(payload: bytes) -> bytes:
 
 
 class DelayedLog:
-    """The delayed messages' log at ``path``. ``open()`` returns the live ``HeldRecord`` s (in
-    the order they were held) and makes the file ready for appends. Raises ``OSError`` when the
-    file cannot be read or written."""
+    """The delayed messages' log at ``path``. ``open()`` returns the live messages (in the order
+    they were held) *without* their content (``light``): the content header and body stay in the
+    file and ``read(id)`` reads them back when the message is due, so a held message costs
+    memory for its routing facts only. Raises ``OSError`` when the file cannot be read or
+    written."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: BinaryIO | None = None
-        self._live: set[int] = set()
+        self._rfd = -1  # a read-only descriptor of the same file, for ``read``
+        self._size = 0  # bytes in the file (appends go to the end)
+        self._at: dict[int, tuple[int, int]] = {}  # live id -> (offset, length) of its frame
         self._done = 0  # done records in the file
         self._dirty = False
 
     def open(self) -> list[HeldRecord]:
-        """Replay the file: the held records with no done record, in file order; the file is
-        rewritten with only those (a torn tail is dropped with one warning)."""
+        """Replay the file: the held messages with no done record, in file order, ``light``;
+        the file is rewritten with only those (a torn tail is dropped with one warning)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = self.path.read_bytes() if self.path.exists() else b""
-        held: dict[int, HeldRecord] = {}
+        held: dict[int, tuple[HeldRecord, int, int]] = {}
         good = 0
         for end, payload in _frames(data):
             try:
                 if payload[0] == _HELD:
                     r = _decode_held(payload)
-                    held[r.id] = r
+                    held[r.id] = (light(r), good, end - good)
                 elif payload[0] == _DONE:
                     held.pop(_DONE_REC.unpack(payload)[1], None)
                 else:
@@ -141,37 +152,66 @@ class DelayedLog:
         if good < len(data):
             log.warning("%s: %d bytes after offset %d unreadable (a torn append); dropped",
                         self.path, len(data) - good, good)
-        records = list(held.values())
-        self._rewrite(records)
-        return records
+        self._rewrite([(rid, data[at:at + n]) for rid, (_r, at, n) in held.items()])
+        return [r for r, _at, _n in held.values()]
 
-    def _rewrite(self, records: list[HeldRecord]) -> None:
+    def _rewrite(self, frames: list[tuple[int, bytes]]) -> None:
+        """Replace the file with ``frames`` ((id, held frame) in order) and append after them."""
         tmp = self.path.with_suffix(".tmp")
+        at: dict[int, tuple[int, int]] = {}
+        size = 0
         with open(tmp, "wb") as f:
-            for r in records:
-                f.write(_frame(_encode_held(r)))
+            for rid, frame in frames:
+                f.write(frame)
+                at[rid] = (size, len(frame))
+                size += len(frame)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         if self._file is not None:
             self._file.close()
+        if self._rfd >= 0:
+            os.close(self._rfd)
         self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for appends
-        self._live = {r.id for r in records}
+        self._rfd = os.open(self.path, os.O_RDONLY)
+        self._at = at
+        self._size = size
         self._done = 0
 
-    def append_held(self, record: HeldRecord) -> None:
-        """Append a held message (written to the OS before returning)."""
-        self._append(_frame(_encode_held(record)))
-        self._live.add(record.id)
+    def _frame_of(self, id_: int) -> bytes:
+        offset, length = self._at[id_]
+        if self._rfd < 0:
+            raise OSError(f"{self.path} is not open")
+        data = os.pread(self._rfd, length, offset)
+        if len(data) != length:
+            raise OSError(f"{self.path}: record {id_} cut short")
+        return data
 
-    def append_done(self, id_: int, live: list[HeldRecord]) -> None:
-        """Record that held message ``id_`` was routed or dropped; ``live`` (the holder's other
-        held messages) is what a compaction keeps when done records have piled up."""
+    def read(self, id_: int) -> HeldRecord:
+        """The whole held message ``id_`` (content header and body read back from the file).
+        Raises ``KeyError`` for an id that is not live, ``OSError`` / ``ValueError`` when the
+        file cannot be read or the record is damaged (crc)."""
+        frame = self._frame_of(id_)
+        payload = frame[_FRAME.size:]
+        if zlib.crc32(payload) != _FRAME.unpack_from(frame)[1]:
+            raise ValueError(f"{self.path}: record {id_} damaged (crc)")
+        return _decode_held(payload)
+
+    def append_held(self, record: HeldRecord) -> HeldRecord:
+        """Append a held message (written to the OS before returning); returns it ``light``."""
+        frame = _frame(_encode_held(record))
+        self._append(frame)
+        self._at[record.id] = (self._size - len(frame), len(frame))
+        return light(record)
+
+    def append_done(self, id_: int) -> None:
+        """Record that held message ``id_`` was routed or dropped; compacts the file when done
+        records outnumber the live messages by ``COMPACT_SLACK``."""
         self._append(_frame(_DONE_REC.pack(_DONE, id_)))
-        self._live.discard(id_)
+        self._at.pop(id_, None)
         self._done += 1
-        if self._done > len(self._live) + COMPACT_SLACK:
-            self._rewrite(live)
+        if self._done > len(self._at) + COMPACT_SLACK:
+            self._rewrite([(rid, self._frame_of(rid)) for rid in list(self._at)])
 
     def _append(self, data: bytes) -> None:
         f = self._file
@@ -179,6 +219,7 @@ class DelayedLog:
             raise OSError(f"{self.path} is not open")
         f.write(data)
         f.flush()
+        self._size += len(data)
         self._dirty = True
 
     def sync(self) -> None:
@@ -193,3 +234,6 @@ class DelayedLog:
             self.sync()
             self._file.close()
             self._file = None
+        if self._rfd >= 0:
+            os.close(self._rfd)
+            self._rfd = -1
