@@ -3,8 +3,8 @@ and ``amqp-broker ctl``.
 
 What a RabbitMQ 4 user (Khepri on Raft) expects:
 
-- a broker that serves clients after it joined is a voter of the metadata configuration: a
-  quorum queue declared right then, on any member, gets a replica on it (3 of 3);
+- a broker shows as a member (and serves clients) once it is a voter of the metadata
+  configuration: a quorum queue declared right then, on any member, gets a replica on it;
 - the founder killed while two brokers join it, then restarted, gives one cluster: one view,
   one metadata log (a redeclare with other arguments on another member is refused 406), never a
   second log founded by a joiner that was not added yet;
@@ -65,19 +65,20 @@ def _exists(member: Member, name: str) -> bool:
             conn.close()
 
 
-def test_a_quorum_queue_declared_right_after_a_join_has_three_replicas(cluster: Cluster):
-    """Declared on the first member the moment its view (Connection.Start's
-    ``cluster_members``, what cluster-status shows) lists the joiner."""
+def test_a_quorum_queue_declared_right_after_a_join_has_a_replica_on_the_joiner(
+        cluster: Cluster):
+    """Declared on the founder the moment its view (Connection.Start's ``cluster_members``,
+    what cluster-status shows) lists the joiner: the group has both (one broker fewer than the
+    issue's three-broker case, the same race, for ``make test``'s budget)."""
     n2, url = start_with_api(cluster, 2, None)
-    cluster.start(3, n2)
-    n4 = cluster.start(4, n2, wait=False)
-    wait_for(lambda: n4.address in (n2.members() or []), 30,
-             f"n4 never joined:\n{n4.log_tail()}", 0.01)
+    n3 = cluster.start(3, n2, wait=False)
+    wait_for(lambda: n3.address in (n2.members() or []), 30,
+             f"n3 never joined:\n{n3.log_tail()}", 0.01)
     declare(n2, "qq.after-join")   # at once
     got = api_get(url, "/queues/%2F/qq.after-join")
     assert isinstance(got, dict), got
-    assert sorted(got.get("members") or []) == ["n2", "n3", "n4"], (got, n4.log_tail(20))
-    wait_for(n4.serving, 30, f"n4 does not serve:\n{n4.log_tail()}")
+    assert sorted(got.get("members") or []) == ["n2", "n3"], (got, n3.log_tail(20))
+    wait_for(n3.serving, 30, f"n3 does not serve:\n{n3.log_tail()}")
 
 
 @LONG
@@ -132,3 +133,13 @@ def test_after_a_power_loss_one_broker_alone_serves_no_change_until_force_boot(t
         assert not (n2.data_dir / "force_boot").exists()
     finally:
         cluster.stop_all()
+
+
+def test_ctl_force_boot_writes_the_marker_of_a_stopped_broker(tmp_path, capsys):
+    """The operator's side alone (no broker): exit 0 and the marker the next start reads; 2
+    without ``--data-dir``; 1 for a directory that is not there."""
+    assert ctl.main(["force_boot", "--data-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "force_boot").exists()
+    assert "Forcing boot" in capsys.readouterr().out
+    assert ctl.main(["force_boot"]) == 2
+    assert ctl.main(["force_boot", "--data-dir", str(tmp_path / "nosuch")]) == 1
