@@ -93,3 +93,24 @@ def test_policy_none_answers_at_once_and_majority_needs_half():
     assert reply_quorum("majority", 2) == 1  # 2 of 3 members, counting us
     assert reply_quorum("majority", 4) == 2  # 3 of 5
     assert reply_quorum("all", 4) == 4 and reply_quorum("7", 4) == 4
+
+
+def test_the_published_view_is_its_voters_of_the_metadata_configuration():
+    """Connection.Start's cluster_members / cluster_member_names (what cluster-status, the API
+    and clients see) list a view member only once ``in_configuration`` admits it (the metadata
+    log's committed configuration); this member always lists itself; nothing is published
+    while it is in no view."""
+    d, _links, _ = _driver()
+    d.node.view = 7
+    voters = {"a", "b"}
+    d.in_configuration = lambda name: name in voters
+    d.publish_view()
+    props = d.broker.cluster_properties
+    assert props["cluster_member_names"] == ["a", "b"]
+    assert props["cluster_members"] == ["h:1", "h:2"] and props["cluster_view"] == 7
+    voters.add("c")   # its configuration change committed
+    d.publish_view()
+    assert props["cluster_member_names"] == ["a", "b", "c"]
+    d.node.members = ()
+    d.publish_view()
+    assert props["cluster_member_names"] == ["a", "b", "c"]
