@@ -22,6 +22,7 @@ from amqp_broker.protocol.errors import ChannelException, ConnectionException
 from cluster.quorum import config as qconfig
 from routing.destination import EXCHANGE, QUEUE, Destination
 from routing.errors import InvalidArgument as RoutingInvalidArgument
+from routing.errors import UnknownExchangeType
 from routing.exchange_types import EXCHANGE_TYPES
 
 from . import commands as m
@@ -61,6 +62,9 @@ def declare_exchange(vh: VhostState, cmd: m.DeclareExchange) -> Declared:
                                     arguments=dict(cmd.arguments))
     except RoutingInvalidArgument as exc:
         raise _invalid(exc) from None
+    except UnknownExchangeType as exc:  # x-delayed-message naming no type in x-delayed-type
+        raise rules.unknown_exchange_type(exc.args[-1] if len(exc.args) > 1 else cmd.type
+                                          ) from None
     return Declared(cmd.name, True)
 
 
