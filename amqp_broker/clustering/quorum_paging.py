@@ -77,7 +77,7 @@ def page(group: QuorumGroup, disk: DiskLog, name: str) -> None:
     if disk.lazy:   # the entries it loaded came without their data
         raft_log.dry_to = raft_log.last_index
     disk.release_loaded()
-    group.machine.read = body_reader(raft_log, disk, name)
+    group.machine.fifo.read = body_reader(raft_log, disk, name)   # kept by restore()
     page_bytes = os.environ.get("AMQP_QUORUM_PAGE_BYTES", "")
     if page_bytes.isdigit():
         group.machine.fifo.page_bytes = int(page_bytes)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from cluster.raft import fifo as f
@@ -257,15 +256,6 @@ class QuorumMachine:
         head expires); None without TTL."""
         head = self.fifo.head()
         return head.expires_at if head is not None else None
-
-    @property
-    def read(self) -> Callable[[int], bytes] | None:
-        """Paged mode: the body of the Enqueue at a Raft index (``FifoQueue.read``)."""
-        return self.fifo.read
-
-    @read.setter
-    def read(self, read: Callable[[int], bytes] | None) -> None:
-        self.fifo.read = read
 
     def snapshot(self) -> bytes:
         """The whole state: ``PAGED_SNAPSHOT``, the log floor u64 (``snapshot_floor``: the

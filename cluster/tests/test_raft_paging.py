@@ -72,7 +72,7 @@ def test_paged_snapshots_hold_no_body_and_a_hydrated_one_holds_them_all() -> Non
         return f.decode(log[index][len(envelope("n1#1", 0, b"")):]).body   # type: ignore[union-attr]
 
     leader = QuorumMachine(f.FifoConfig())
-    leader.read = read
+    leader.fifo.read = read
     leader.fifo.page_bytes = 0        # every body paged out
     for i in range(1, 6):
         log[i] = _enqueue(i)
@@ -85,7 +85,7 @@ def test_paged_snapshots_hold_no_body_and_a_hydrated_one_holds_them_all() -> Non
     assert [e.body for e in effects if isinstance(e, f.Deliver)] == \
         [b"body %d" % i for i in range(1, 6)]
     same = QuorumMachine(f.FifoConfig())       # a restart from its own log and snapshot
-    same.read = read
+    same.fifo.read = read
     same.restore(image)
     effects = same.apply(6, envelope("n2#1", 1, f.encode(f.Checkout("n2#1/1", 0, 0))))
     assert [e.body for e in effects if isinstance(e, f.Deliver)] == \
