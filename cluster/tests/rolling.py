@@ -140,11 +140,14 @@ def start_cluster(cluster: Cluster) -> tuple[list[Member], dict[str, str], dict[
     name, management port per last octet)."""
     ports = {o: free_port(f"127.0.0.{o}") for o in (2, 3, 4)}
     n2 = cluster.start(2, None, "--management-port", str(ports[2]))
-    n3 = cluster.start(3, n2, "--management-port", str(ports[3]))
-    n4 = cluster.start(4, n2, "--management-port", str(ports[4]))
+    # the two joiners start together (each waits for its own sync)
+    n3 = cluster.start(3, n2, "--management-port", str(ports[3]), wait=False)
+    n4 = cluster.start(4, n2, "--management-port", str(ports[4]), wait=False)
     members = [n2, n3, n4]
-    view = [m.address for m in members]
-    wait_for(lambda: all(m.members() == view for m in members), 30, "no agreed view")
+    wait_for(lambda: all(sorted(m.members() or []) == sorted(x.address for x in members)
+                         for m in members), 40, "no agreed view")
+    for m in (n3, n4):
+        wait_for(m.serving, 30, f"{m.name} never served a client:\n{m.log_tail()}")
     urls = {f"n{o}": f"http://127.0.0.{o}:{p}" for o, p in ports.items()}
     return members, urls, ports
 
