@@ -1,4 +1,4 @@
-"""Per-queue and per-channel ``message_stats`` rates in the API (issue 26): RabbitMQ's "basic"
+"""Per-queue, per-channel and per-exchange ``message_stats`` rates in the API (issue 26): RabbitMQ's "basic"
 rates mode, per second between the newest two 5 s samples (``object_rates``); samples are
 taken with explicit wall times, so the figures are exact."""
 
@@ -8,25 +8,38 @@ from pamqp import commands
 
 from amqp_broker.core.broker import Broker
 from amqp_broker.core.tests.client import Client
+from amqp_broker.management.context import Management
 
 from .helpers import client, make, run
 
 
-def test_queue_and_channel_rates_between_two_samples() -> None:
+def _setup(port: int) -> tuple[Broker, Management, Client]:
+    """A broker, its management context and a client with channel 1 open."""
     broker = Broker()
     mgmt = make(broker)
-    assert mgmt.sampler is not None
-    cl = Client(broker, port=51235)
+    cl = Client(broker, port=port)
     cl.handshake()
     cl.open_channel(1)
+    return broker, mgmt, cl
+
+
+def _two_samples(mgmt: Management, cl: Client, first: list[tuple[str, str]],
+                 then: list[tuple[str, str]], at: float) -> None:
+    """Publish ``first`` ((exchange, routing key) per message), sample at ``at`` (s), publish
+    ``then``, sample 5 s later."""
+    assert mgmt.sampler is not None
+    for batch, now in ((first, at), (then, at + 5.0)):
+        for exchange, key in batch:
+            cl.publish(1, exchange, key, b"x")
+        cl.pump()
+        mgmt.sampler.sample(now=now)
+
+
+def test_queue_and_channel_rates_between_two_samples() -> None:
+    broker, mgmt, cl = _setup(51235)
+    assert mgmt.sampler is not None
     cl.call(1, commands.Queue.Declare(queue="rq"), commands.Queue.DeclareOk)
-    cl.publish(1, "", "rq", b"first")
-    cl.pump()
-    mgmt.sampler.sample(now=1000.0)
-    for _ in range(10):
-        cl.publish(1, "", "rq", b"x")
-    cl.pump()
-    mgmt.sampler.sample(now=1005.0)
+    _two_samples(mgmt, cl, [("", "rq")], [("", "rq")] * 10, 1000.0)
 
     async def body() -> None:
         async with client(mgmt) as c:
@@ -57,12 +70,7 @@ def test_exchange_publish_in_and_out_rates() -> None:
     exchange-to-exchange binding passed it through); none before any publish, no
     ``publish_out`` while nothing was routed. Checked against RabbitMQ in
     interop_tests/test_management_rates_differential.py."""
-    broker = Broker()
-    mgmt = make(broker)
-    assert mgmt.sampler is not None
-    cl = Client(broker, port=51236)
-    cl.handshake()
-    cl.open_channel(1)
+    _broker, mgmt, cl = _setup(51236)
     for name, kind in (("xfan", "fanout"), ("xdir", "direct"), ("xe2e", "fanout"),
                        ("xidle", "fanout")):
         cl.call(1, commands.Exchange.Declare(exchange=name, exchange_type=kind),
@@ -72,17 +80,8 @@ def test_exchange_publish_in_and_out_rates() -> None:
         cl.call(1, commands.Queue.Bind(queue=q, exchange="xfan"), commands.Queue.BindOk)
     cl.call(1, commands.Exchange.Bind(destination="xfan", source="xe2e"),
             commands.Exchange.BindOk)
-    cl.publish(1, "xfan", "", b"first")
-    cl.pump()
-    mgmt.sampler.sample(now=2000.0)
-    for _ in range(10):
-        cl.publish(1, "xfan", "", b"x")
-    for _ in range(5):
-        cl.publish(1, "xdir", "nowhere", b"x")
-    for _ in range(3):
-        cl.publish(1, "xe2e", "", b"x")
-    cl.pump()
-    mgmt.sampler.sample(now=2005.0)
+    _two_samples(mgmt, cl, [("xfan", "")], [("xfan", "")] * 10 + [("xdir", "nowhere")] * 5
+                 + [("xe2e", "")] * 3, 2000.0)
 
     async def body() -> None:
         async with client(mgmt) as c:
