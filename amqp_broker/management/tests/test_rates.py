@@ -1,6 +1,6 @@
-"""Per-queue, per-channel and per-exchange ``message_stats`` rates in the API (issue 26): RabbitMQ's "basic"
-rates mode, per second between the newest two 5 s samples (``object_rates``); samples are
-taken with explicit wall times, so the figures are exact."""
+"""Per-queue, per-channel and per-exchange ``message_stats`` rates in the API (issue 26):
+RabbitMQ's "basic" rates mode, per second between the newest two 5 s samples
+(``object_rates``); samples are taken with explicit wall times, so the figures are exact."""
 
 from __future__ import annotations
 
