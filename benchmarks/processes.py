@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -46,6 +47,26 @@ def free_port(preferred: int | None = None) -> int:
                 continue
             return s.getsockname()[1]
     raise RuntimeError("no free port")
+
+
+def free_listen_port() -> int:
+    """A TCP port free on 127.0.0.1 right now, for a server that binds it only seconds later
+    (a RabbitMQ node boots for 15-100 s): a random one in 20000-32767. Below Linux's default
+    ephemeral range (32768-60999), so no outgoing connection takes it as its source port
+    meanwhile (a port 0 pick can be: the management listener of a booting node failed with
+    eaddrinuse so); random, so two nodes booting at once (two pytest-xdist workers) do not pick
+    the same one, as they did with a fixed preferred port (dist_port_already_used). Falls back
+    to :func:`free_port` after 50 taken candidates."""
+    pick = random.SystemRandom()
+    for _ in range(50):
+        candidate = pick.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, candidate))
+            except OSError:
+                continue
+            return candidate
+    return free_port()
 
 
 def port_accepts(port: int) -> bool:
@@ -271,11 +292,8 @@ class RabbitMQ(Broker):
             if user is not None:
                 for path in (self.base, *self.base.iterdir()):
                     os.chown(path, user.pw_uid, user.pw_gid)
-        # ports the kernel picks: a fixed preferred port (5674, 25674) was taken by two nodes
-        # booting at once (two pytest-xdist workers): dist_port_already_used, or one node's
-        # clients talking to the other's AMQP listener
-        self.port = free_port()
-        dist_port = free_port()
+        self.port = free_listen_port()
+        dist_port = free_listen_port()
         self._started_epmd = not port_accepts(EPMD_PORT)
         env = dict(
             os.environ,

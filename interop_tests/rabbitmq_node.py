@@ -82,9 +82,9 @@ def rabbitmq_uri() -> str:
             return _uri
         if _failure is not None:
             raise RabbitMQUnavailable(_failure)
-        from benchmarks.processes import RabbitMQ, free_port, wait_for_port
+        from benchmarks.processes import RabbitMQ, free_listen_port, wait_for_port
 
-        api_port, tls_port, prom_port = free_port(), free_port(), free_port()  # any: xdist
+        api_port, tls_port, prom_port = (free_listen_port() for _ in range(3))
         pki = tls_pki()
         node = RabbitMQ(conf=f"management.tcp.port = {api_port}\nmanagement.tcp.ip = 127.0.0.1\n"
                         f"prometheus.tcp.port = {prom_port}\nprometheus.tcp.ip = 127.0.0.1\n"
