@@ -152,16 +152,17 @@ class Connection:
         self.write(encode_method(channel, method))
 
     def take_output(self) -> bytes:
-        """The queued bytes (the caller writes them): all of them, or while more than
-        ``TAKE_MAX`` bytes of large pieces (large bodies, over 4 KiB a piece on average) wait, the
-        first ``TAKE_MAX`` or so, and ``on_writable`` is called for the rest. So a 64 MiB delivery
-        goes out in 1 MiB writes as the socket takes them, not joined whole (a copy of the body)
-        and buffered whole again by the transport. Everything when the connection is closed."""
+        """The queued bytes (the caller writes them): all of them, or while more than the
+        high-water mark (``high_water``, 4 MiB: only a delivery larger than it gets there) of
+        large pieces (over 4 KiB a piece on average) wait, the first ``TAKE_MAX`` (1 MiB) or so,
+        and ``on_writable`` is called for the rest. So a 64 MiB delivery goes out in 1 MiB writes
+        as the socket takes them, not joined whole (a copy of the body) and buffered whole again by
+        the transport. Everything when the connection is closed."""
         out = self._out
         if not out:
             return b""
         size = self.output_size
-        if size > TAKE_MAX and len(out) * LARGE_PIECE < size and not self.closed:
+        if size > self.high_water and len(out) * LARGE_PIECE < size and not self.closed:
             return self._take_some(out)
         if len(out) == 1:
             first = out[0]
