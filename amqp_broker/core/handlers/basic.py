@@ -210,8 +210,9 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool, exchange: Any)
     ok = True
     sid = None
     waits = None
-    cell = vhost.exchange_counts.get(exchange)
-    if cell is None:
+    try:   # cheaper than .get on the path every publish takes
+        cell = vhost.exchange_counts[exchange]
+    except KeyError:
         cell = exchange_cell(vhost, exchange)
     cell[0] += 1
     if names:
