@@ -153,8 +153,9 @@ class Connection:
 
     def take_output(self) -> bytes:
         """The queued bytes (the caller writes them): all of them, or while more than the
-        high-water mark (``high_water``, 4 MiB: only a delivery larger than it gets there) of
-        large pieces (over 4 KiB a piece on average) wait, the first ``TAKE_MAX`` (1 MiB) or so,
+        high-water mark (``high_water``, 4 MiB) and ``TAKE_MAX`` (1 MiB) of large pieces (over
+        4 KiB a piece on average: only a delivery over 1 MiB gets there, deliveries stop at the
+        mark) wait, the first ``TAKE_MAX`` or so,
         and ``on_writable`` is called for the rest. So a 64 MiB delivery goes out in 1 MiB writes
         as the socket takes them, not joined whole (a copy of the body) and buffered whole again by
         the transport. Everything when the connection is closed."""
@@ -162,7 +163,7 @@ class Connection:
         if not out:
             return b""
         size = self.output_size
-        if size > self.high_water and len(out) * LARGE_PIECE < size and not self.closed:
+        if size > self.high_water + TAKE_MAX and len(out) * LARGE_PIECE < size and not self.closed:
             return self._take_some(out)
         if len(out) == 1:
             first = out[0]

@@ -95,12 +95,14 @@ def encode_deliver_parts(channel: int, prefix: bytes, delivery_tag: int, redeliv
     size = len(prefix) + 9 + len(routing_raw)
     step = frame_max - c.FRAME_OVERHEAD
     n = len(body)
+    head = b"".join((_pack_head(c.FRAME_METHOD, channel, size), prefix,
+                     _pack_tag_bit(delivery_tag, redelivered), routing_raw, _END,
+                     _pack_head(c.FRAME_HEADER, channel, len(header_payload)), header_payload,
+                     _END, _pack_head(c.FRAME_BODY, channel, n if n <= step else step)))
+    if n <= step:
+        return [head, body, _END]
     view = memoryview(body)
-    first: bytes | memoryview = body if n <= step else view[:step]
-    parts: list[bytes | memoryview] = [b"".join((_pack_head(c.FRAME_METHOD, channel, size), prefix,
-                       _pack_tag_bit(delivery_tag, redelivered), routing_raw, _END,
-                       _pack_head(c.FRAME_HEADER, channel, len(header_payload)), header_payload,
-                       _END, _pack_head(c.FRAME_BODY, channel, len(first)))), first]
+    parts: list[bytes | memoryview] = [head, view[:step]]
     for i in range(step, n, step):
         chunk = view[i:i + step]
         parts.append(_END + _pack_head(c.FRAME_BODY, channel, len(chunk)))
