@@ -24,8 +24,6 @@ A replica whose files say it lost acknowledged entries (``DiskLog.lost``) is lis
 
 from __future__ import annotations
 
-import base64
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -36,8 +34,6 @@ from cluster.quorum.machine import QuorumMachine
 from cluster.raft.disklog import DiskLog
 from cluster.raft.fifo import FifoConfig
 from cluster.raft.messages import EntryKind, PersistentState
-
-from .clients_common import parse_id
 
 __all__ = ["GroupReport", "compare", "compare_groups", "read_replica"]
 
@@ -82,15 +78,13 @@ def _states_at(state: PersistentState, checkpoints: list[int]
     return out, machine
 
 
-def _message_ids(machine: QuorumMachine) -> list[int]:
-    """The ids of the messages the machine holds: ready ones in queue order, then those
-    checked out, consumer by consumer (bodies are the workload's decimal ids)."""
-    fifo = json.loads(json.loads(machine.snapshot())["fifo"])
-    ids = []
-    for entry in [*fifo["ready"], *(m for c in fifo["consumers"] for m in c[2])]:
-        ident = parse_id(base64.b64decode(entry[2]))
-        ids.append(-1 if ident is None else ident)
-    return ids
+def _message_count(machine: QuorumMachine) -> int:
+    """How many messages the machine holds: ready ones plus those checked out to consumers.
+    Read from the machine's queue, not its snapshot bytes: a paged snapshot (format 3,
+    ``cluster.quorum.machine.PAGED_SNAPSHOT``) starts with a binary floor, and its paged
+    messages carry no body."""
+    fifo = machine.fifo
+    return len(fifo.ready_messages()) + sum(len(c.out) for c in fifo.consumers.values())
 
 
 @dataclass
@@ -174,7 +168,7 @@ def compare(group: str, states: dict[str, PersistentState]) -> GroupReport:
         for cp, snap in at.items():
             seen.setdefault(cp, {})[name] = snap
         if upto in at:
-            report.messages[name] = len(_message_ids(machine))
+            report.messages[name] = _message_count(machine)
     for cp in checkpoints:
         snaps = seen.get(cp, {})
         counts: dict[bytes, int] = {}
