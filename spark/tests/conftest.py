@@ -8,7 +8,8 @@ and then the queue stayed empty for a moment. ``session`` (session scope): one
 ``spark.local.local_session()`` (master ``local[2]``, run as ``local[2,4]``: task retries, as
 users get it) for every Spark test module, stopped at the end: a session takes 10-17 s to start,
 and the modules all used the same master. (``test_examples`` runs the examples as their own
-processes, with their own sessions, as a user runs them.)
+processes, with their own sessions, as a user runs them.) Tests using ``session`` are timed
+without their fixtures (``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -83,6 +84,24 @@ def broker(tmp_path_factory):
     b = start_broker(tmp_path_factory.mktemp("spark-broker"))
     yield b
     b.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests here that use the shared ``session`` are timed without their fixtures
+    (pytest-timeout's ``func_only``): its start (10-85 s on a loaded machine) counted against the
+    first test's 120 s, and a timeout inside a py4j call leaves the gateway out of step, so every
+    later Spark test of the run failed with it. A test's own timeout marker keeps its seconds."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if "session" not in getattr(item, "fixturenames", ()) or here not in item.path.parents:
+            continue
+        own = item.get_closest_marker("timeout")
+        seconds = (own.kwargs.get("timeout", own.args[0] if own.args else None)
+                   if own is not None else None)
+        if seconds is None:
+            item.add_marker(pytest.mark.timeout(func_only=True), append=False)
+        else:
+            item.add_marker(pytest.mark.timeout(seconds, func_only=True), append=False)
 
 
 @pytest.fixture(scope="session")
