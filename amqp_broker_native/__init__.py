@@ -46,6 +46,7 @@ MODULES: tuple[str, ...] = (
     "amqp_broker.core.confirms",
     "amqp_broker.core.connection",
     "amqp_broker.core.consumer",
+    "amqp_broker.core.counts",
     "amqp_broker.core.vhost",
     "amqp_broker.core.handlers.basic",
     "amqp_broker.core.relay",

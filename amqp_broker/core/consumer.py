@@ -37,7 +37,8 @@ class ChannelConsumer:
     """
 
     __slots__ = ("tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "channel", "queue",
-                 "_prefix", "arguments", "_slot", "_redelivered_slot", "acked_slot")
+                 "_prefix", "arguments", "_slot", "_redelivered_slot", "acked_slot", "n_delivered",
+                 "n_acked", "folded")
 
     def __init__(self, channel: Channel, queue: QueueType, tag: str, *, no_ack: bool, exclusive: bool,
                  prefetch: int, priority: int = 0, arguments: dict | None = None) -> None:
@@ -55,6 +56,25 @@ class ChannelConsumer:
         self._slot = typed_slot(CONSUME_AUTO if no_ack else CONSUME_MANUAL, queue)
         self._redelivered_slot = typed_slot(REDELIVERED, queue)
         self.acked_slot = typed_slot(ACKED, queue)   # counted where its deliveries are acked
+        # deliveries and acks counted here (a native int: no boxed list slot per message) and
+        # moved into the channel's ``typed`` slots when the consumer leaves it (``fold_counts``)
+        self.n_delivered = 0
+        self.n_acked = 0
+        self.folded = False
+
+    def add_counts(self, typed: list[int]) -> None:
+        """Add this consumer's deliveries and acks not yet folded to ``typed`` (a ``core.stats``
+        slot list of ``N_TYPED`` counts)."""
+        if not self.folded:
+            typed[self._slot] += self.n_delivered
+            typed[self.acked_slot] += self.n_acked
+
+    def fold_counts(self) -> None:
+        """The consumer leaves its channel (cancelled, its queue deleted, the channel closed):
+        its counts go into the channel's ``typed`` slots, once; later acks of its deliveries are
+        counted there directly (``settle_unacked``)."""
+        self.add_counts(self.channel.typed)
+        self.folded = True
 
     def can_deliver(self) -> bool:
         """True when a delivery now respects prefetch, channel flow and connection output credit."""
@@ -78,10 +98,9 @@ class ChannelConsumer:
         if not self.no_ack:
             ch.unacked[tag] = (queue, entry, self)
             self.unacked += 1
-        typed = ch.typed
-        typed[self._slot] += 1
+        self.n_delivered += 1
         if entry.redelivered:
-            typed[self._redelivered_slot] += 1
+            ch.typed[self._redelivered_slot] += 1
         routing_raw = msg.routing_raw
         if routing_raw is None:
             routing_raw = msg.routing_raw = encode_routing(msg.exchange, msg.routing_key)

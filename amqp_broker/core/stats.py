@@ -1,10 +1,12 @@
 """Message and churn counters for the management API's rates and the Prometheus totals.
 
 Cheap by construction: the hot path adds one integer per publish (``Channel.n_publish``), one per
-routing outcome, one list slot per delivery (``Channel.typed``, indexed by a slot the consumer
-computed once), one per Basic.Ack call (``Channel.n_ack``, by the number of deliveries it
-settles) and, per publish, a dict lookup and two list slots of the exchange's cell
-(``VirtualHost.exchange_counts``: ``exchange_cell``); the delivery total and confirms are read
+routing outcome, one native integer per delivery and per ack on the consumer
+(``ChannelConsumer.n_delivered`` / ``n_acked``, moved into the channel's ``Channel.typed`` slots
+when the consumer leaves it: a boxed list slot per message cost ~2% of the hot path), one per
+Basic.Ack call (``Channel.n_ack``, by the number of deliveries it settles) and, per publish, a
+dict lookup and two native integers of the exchange's cell (``VirtualHost.exchange_counts``:
+``exchange_cell``, a ``core.counts.ExchangeCounts``); the delivery total and confirms are read
 from counters the channel keeps anyway (``next_delivery_tag``, the confirm tracker's sequence
 numbers). Totals are summed over the live
 channels when someone asks (a management sample every few seconds, a Prometheus scrape), and a
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from .counts import ExchangeCounts
 
 if TYPE_CHECKING:
     from queues.queue_type import QueueType
@@ -83,6 +87,8 @@ class MessageTotals:
         typed = self.typed
         for i, n in enumerate(ch.typed):
             typed[i] += n
+        for consumer in ch.consumers.values():  # counted on the consumer until it leaves
+            consumer.add_counts(typed)
 
     def copy(self) -> MessageTotals:
         """An independent copy."""
@@ -134,8 +140,8 @@ def message_totals(broker: Broker) -> MessageTotals:
 EXCHANGE_SLACK = 16
 
 
-def exchange_cell(vhost: VirtualHost, exchange: Any) -> list[int]:
-    """A new ``[publish_in, publish_out]`` cell for ``exchange`` (a ``routing.Exchange`` of
+def exchange_cell(vhost: VirtualHost, exchange: Any) -> ExchangeCounts:
+    """A new ``ExchangeCounts`` cell (``publish_in``, ``publish_out``) for ``exchange`` (a ``routing.Exchange`` of
     ``vhost``) in ``vhost.exchange_counts``, the per-exchange counts of RabbitMQ's exchange
     ``message_stats`` (Management HTTP API: ``publish_in``, messages clients published to the
     exchange, routed or not; ``publish_out``, one per queue each of them reached, as RabbitMQ's
@@ -150,5 +156,5 @@ def exchange_cell(vhost: VirtualHost, exchange: Any) -> list[int]:
         routing = vhost.routing
         for old in [x for x in counts if routing.get_exchange(x.name) is not x]:
             del counts[old]
-    cell = counts[exchange] = [0, 0]
+    cell = counts[exchange] = ExchangeCounts()
     return cell

@@ -31,6 +31,7 @@ from routing.table import RoutingTable
 from ..protocol import constants as c
 from ..protocol.errors import ChannelException
 from . import declare_rules as rules
+from .counts import ExchangeCounts
 from .durability import store_key
 from .policies import apply_policy, declared_arguments
 from .proxies import relay_to_homes
@@ -68,8 +69,8 @@ class VirtualHost:
                                                              broker._timer_earlier)
         #: Queues with a publish dedup window (``dedup_state`` saves the durable ones).
         self.dedup_queues: set[Any] = set()
-        #: Exchange -> [publish_in, publish_out] of the client publishes (``stats.exchange_cell``).
-        self.exchange_counts: dict[Any, list[int]] = {}
+        #: Exchange -> its publish counts from clients (``stats.exchange_cell``).
+        self.exchange_counts: dict[Any, ExchangeCounts] = {}
 
     # ------------------------------------------------------------------------ helpers
     def not_found(self, kind: str, name: str) -> ChannelException:
@@ -322,7 +323,9 @@ class VirtualHost:
             q.remove_consumer(consumer)
             if ch is None:  # a relay consumer (another member's)
                 continue
-            ch.consumers.pop(consumer.tag, None)
+            leaving = ch.consumers.pop(consumer.tag, None)
+            if leaving is not None:
+                leaving.fold_counts()
             if notify and ch.connection.capabilities.get("consumer_cancel_notify"):
                 if cancels is not None:
                     cancels.append((ch, consumer.tag))

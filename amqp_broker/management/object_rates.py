@@ -50,7 +50,8 @@ def exchange_counters(vhost: Any, ex: Any) -> dict[str, int] | None:
     """``ex``'s (a ``routing.Exchange`` of ``vhost``, a ``VirtualHost``) ``publish_in`` and
     ``publish_out`` now; None when no client published to it since it was declared."""
     cell = vhost.exchange_counts.get(ex)
-    return None if cell is None else {"publish_in": cell[0], "publish_out": cell[1]}
+    return (None if cell is None
+            else {"publish_in": cell.publish_in, "publish_out": cell.publish_out})
 
 
 def _rates(prev: _Snap, cur: _Snap, obj: Any) -> dict[str, float]:
@@ -91,7 +92,8 @@ class ObjectRates:
         exchanges = {}
         for vhost in list(broker.vhosts.values()):
             routing = vhost.routing
-            for ex, (n_in, n_out) in list(vhost.exchange_counts.items()):
+            for ex, cell in list(vhost.exchange_counts.items()):
+                n_in, n_out = cell.publish_in, cell.publish_out
                 if routing.get_exchange(ex.name) is ex:
                     exchanges[id(ex)] = (ex, now, {"publish_in": n_in, "publish_out": n_out})
         self._exchanges = (self._exchanges[1], exchanges)

@@ -127,6 +127,7 @@ def cancel(ch: Channel, m: cmd.Basic.Cancel) -> None:
     if not m.nowait:
         ch.connection.send_method(ch.id, cmd.Basic.CancelOk(m.consumer_tag))
     if consumer is not None:
+        consumer.fold_counts()
         ch.vhost.remove_consumer(consumer)
 
 
@@ -214,10 +215,10 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool, exchange: Any)
         cell = vhost.exchange_counts[exchange]
     except KeyError:
         cell = exchange_cell(vhost, exchange)
-    cell[0] += 1
+    cell.publish_in += 1
     if names:
         ch.n_routed += len(names)
-        cell[1] += len(names)
+        cell.publish_out += len(names)
         if msg.has_headers:
             msg = _strip_bcc(msg)
         ok, sid, waits = vhost.enqueue(msg, names)
@@ -353,7 +354,10 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
                 q.reject(entry)
             continue
         if ack:  # a consumer's slot is computed once; a Basic.Get's here
-            ch.typed[consumer.acked_slot if consumer is not None else typed_slot(ACKED, q)] += 1
+            if consumer is not None and not consumer.folded:
+                consumer.n_acked += 1
+            else:
+                ch.typed[consumer.acked_slot if consumer is not None else typed_slot(ACKED, q)] += 1
         if single:
             q.ack(entry)
         else:

@@ -108,3 +108,44 @@ def test_global_counters_and_churn_as_rabbitmq() -> None:
     agg = _samples(render(mgmt))
     assert agg[("rabbitmq_connections_closed_total", ())] == 1
     assert agg[("rabbitmq_channels_closed_total", ())] == 2
+
+
+def test_delivery_and_ack_counts_outlive_their_consumer() -> None:
+    """A consumer's deliveries and acks are counted on the consumer (native integers) and moved
+    to its channel when it leaves: after a Basic.Cancel, acks of its deliveries that come after
+    the cancel, a queue deleted under another consumer, and the channel's close, the totals
+    still count every delivery and ack once (Prometheus counters never go down)."""
+    mgmt = make()
+    cl = Client(mgmt.broker)
+    cl.handshake()
+    cl.open_channel(1)
+    for q in ("c", "d"):
+        cl.declare_queue(1, q)
+        for _ in range(3):
+            cl.publish(1, "", q, b"m")
+    cl.pump()
+    cl.consume(1, "c", "manual")
+    cl.pump()
+    cl.send(1, commands.Basic.Cancel(consumer_tag="manual"))
+    cl.pump()
+    cl.send(1, commands.Basic.Ack(delivery_tag=2, multiple=True))   # after the cancel
+    cl.pump()
+    cl.methods()
+    cl.consume(1, "d", "auto", no_ack=True)
+    cl.pump()
+    cl.send(1, commands.Queue.Delete(queue="d"))                   # its consumer goes with it
+    cl.pump()
+    agg = _samples(render(mgmt))
+    assert _typed(agg, "delivered_consume_manual_ack") == 3
+    assert _typed(agg, "delivered_consume_auto_ack") == 3
+    assert _typed(agg, "acknowledged") == 2
+    cl.send(1, commands.Basic.Ack(delivery_tag=3))
+    cl.pump()
+    cl.methods()
+    cl.send(1, commands.Channel.Close(200, "bye", 0, 0))
+    cl.pump()
+    agg = _samples(render(mgmt))
+    assert _typed(agg, "delivered_consume_manual_ack") == 3
+    assert _typed(agg, "delivered_consume_auto_ack") == 3
+    assert _typed(agg, "acknowledged") == 3
+    assert _typed(agg, "delivered") == 6
