@@ -48,9 +48,9 @@ _METHOD: Final = c.FRAME_METHOD
 _HEADER: Final = c.FRAME_HEADER
 _BODY: Final = c.FRAME_BODY
 #: Bytes ``take_output`` hands over at a time while large pieces wait (1 MiB).
-TAKE_MAX = 1 << 20
+TAKE_MAX: Final = 1 << 20
 #: Average bytes per queued piece above which output counts as large pieces (``take_output``).
-LARGE_PIECE = 4096
+LARGE_PIECE: Final = 4096
 #: Heartbeats (s) from which ours are sent on whole seconds (``Connection._heartbeat_due``):
 #: at 4 s, one every 1-2 s, while the peer waits two intervals (8 s) before it gives up.
 HEARTBEAT_GRID_MIN = 4

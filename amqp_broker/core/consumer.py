@@ -7,7 +7,7 @@ RabbitMQ "Consumer Prefetch" (per-consumer prefetch, ``global`` per channel) and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ..protocol.delivery import (
     deliver_prefix,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["ChannelConsumer", "LARGE_BODY"]
 
 #: Bodies above this many bytes are written as separate parts (one copy fewer per delivery).
-LARGE_BODY = 8192
+LARGE_BODY: Final = 8192
 
 
 class ChannelConsumer:

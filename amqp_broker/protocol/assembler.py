@@ -13,7 +13,7 @@ Must not know: routing, queues.
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from . import constants as c
 from .errors import ChannelException, ConnectionException
@@ -21,9 +21,9 @@ from .errors import ChannelException, ConnectionException
 __all__ = ["ContentAssembler", "MAX_MESSAGE_SIZE", "NO_LIMIT", "too_large"]
 
 #: The highest ``max_message_size`` RabbitMQ accepts, bytes (512 MiB, its ``?MAX_MSG_SIZE``).
-MAX_MESSAGE_SIZE = 536870912
+MAX_MESSAGE_SIZE: Final = 536870912
 #: ``max_size`` of an assembler without a limit (cluster peer links carry batches of messages).
-NO_LIMIT = 1 << 62
+NO_LIMIT: Final = 1 << 62
 
 
 def too_large(size: int, max_size: int) -> ChannelException:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 from pamqp import base, commands
 from pamqp import constants as pamqp_constants
@@ -25,8 +25,8 @@ from .errors import ConnectionException
 __all__ = ["FastCommand", "Publish", "decode_method", "encode_method", "PUBLISH_INDEX", "method_ids",
            "register_fast_decoder"]
 
-PUBLISH_INDEX = 0x003C0028
-_PUBLISH_PREFIX = b"\x00\x3c\x00\x28"
+PUBLISH_INDEX: Final = 0x003C0028
+_PUBLISH_PREFIX: Final = b"\x00\x3c\x00\x28"
 # RabbitMQ accepts any UTF-8 queue or exchange name of up to 255 bytes (it never applied the
 # spec's character grammar, which pamqp's validators enforce): without this a reply carrying
 # such a name (Queue.DeclareOk for a queue named "é") or a declaration propagated to a cluster

@@ -200,7 +200,8 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool, exchange: Any)
     vhost = ch.vhost
     # an x-delayed-message exchange holds a message with an x-delay: routed when due, never
     # returned (the plugin: "the mandatory flag is not supported"); confirmed once written
-    held = msg.has_headers and hold_delayed(vhost, msg)
+    has_headers = msg.has_headers  # a property: read once
+    held = has_headers and hold_delayed(vhost, msg)
     try:
         names = set() if held else vhost.route(msg)
     except RoutingInvalidArgument as exc:  # CC/BCC not an array
@@ -219,7 +220,7 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool, exchange: Any)
     if names:
         ch.n_routed += len(names)
         cell.publish_out += len(names)
-        if msg.has_headers:
+        if has_headers:
             msg = _strip_bcc(msg)
         ok, sid, waits = vhost.enqueue(msg, names)
     elif mandatory and not held:
