@@ -44,8 +44,15 @@ def test_queue_and_channel_message_stats_have_rates(management_broker, unique_na
 
         stats = eventually(channel_stats, "the channel's message_stats.publish")
         assert isinstance(stats["publish_details"]["rate"], float)
-        listed = [x for x in api(base, "/queues")[1] if x["name"] == q]
-        assert isinstance(listed[0]["messages_details"]["rate"], float)
+
+        def listed_with_rates():
+            # RabbitMQ lists messages_details once its stats collector sampled the queue's
+            # counts (every 5 s): right after the publishes the listing may not have it yet
+            listed = [x for x in api(base, "/queues")[1] if x["name"] == q]
+            return listed[0] if listed and "messages_details" in listed[0] else None
+
+        entry = eventually(listed_with_rates, "the queue listing's messages_details")
+        assert isinstance(entry["messages_details"]["rate"], float)
 
 
 def test_exchange_message_stats_have_rates(management_broker, unique_name):

@@ -1,4 +1,4 @@
-"""A short run of every nemesis: 3 brokers in network namespaces, classic shared queue, ~15 s;
+"""A short run of every nemesis: 3 brokers in network namespaces, classic shared queue, ~12 s;
 and of issue 24's ``corrupt`` and kill-target nemeses against a quorum queue.
 
 Each test runs the harness as ``python -m interop_tests.faults`` (its own process: the harness
@@ -33,7 +33,7 @@ from interop_tests.faults.lossy import unavailable_reason as lossy_unavailable
 from interop_tests.faults.netns import unavailable_reason
 
 REPO = Path(__file__).resolve().parents[3]
-SECONDS = 15
+SECONDS = 12
 NEMESES = ["kill", "pause", "partition-one", "partition-halves", "partition-ring", "link-flap",
            "mixed"]
 SUMMARY = re.compile(r"^runs=(\d+) confirmed=(\d+) lost=(\d+) unexpected=(\d+) "
