@@ -162,6 +162,12 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
         self._dirty: set[_Replica] = set()
         #: Replicas whose last log write failed (ENOSPC), retried by the group commit.
         self._unwritten: set[_Replica] = set()
+        #: Replicas whose fsyncs a group-commit round runs in a worker thread right now, and
+        #: the closed replicas whose log fds wait for that round to end: closing them, or a mark
+        #: written into a deleted directory, under a running fsync crashed the broker (CI at
+        #: 385178e: a quorum queue deleted during a group commit).
+        self._syncing: set[_Replica] = set()
+        self._closing: set[_Replica] = set()
         self._sync_wake: anyio.Event | None = None
         self._held: dict[str, deque[bytes]] = {}
         self._held_bytes: dict[str, int] = {}
@@ -329,13 +335,28 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
         self._dirty.discard(rep)
         if self.replicas.get(rep.uid) is rep:
             del self.replicas[rep.uid]
+        if delete_files:
+            # deleted now (a new queue of the same name may open the same directory at once);
+            # a group commit still syncing this log holds its fds and writes no mark
+            if rep.log is not None:
+                rep.log.abandon()
+            shutil.rmtree(rep.directory, ignore_errors=True)
+        self._closing.add(rep)
+        self.close_deferred()
+
+    def close_deferred(self) -> None:
+        """Close the logs of closed replicas that no worker thread uses any more (a group-commit
+        fsync, a Raft state or snapshot persist): never an fd under a running fsync."""
+        for rep in [r for r in self._closing if not r.blocked and r not in self._syncing]:
+            self._closing.discard(rep)
+            self._close_log(rep)
+
+    def _close_log(self, rep: _Replica) -> None:
         try:
             if rep.log is not None:
                 rep.log.close()
         except OSError as exc:
             log.error("quorum queue %r: closing its log: %s", rep.name, exc)
-        if delete_files:
-            shutil.rmtree(rep.directory, ignore_errors=True)
 
     # ------------------------------------------------------------------ running actions
     def execute(self, rep: _Replica, actions: Iterable[Action]) -> None:
@@ -431,7 +452,10 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
                 await anyio.to_thread.run_sync(self._persist, rep, act)
                 break
             except OSError as exc:
-                if exc.errno not in _NO_SPACE or rep.closed or attempt == PERSIST_RETRIES - 1:
+                if rep.closed:        # deleted meanwhile: its directory went with it
+                    log.debug("quorum queue %r: closed while persisting: %s", rep.name, exc)
+                    break
+                if exc.errno not in _NO_SPACE or attempt == PERSIST_RETRIES - 1:
                     log.critical("quorum queue %r: cannot persist its Raft state: %s",
                                  rep.name, exc)
                     raise
@@ -453,6 +477,8 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
         for the next append: a follower would not acknowledge them, and a leader whose followers
         are all in that state would commit nothing more -- issue 12, the replica-move stall)."""
         rep.blocked -= 1
+        if rep.closed:
+            self.close_deferred()
         if rep.blocked or rep.closed:
             return
         todo, rep.backlog = rep.backlog, deque()

@@ -47,6 +47,8 @@ class QuorumTimers:
         _tg: Any
         _dirty: set[Any]
         _unwritten: set[Any]
+        _syncing: set[Any]
+        _closing: set[Any]
         _held: dict[str, Any]
         _held_bytes: dict[str, int]
         _sync_wake: anyio.Event | None
@@ -54,6 +56,7 @@ class QuorumTimers:
         def now_ms(self) -> int: ...
         def wall_ms(self) -> int: ...
         def execute(self, rep: Any, actions: Iterable[Action]) -> None: ...
+        def close_deferred(self) -> None: ...
 
     async def run(self) -> None:
         """The timers and the group commit; runs until cancelled."""
@@ -160,12 +163,16 @@ class QuorumTimers:
                 self._unwritten.discard(r)
                 log.warning("quorum queue %r: writing its log again", r.name)
         self._unwritten = {r for r in self._unwritten if not r.closed}
+        self._syncing = {r for r, _p, _n in flushed}
         return flushed
 
     def end_sync(self, flushed: list[tuple[Any, PendingSync, tuple[int, int] | None]]
                  ) -> None:
         """The fsyncs of a ``begin_sync`` round ran: tell each replica's Raft node
-        (``persisted``), then let the broker dispatch (deliveries, confirms)."""
+        (``persisted``), then let the broker dispatch (deliveries, confirms). Replicas closed
+        meanwhile have their log fds closed now."""
+        self._syncing = set()
+        self.close_deferred()
         for rep, _p, newest in flushed:
             if newest is not None and not rep.closed and rep.raft is not None:
                 self.execute(rep, rep.raft.persisted(*newest))

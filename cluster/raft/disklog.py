@@ -198,6 +198,7 @@ class DiskLog:
         self._tail = b""          # the last TAIL bytes of the active segment (its marks' tail)
         self._appended = False    # entries appended since open (they clear a recovery floor)
         self._marks = MarksFile(self.directory, fsync)
+        self._abandoned = False
         self.lost: str | None = None
         #: Where each entry still in a segment lies (``read``), and the read fds by segment.
         self._positions = EntryPositions()
@@ -460,7 +461,10 @@ class DiskLog:
         return newest
 
     def _replace(self, name: str, record: bytes) -> None:
-        """Atomically replace file ``name``: write a temporary file, fsync, rename, fsync dir."""
+        """Atomically replace file ``name``: write a temporary file, fsync, rename, fsync dir.
+        Nothing once ``abandon``-ed (the directory is deleted, or is another log's now)."""
+        if self._abandoned:
+            return
         tmp = self.directory / (name + ".tmp")
         with open(tmp, "wb") as f:
             f.write(fmt.file_header(0, MAGIC, FORMAT_VERSION))
@@ -484,7 +488,10 @@ class DiskLog:
 
     def save_snapshot(self, snapshot: Snapshot, discard_log: bool) -> None:
         """Run ``PersistSnapshot``: appends buffered so far, the TRUNCATE of ``discard_log`` and the
-        snapshot file are durable when this returns; then useless segments are deleted."""
+        snapshot file are durable when this returns; then useless segments are deleted. Nothing
+        once ``abandon``-ed."""
+        if self._abandoned:
+            return
         if discard_log:   # entries up to the snapshot's may disagree with it: none is read
             self._put(fmt.encode_record(KIND_TRUNCATE, 0, snapshot.index + 1))
             self._positions.reset(snapshot.index + 1)
@@ -530,11 +537,20 @@ class DiskLog:
         """How many segment files exist (tests, metrics)."""
         return len(self._segments)
 
+    def abandon(self) -> None:
+        """This log's files are about to be deleted (its queue was): write no mark from now on,
+        not even a sync already running in another thread, and let ``close`` close the files
+        without syncing. The fds stay open until ``close`` (a running fsync may hold them)."""
+        self._marks.drop()
+        self._abandoned = True
+
     def close(self) -> None:
-        """Sync what is buffered and close the files. Raises ``OSError``."""
+        """Sync what is buffered (unless ``abandon``-ed) and close the files. Raises
+        ``OSError``."""
         if self._wfd < 0:
             return
-        self.sync()
+        if not self._abandoned:
+            self.sync()
         self._marks.close()
         for fd in self._rolled_fds:
             os.close(fd)

@@ -124,6 +124,8 @@ class MarksFile:
         self._fd = -1
         self._seq = 0
         self.current = Mark()
+        #: Set by ``drop``: the file is being deleted, ``write`` writes nothing.
+        self.dropped = False
 
     def read(self) -> str:
         """Load the current mark into ``current``; returns ``"ok"``, ``"absent"`` (no file) or
@@ -153,6 +155,8 @@ class MarksFile:
         the entry that goes with it (syncs of one log may finish out of order: the newer one made
         the older bytes durable too)."""
         with self._lock:
+            if self.dropped:
+                return self.current
             cur = self.current
             if "segment" in changes and (changes["segment"], changes["offset"]) < \
                     (cur.segment, cur.offset):
@@ -203,6 +207,16 @@ class MarksFile:
         except (OSError, fmt.FormatError):
             return False
         return len(data) == fmt.FILE_HEADER_SIZE + 2 * SLOT
+
+    def drop(self) -> None:
+        """The file is being deleted with its log: close it, and let no ``write`` from now on (in
+        any thread) write or reopen it -- a group commit still running on another thread must not
+        recreate it, nor open the file of a new log made in the same place."""
+        with self._lock:
+            self.dropped = True
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     def close(self) -> None:
         """Close the file (idempotent)."""
