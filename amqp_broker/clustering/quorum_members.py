@@ -190,6 +190,8 @@ class ReplicaManagement:
         """A configuration entry reached this replica's log: serve from the replica once it
         names this broker."""
         raft = rep.raft
+        log.info("quorum queue %r: configuration in force here: %s (log index %d)", rep.name,
+                 ", ".join(act.members), act.index)
         if self.me in act.members and raft is not None and rep.group is not raft:
             rep.group = raft
             if rep.queue is not None:

@@ -224,7 +224,8 @@ class MetadataGroup:
         members = set(node.members)
         learners = set(node.learners)
         missing = sorted(view - members - learners)
-        extra = sorted((members - view - {self.me}) & self.departed)
+        extra = [x for x in sorted((members - view - {self.me}) & self.departed)
+                 if _may_remove(node, members, x)]
         if missing and not learners:
             _ok, actions = node.add_member(missing[0])
             out += actions
@@ -338,3 +339,19 @@ class MetadataGroup:
     def member_of(origin: str) -> str:
         """The member name of an origin ``"<member>#<incarnation>"``."""
         return origin_member(origin)[0]
+
+
+def _may_remove(node: RaftNode, members: set[str], gone: str) -> bool:
+    """Whether the leader may remove ``gone`` (out of the view, ``departed``): not while it
+    answers this leader's Raft messages (the cluster view can lag a broker that restarted and
+    already voted: removing it would make the survivors' majority smaller than they are), and
+    only when the members left that answer are a majority of the configuration without it
+    (else the removal could not commit, and would leave a configuration that needs a member
+    that is down or wiped -- one whose empty log may not vote: no leader could ever be elected
+    again; seen in the membership nemesis, ``wipe-rejoin`` with ``kill-queue-leader``). A
+    member is answering when heard from in the current check-quorum period (thesis §6.2)."""
+    if node.peer_active(gone):
+        return False
+    rest = members - {gone}
+    alive = sum(1 for x in rest if x == node.id or node.peer_active(x))
+    return alive * 2 > len(rest)

@@ -167,7 +167,7 @@ class LeaderRole:
                 self._become_follower(self.term, None)   # check-quorum: cut off, stop acting
                 return
             for pr in self.progress.values():
-                pr.active = False
+                pr.was_active, pr.active = pr.active, False
             self.quorum_deadline = now + self.timing.election_ms
         if self.transfer_target is not None and now >= self.transfer_deadline:
             self.transfer_target = None
@@ -182,6 +182,12 @@ class LeaderRole:
                     pr.rejected(pr.next_index)   # the snapshot got lost: start over
                 pr.probe_sent = False
                 self._send_append(peer, heartbeat=True)
+
+    def peer_active(self, peer: str) -> bool:
+        """On a leader: whether ``peer`` answered in the current or the last check-quorum
+        period (thesis §6.2; False for a member this leader tracks no progress of)."""
+        pr = self.progress.get(peer)
+        return pr is not None and (pr.active or pr.was_active)
 
     def _mark_active(self, frm: str) -> None:
         pr = self.progress.get(frm)

@@ -20,11 +20,11 @@ class Progress:
     ``probing``: PROBE state (``probe_sent``: its one message is out); ``inflight``: last index of
     each batch sent and not yet acknowledged (REPLICATE); ``snapshot_index``: index of an
     InstallSnapshot in flight (0: none) sent at ``snapshot_sent_ms``; ``active``: heard from in the
-    current check-quorum period (thesis §6.2).
+    current check-quorum period (thesis §6.2), ``was_active`` in the one before.
     """
 
     __slots__ = ("match_index", "next_index", "probing", "probe_sent", "inflight",
-                 "snapshot_index", "snapshot_sent_ms", "active")
+                 "snapshot_index", "snapshot_sent_ms", "active", "was_active")
 
     def __init__(self, next_index: int) -> None:
         self.match_index = 0
@@ -35,6 +35,7 @@ class Progress:
         self.snapshot_index = 0
         self.snapshot_sent_ms = 0
         self.active = False
+        self.was_active = False     # ``active`` of the previous check-quorum period
 
     def can_send(self, max_inflight: int) -> bool:
         """Whether flow control lets one more AppendEntries out now."""

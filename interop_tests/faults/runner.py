@@ -37,7 +37,13 @@ from .netns import Network
 from .replicas import GroupReport, compare_groups
 from .workload import QueueRefused, Workload, declare_queue, drain, serves_quorum
 
-__all__ = ["RunConfig", "RunOutcome", "run_once"]
+__all__ = ["RunConfig", "RunOutcome", "run_once", "QUIET_S"]
+
+#: Seconds every broker stays up and idle after the drain before the replicas are read: the
+#: drain's last acknowledgements and cancels are log entries too, and a follower gets them a
+#: heartbeat (0.1 s) or a rejected probe later -- read at once, one was reported one entry
+#: behind (a false ``lagging``).
+QUIET_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -205,6 +211,7 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
             outcome.depths = drain(brokers, settings, history, timeout=cfg.drain_timeout)
             outcome.result = check(history.events())
         if outcome.queue_type == "quorum":
+            time.sleep(QUIET_S)
             for b in brokers.brokers:    # stopped, so that their files are read as they are
                 brokers.kill(b.index)
             outcome.replicas = compare_groups({b.name: b.data_dir for b in brokers.brokers})

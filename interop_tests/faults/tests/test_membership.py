@@ -36,11 +36,6 @@ pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.xfail(strict=False, reason=(
-    "known failure, open: in the fresh-clone CI rehearsal at 2347a4a the wipe-rejoin operation "
-    "(n3 wiped, the queue leader n1 killed with it) left n3 refusing clients with 320 'joining "
-    "the cluster' until the run's deadline; a joiner serves only once it is a voter of the "
-    "committed metadata configuration (d90106d). See the closing note of session 12"))
 def test_membership_short_run(tmp_path: Path) -> None:
     out = tmp_path / "outcome.json"
     env = {**os.environ, OPS_ENV: "wipe-rejoin,delete-add"}
