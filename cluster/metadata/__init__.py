@@ -7,7 +7,9 @@ and outbox of that group. Pure; the broker runs it through ``amqp_broker.cluster
 Modules (read ``machine`` first):
   ``commands``   the frozen commands: exchanges, queues (classic shared, private with its home
                  member, quorum whose replica members the machine chooses), bindings (queue and
-                 exchange-to-exchange), policies, vhosts, users, permissions, ``MemberGone``.
+                 exchange-to-exchange), policies, vhosts, users, permissions, ``MemberGone``,
+                 runtime parameters (``SetParameter`` / ``ClearParameter``: shovels,
+                 federation upstreams and upstream sets).
   ``codec``      ``encode`` / ``decode`` of a command: a Raft entry's data. Bad bytes raise
                  ``MalformedMetadata`` (``wire``), nothing else.
   ``wire``       the primitive encodings and ``MalformedMetadata``.
@@ -17,6 +19,8 @@ Modules (read ``machine`` first):
   ``topology``   the exchange / queue / binding rules, in the single broker's order, over the pure
                  functions shared with it: ``amqp_broker.core.declare_rules`` (moved out of
                  ``VirtualHost`` for this), ``core.policies``, ``cluster.quorum.config``.
+  ``parameters`` the runtime parameter rules (component, vhost, RabbitMQ's validation of the
+                 value, the shovel and federation packages' pure validators).
   ``snapshot``   the canonical bytes of the state (equal states, equal bytes) and back.
   ``machine``    ``MetadataMachine``: ``apply(index, command) -> outcome``, ``apply_entry``,
                  ``configure(members)``, ``snapshot()``, ``restore(bytes)``.
@@ -83,6 +87,7 @@ from .commands import (
     QUEUE,
     AddVhost,
     Bind,
+    ClearParameter,
     ClearPermission,
     ClearPolicy,
     Command,
@@ -94,6 +99,7 @@ from .commands import (
     DeleteVhost,
     MemberGone,
     PutUser,
+    SetParameter,
     SetPermission,
     SetPolicy,
     Unbind,
@@ -106,6 +112,6 @@ __all__ = [
     "MetadataMachine", "encode", "decode", "MalformedMetadata", "Command", "DeclareExchange",
     "DeleteExchange", "DeclareQueue", "DeleteQueue", "Bind", "Unbind", "SetPolicy",
     "ClearPolicy", "AddVhost", "DeleteVhost", "PutUser", "DeleteUser", "SetPermission",
-    "ClearPermission", "MemberGone", "QUEUE", "EXCHANGE", "Outcome", "Declared", "Deleted",
-    "Bound", "Stored", "Refused", "timeout_refusal",
+    "ClearPermission", "MemberGone", "SetParameter", "ClearParameter", "QUEUE", "EXCHANGE",
+    "Outcome", "Declared", "Deleted", "Bound", "Stored", "Refused", "timeout_refusal",
 ]

@@ -19,7 +19,8 @@ the member before proposing, as RabbitMQ's channel does); Queue.Delete's ``if_un
 first, as RabbitMQ asks the queue process); membership, which is Raft's own CONFIG entries
 (``cluster.raft``: single-server changes), told to the machine with ``configure``.
 Sources: AMQP 0-9-1 classes exchange and queue; RabbitMQ "Exchanges", "Queues", "Policies",
-"Access Control", "Virtual Hosts", "Exclusive Queues"; RabbitMQ "Metadata store" (Khepri: every
+"Access Control", "Virtual Hosts", "Exclusive Queues", "Parameters and Policies" (runtime
+parameters: shovels, federation upstreams); RabbitMQ "Metadata store" (Khepri: every
 change above is a command in one Raft log).
 """
 
@@ -31,7 +32,8 @@ from typing import Any
 
 __all__ = ["Command", "DeclareExchange", "DeleteExchange", "DeclareQueue", "DeleteQueue", "Bind",
            "Unbind", "SetPolicy", "ClearPolicy", "AddVhost", "DeleteVhost", "PutUser",
-           "DeleteUser", "SetPermission", "ClearPermission", "MemberGone", "QUEUE", "EXCHANGE"]
+           "DeleteUser", "SetPermission", "ClearPermission", "MemberGone", "SetParameter",
+           "ClearParameter", "QUEUE", "EXCHANGE"]
 
 #: ``Bind.destination_kind`` values.
 QUEUE, EXCHANGE = "queue", "exchange"
@@ -206,7 +208,33 @@ class MemberGone:
     member: str
 
 
+@dataclass(frozen=True, slots=True)
+class SetParameter:
+    """Set runtime parameter ``name`` of ``component`` in ``vhost`` (the management API's
+    ``PUT /api/parameters/{component}/{vhost}/{name}``, ``ctl set_parameter``): ``value`` is
+    its JSON text (an object for ``shovel`` and ``federation-upstream``, a list for
+    ``federation-upstream-set``), validated by the machine as RabbitMQ 3.10 validates it (400
+    with RabbitMQ's text otherwise; 404 for a missing vhost or an unknown component). Source:
+    RabbitMQ "Parameters and Policies", "Dynamic Shovels", "Federation Reference"."""
+
+    component: str
+    vhost: str
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClearParameter:
+    """Clear runtime parameter ``name`` of ``component`` in ``vhost`` (``DELETE
+    /api/parameters/...``, ``ctl clear_parameter``; a shovel that completed its
+    ``src-delete-after``): ``Deleted(False)`` when there was none."""
+
+    component: str
+    vhost: str
+    name: str
+
+
 Command = (DeclareExchange | DeleteExchange | DeclareQueue | DeleteQueue | Bind | Unbind
            | SetPolicy | ClearPolicy | AddVhost | DeleteVhost | PutUser | DeleteUser
-           | SetPermission | ClearPermission | MemberGone)
+           | SetPermission | ClearPermission | MemberGone | SetParameter | ClearParameter)
 """Every command of the metadata log."""

@@ -2,7 +2,8 @@
 commands of the metadata log in log order and so decides every outcome alike.
 
 Owns dispatching a command to its rule, the vhost / user / permission / policy commands (the
-rules of ``amqp_broker.core.access_store`` and ``policy_store``, without their I/O), turning a
+rules of ``amqp_broker.core.access_store`` and ``policy_store``, without their I/O; runtime
+parameters are ``parameters``'), turning a
 refusal into ``Refused``, and the Raft state machine interface: ``apply``, ``snapshot``,
 ``restore``, plus ``configure`` for the configuration in force (Raft CONFIG entries are not
 commands; the driver tells the machine each one it applies). Exchanges, queues and bindings are
@@ -25,6 +26,7 @@ from queues.arguments import parse_arguments
 from queues.errors import InvalidArgument
 
 from . import commands as m
+from . import parameters as params
 from . import snapshot as snap
 from . import topology as topo
 from .codec import decode
@@ -111,6 +113,10 @@ class MetadataMachine:
             return topo.unbind(vh, cmd)
         if isinstance(cmd, m.SetPolicy | m.ClearPolicy):
             return self._policy(cmd)
+        if isinstance(cmd, m.SetParameter):
+            return params.set_parameter(state, cmd)
+        if isinstance(cmd, m.ClearParameter):
+            return params.clear_parameter(state, cmd)
         if isinstance(cmd, m.AddVhost | m.DeleteVhost):
             return self._vhost(cmd)
         return self._access(cmd)
@@ -169,6 +175,7 @@ class MetadataMachine:
                 del state.permissions[key]
             for policy in state.policies.list(cmd.name):
                 state.policies.delete(cmd.name, policy.name)
+            params.forget_vhost(state, cmd.name)
             return Deleted(True)
         vh = state.vhosts.get(cmd.name)
         new = vh is None

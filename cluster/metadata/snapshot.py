@@ -18,6 +18,13 @@ Format (``wire`` encodings), version 1::
     u32 n, n x permission  (user, vhost, configure, write, read)
     u32 n, n x policy      (vhost, name, pattern, apply_to, int priority, table definition)
 
+Version 2 is version 1 followed by the runtime parameters::
+
+    u32 n, n x parameter   (vhost, component, name, value JSON text)
+
+A state without parameters is written as version 1 (the bytes of a member that predates them),
+one with parameters as version 2; ``decode`` reads both.
+
 ``decode`` raises ``wire.MalformedMetadata`` for bytes that are not such an image (including one
 whose bindings name missing exchanges or queues), and nothing else.
 """
@@ -35,13 +42,14 @@ from .wire import MalformedMetadata, Reader, Writer
 
 __all__ = ["VERSION", "encode", "decode"]
 
-VERSION = 1
+#: The newest format (with runtime parameters); 1 is written for a state without any.
+VERSION = 2
 
 
 def encode(state: MetadataState) -> bytes:
     """The canonical image of ``state``."""
     w = Writer()
-    w.raw(bytes((VERSION,)))
+    w.raw(bytes((VERSION if state.parameters else 1,)))
     w.strs(state.members)
     w.raw(len(state.users).to_bytes(4, "big"))
     for name in sorted(state.users):
@@ -65,6 +73,11 @@ def encode(state: MetadataState) -> bytes:
             w.str_(s)
         w.int_(p.priority)
         w.table(p.definition)
+    if state.parameters:
+        w.raw(len(state.parameters).to_bytes(4, "big"))
+        for key in sorted(state.parameters):
+            for s in (*key, state.parameters[key]):
+                w.str_(s)
     return w.bytes()
 
 
@@ -108,7 +121,7 @@ def decode(data: bytes) -> MetadataState:
         return state
     r = Reader(data)
     version = r.u8()
-    if version != VERSION:
+    if version not in (1, VERSION):
         raise MalformedMetadata(f"unknown snapshot version {version}")
     try:
         state.members = r.strs()
@@ -124,6 +137,9 @@ def decode(data: bytes) -> MetadataState:
         for _ in range(r.u32()):
             vhost, name, pattern, apply_to = r.str_(), r.str_(), r.str_(), r.str_()
             state.policies.put(_policy(r, vhost, name, pattern, apply_to))
+        for _ in range(r.u32() if version >= 2 else 0):
+            vhost, component, name = r.str_(), r.str_(), r.str_()
+            state.parameters[(vhost, component, name)] = r.str_()
     except (RoutingError, TypeError, KeyError) as exc:
         raise MalformedMetadata(f"inconsistent snapshot: {exc}") from None
     r.end()

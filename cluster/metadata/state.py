@@ -1,5 +1,6 @@
 """What the metadata state machine holds: vhosts with their exchanges, bindings and queues, users,
-permissions, policies, and the configuration (member list) in force.
+permissions, policies, runtime parameters (shovels, federation upstreams), and the configuration
+(member list) in force.
 
 Owns the records and their containers; ``topology`` and ``machine`` change them by the rules.
 Exchanges and bindings live in a ``routing.RoutingTable`` per vhost, the same class a broker
@@ -80,10 +81,12 @@ class VhostState:
 class MetadataState:
     """Everything: ``vhosts`` by name, ``users`` (``core.access.Account``, ``loopback_only``
     always False: that is each broker's configuration), ``permissions`` by (user, vhost),
-    ``policies`` (``core.policies.Policies``), ``members`` (the configuration in force, sorted)."""
+    ``policies`` (``core.policies.Policies``), ``members`` (the configuration in force, sorted),
+    ``parameters`` (runtime parameters: (vhost, component, name) -> the value's JSON text)."""
 
     vhosts: dict[str, VhostState] = field(default_factory=dict)
     users: dict[str, Account] = field(default_factory=dict)
     permissions: dict[tuple[str, str], Grant] = field(default_factory=dict)
     policies: Policies = field(default_factory=Policies)
     members: tuple[str, ...] = ()
+    parameters: dict[tuple[str, str, str], str] = field(default_factory=dict)

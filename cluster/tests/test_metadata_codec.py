@@ -31,7 +31,9 @@ values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
                       | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=8)
 tables = st.dictionaries(st.text(max_size=8), values, max_size=4)
 # names that mean something to the machine, mixed with anything
-names = st.one_of(st.sampled_from(["/", "q", "x", "amq.x", "amq.direct", "", "n1", "c1"]),
+names = st.one_of(st.sampled_from(["/", "q", "x", "amq.x", "amq.direct", "", "n1", "c1", "shovel",
+                                   '{"src-uri": "amqp://", "src-queue": "q", '
+                                   '"dest-uri": "amqp://", "dest-queue": "x"}']),
                   st.text(max_size=6))
 # arguments that mean something to the machine, mixed with anything
 meaningful_args = st.dictionaries(
@@ -75,7 +77,8 @@ def test_every_command_round_trips(cmd: m.Command) -> None:
 def test_the_kinds_are_numbered_as_documented() -> None:
     assert codec.encode(m.DeclareExchange("/", "x"))[:2] == b"\x01\x01"
     assert codec.encode(m.MemberGone("n1"))[:2] == b"\x01\x0f"
-    assert len(codec.KINDS) == 15
+    assert codec.encode(m.ClearParameter("shovel", "/", "s"))[:2] == b"\x01\x11"
+    assert len(codec.KINDS) == 17
 
 
 def _decode_or_malformed(data: bytes) -> None:
