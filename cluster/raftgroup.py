@@ -1,9 +1,11 @@
 """What every Raft group's glue shares: one broker's replica (a ``RaftNode``) and the ``Outbox`` of
 the commands this broker sends to the group, routed to the leader. Pure: inputs in, actions out.
 
-Used by the quorum queues' group (``cluster.quorum.group.QuorumGroup``) and the replicated
-streams' (``cluster.stream.group.StreamGroup``); the metadata log's group
-(``cluster.metadata.group``) uses ``to_leader``, ``Forward``, ``Status`` and ``RESEND_MS``.
+Extended by the quorum queues' group (``cluster.quorum.group.QuorumGroup``) and the replicated
+streams' (``cluster.stream.group.StreamGroup``) as ``RaftGroup``, and by the cluster metadata
+log's (``cluster.metadata.group.MetadataGroup``) as ``RaftGroupBase``: all of it but the
+``holding`` hook (the metadata log takes no holding report: the driver, which asks ``hasattr``,
+drops one with a warning).
 Owns: the routing rule of entries on their way to the leader (``to_leader``: proposed when this
 replica leads, else one ``Forward`` to the leader it knows; re-sent to a new leader and after
 ``RESEND_MS`` without progress -- idempotent thanks to the machines' per-origin seqs), the wire
@@ -18,7 +20,8 @@ actions of ``cluster.raft.actions`` plus ``Forward`` and ``Status`` (and a subcl
 Sources: Raft paper §5.3 (the leader takes every entry), §8 (clients re-send; duplicates are
 detected by a serial number per client); RabbitMQ "Quorum Queues", "Streams".
 ``Forward`` has an explicit ``__init__`` and is not frozen, for mypyc (``cluster.raft.fifo``,
-"Speed"); ``RaftGroup`` allows interpreted subclasses (the stream group is not compiled).
+"Speed"); both group classes allow interpreted subclasses (the stream and metadata groups are
+not compiled).
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ from cluster.raft import actions as ra
 from cluster.raft.messages import Message
 from cluster.raft.node import RaftNode
 
-__all__ = ["RaftGroup", "Forward", "Status", "to_leader", "encode_forward", "decode_forward",
-           "RESEND_MS"]
+__all__ = ["RaftGroup", "RaftGroupBase", "Forward", "Status", "to_leader", "encode_forward",
+           "decode_forward", "RESEND_MS"]
 
 #: A command not applied this long after it was (re)sent is sent again (ms).
 RESEND_MS = 2000
@@ -82,11 +85,12 @@ def to_leader(node: RaftNode, me: str, envs: list[bytes], frm: str | None = None
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class RaftGroup:
+class RaftGroupBase:
     """Member ``me`` (origin ``origin``: ``"<me>#<incarnation>"``) of a group whose replica is
     ``node``; ``outbox``: this broker's commands so far, default a new one. ``machine_index``
     (the log index the subclass's machine applied) starts at the node's snapshot: the subclass
-    restores its machine from ``node.snapshot.data`` when that index is not 0."""
+    restores its machine from ``node.snapshot.data`` when that index is not 0. Every driver hook
+    but ``holding`` (``RaftGroup``'s)."""
 
     #: This member holds a replica (the quorum driver's timers ask; Basic.Get reads it).
     holds_replica = True
@@ -175,13 +179,19 @@ class RaftGroup:
     def status(self, frm: str, payload: bytes) -> None:
         """A ``Status`` report from member ``frm``: none by default (dropped)."""
 
-    def holding(self, frm: str, payload: bytes) -> list[Any]:
-        """A quorum queue's ``Holding`` report from outside the group: none by default."""
-        return []
-
     def leader_duties(self, now_ms: int, wall_ms: int, view: set[str] | None) -> list[Any]:
         """The leader's timed duties (``view``: the cluster view's member names, None: not
         known; ``wall_ms``: the wall clock in ms): none by default."""
+        return []
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class RaftGroup(RaftGroupBase):
+    """A ``RaftGroupBase`` that takes a quorum queue's ``Holding`` report (a queue's or a
+    stream's group: the quorum driver hands it one when ``hasattr(group, "holding")``)."""
+
+    def holding(self, frm: str, payload: bytes) -> list[Any]:
+        """A quorum queue's ``Holding`` report from outside the group: none by default."""
         return []
 
 

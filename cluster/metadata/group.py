@@ -17,8 +17,12 @@ snapshots (every ``SNAPSHOT_ENTRIES`` applied entries: sessions plus the machine
 §7). Must not know: sockets, files, clocks, the broker's objects.
 
 The driver runs what every method returns, in order: the Raft actions of ``cluster.raft`` plus
-``cluster.quorum.group.Forward`` and ``Status``; ``apply`` is called when it reaches an
-``Apply`` action and returns the committed commands and more actions.
+``cluster.raftgroup.Forward`` and ``Status``; ``apply`` is called when it reaches an
+``Apply`` action and returns the committed commands and more actions. What every Raft group's
+glue shares (routing to the leader, ``flush`` / ``resend``, ``forwarded``, ``persisted``,
+``tick``, ``state_changed``, the queries) is ``cluster.raftgroup.RaftGroupBase``'s, which
+``MetadataGroup`` extends (without ``RaftGroup``'s ``holding``: a holding report sent to this
+group is dropped by the driver with a warning).
 Sources: Raft paper §5.3, §7, §8; Ongaro's thesis §4.1-§4.2; RabbitMQ "Metadata store"
 (Khepri on Ra); DESIGN.md §4.
 """
@@ -29,12 +33,11 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from cluster.quorum.group import Forward, Status, to_leader
 from cluster.quorum.machine import decode_envelope, envelope, origin_member
-from cluster.quorum.outbox import Outbox
 from cluster.raft import actions as ra
 from cluster.raft.messages import Entry, EntryKind, Message
 from cluster.raft.node import RaftNode
+from cluster.raftgroup import RESEND_MS, Forward, RaftGroupBase, Status
 
 from . import commands as m
 from .codec import decode, encode
@@ -46,8 +49,6 @@ from .wire import MalformedMetadata
 __all__ = ["MetadataGroup", "Committed", "Action", "encode_applied", "decode_applied",
            "RESEND_MS", "SNAPSHOT_ENTRIES", "GONE_RETRY_MS"]
 
-#: A command not applied this long after it was (re)sent is sent again (ms).
-RESEND_MS = 2000
 #: A snapshot is taken every this many applied entries.
 SNAPSHOT_ENTRIES = 4096
 #: The leader proposes ``MemberGone`` for a member out of the view at most this often (ms).
@@ -84,23 +85,19 @@ def decode_applied(payload: bytes) -> int:
         raise ValueError(f"not an applied report: {exc}") from exc
 
 
-class MetadataGroup:
+class MetadataGroup(RaftGroupBase):
     """Member ``me`` (origin ``origin``: ``"<me>#<incarnation>"``) of the metadata group whose
     replica is ``node``; ``machine`` default a new ``MetadataMachine``. A node opened from a
-    snapshot starts from it (``restore``)."""
-
-    #: This member holds a replica (the quorum driver's timers ask).
-    holds_replica = True
+    snapshot starts from it (``restore``). Routing to the leader (``flush``, ``resend``,
+    ``forwarded``), the Raft inputs ``persisted``, ``tick`` (re-send after ``RESEND_MS``) and
+    ``state_changed``, and the queries ``leader``, ``is_leader``, ``members`` and ``applied``
+    (this member's commands applied up to that seq) are ``cluster.raftgroup.RaftGroupBase``'s."""
 
     def __init__(self, me: str, origin: str, node: RaftNode,
                  machine: MetadataMachine | None = None) -> None:
-        self.me = me
-        self.origin = origin
-        self.node = node
+        super().__init__(me, origin, node)
         self.machine = machine or MetadataMachine()
         self.sessions = Sessions()
-        self.outbox = Outbox(origin)
-        self.machine_index = 0
         self.last_snapshot = node.snapshot.index
         #: How far each other member reported it applied the log (``status``).
         self.applied_by: dict[str, int] = {}
@@ -123,16 +120,6 @@ class MetadataGroup:
 
     # ------------------------------------------------------------------ queries
     @property
-    def is_leader(self) -> bool:
-        """Whether this replica leads."""
-        return self.node.is_leader
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """The configuration in force."""
-        return self.node.members
-
-    @property
     def caught_up(self) -> bool:
         """True once this replica applied everything up to a commit index that holds an entry of
         the current term (the leader's first entry of its term): it knows every change committed
@@ -148,23 +135,11 @@ class MetadataGroup:
         cannot carry); returns its seq. Sent by the next ``flush``."""
         return self.outbox.add(encode(command))
 
-    def flush(self, now_ms: int) -> list[Action]:
-        """Send what ``submit`` queued: proposed here when leading, else forwarded."""
-        envs = self.outbox.take_unsent(now_ms)
-        return self._route(envs) if envs else []
-
-    def _route(self, envs: list[bytes]) -> list[Action]:
-        return to_leader(self.node, self.me, envs)[1]
-
-    def resend(self, now_ms: int) -> list[Action]:
-        """Send every unapplied command again."""
-        envs = self.outbox.all_pending(now_ms)
-        return self._route(envs) if envs else []
-
     # ------------------------------------------------------------------ inputs
     def receive(self, frm: str, msg: Message, now_ms: int) -> list[Action]:
-        """A Raft message from member ``frm``."""
-        actions: list[Action] = list(self.node.receive(frm, msg, now_ms))
+        """A Raft message from member ``frm`` (``RaftGroupBase.receive``); then a joiner may vote
+        once it caught up (``_may_vote``)."""
+        actions: list[Action] = super().receive(frm, msg, now_ms)
         self._may_vote()
         return actions
 
@@ -175,11 +150,6 @@ class MetadataGroup:
         if node.vote_floor > node.commit_index and self.caught_up:
             node.vote_floor = node.commit_index
 
-    def forwarded(self, frm: str, envs: Iterable[bytes]) -> list[Action]:
-        """Entries another member forwarded: proposed when leading, passed once to the leader we
-        know when it is neither us nor the sender, else dropped (the sender re-sends)."""
-        return to_leader(self.node, self.me, list(envs), frm)[1]
-
     def status(self, frm: str, payload: bytes) -> None:
         """Member ``frm`` reports how far it applied the log."""
         try:
@@ -188,24 +158,6 @@ class MetadataGroup:
             return
         if index > self.applied_by.get(frm, 0):
             self.applied_by[frm] = index
-
-    def persisted(self, index: int, term: int) -> list[Action]:
-        """Storage made the log durable up to (``index``, ``term``)."""
-        return list(self.node.persisted(index, term))
-
-    def tick(self, now_ms: int) -> list[Action]:
-        """Raft timers, and a re-send of commands that made no progress for ``RESEND_MS``."""
-        out: list[Action] = list(self.node.tick(now_ms))
-        if self.outbox.stale(now_ms, RESEND_MS):
-            out += self.resend(now_ms)
-        return out
-
-    def state_changed(self, change: ra.StateChanged, now_ms: int) -> list[Action]:
-        """The node's role or leader changed: a newly known leader gets every unapplied
-        command again (duplicates of committed ones are dropped by ``sessions``)."""
-        if change.leader is not None and self.outbox.pending:
-            return self.resend(now_ms)
-        return []
 
     def leader_duties(self, now_ms: int, wall_ms: int, view: set[str] | None) -> list[Action]:
         """On the leader, once its term's first entry is committed: the configuration follows
