@@ -28,6 +28,10 @@ them, segment files lost) sends ``STREAM_FETCH`` (u64 offset) to the leader (els
 member); the answer ``STREAM_RECORDS`` carries up to ``stream_queue.FETCH_BYTES`` of records in
 their segment-file encoding, or a reset to the answerer's first offset when the asker is behind
 its retention. Consumers there wait for the records meanwhile; the stream goes on elsewhere.
+
+Replicas added and deleted (``rabbitmq-streams add_replica`` / ``delete_replica``):
+``stream_members`` (``StreamReplicas.members``); a broker's ``members.json`` in the group's
+directory, when present, says which members the group has now (not those declared).
 Sources: RabbitMQ "Streams" and "Stream Plugin" (replication, x-initial-cluster-size, leader
 locator), rabbitmq/osiris (README: replication reads the leader's segment files), Raft paper.
 """
@@ -40,7 +44,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from cluster.codec import STREAM_FETCH, STREAM_RECORDS, Quorum
+from cluster.codec import QUORUM_MEMBERS, STREAM_FETCH, STREAM_RECORDS, Quorum
 from cluster.quorum import config as qconfig
 from cluster.raft.disklog import DiskLog
 from cluster.raft.node import RaftNode
@@ -51,7 +55,8 @@ from queues.stream.queue import stream_settings
 
 from ..protocol.methods import encode_method
 from .quorum import QuorumRuntime, _Replica
-from .quorum_members import has_log
+from .quorum_members import has_log, read_members
+from .stream_members import StreamMembers
 from .stream_queue import ReplicatedStream
 
 __all__ = ["StreamReplicas", "install"]
@@ -62,11 +67,13 @@ _U64 = struct.Struct(">Q")
 
 
 class StreamReplicas:
-    """``broker.queue_types["stream"]``: replicated streams on ``runtime`` (see module doc)."""
+    """``broker.queue_types["stream"]``: replicated streams on ``runtime`` (see module doc);
+    ``members``: their replica management (``stream_members``)."""
 
     def __init__(self, broker: Any, runtime: QuorumRuntime) -> None:
         self.broker = broker
         self.runtime = runtime
+        self.members = StreamMembers(runtime)
 
     def check_arguments(self, arguments: dict) -> None:
         """``queues.stream.queue.stream_settings``'s checks (the core makes them before a stream
@@ -111,6 +118,9 @@ class StreamReplicas:
         if old is not None:   # declared again (recovery, a replay): one replica per group
             rt._close(old, delete_files=False)
         directory = rt.root / uid
+        saved = read_members(directory)   # replicas added or deleted since the declaration
+        if saved is not None:
+            members = saved[1]
         rep = _Replica(uid, vhost.name, name, members, directory, None)  # type: ignore[arg-type]
         for kind in (STREAM_FETCH, STREAM_RECORDS):
             rep.prefix[kind] = encode_method(1, Quorum(vhost.name, name, uid, kind))[7:-1]
@@ -119,7 +129,8 @@ class StreamReplicas:
         if rt.me in members:
             disk = DiskLog(directory, fsync=rt.fsync)
             state = disk.load()
-            fresh = not has_log(directory) or (not state.entries and not state.snapshot.index)
+            fresh = saved is None and (
+                not has_log(directory) or (not state.entries and not state.snapshot.index))
             node = RaftNode(rt.me, state, rt.now_ms(), rt.timing, random.Random(),
                             bootstrap=members if fresh else ())
             group = StreamGroup(rt.me, rt.origin, node, StreamMachine())
@@ -170,13 +181,20 @@ class StreamReplicas:
         return fetch
 
     def on_peer_content(self, channel: Any, method: Any, body: bytes) -> bool:
-        """A ``STREAM_FETCH`` / ``STREAM_RECORDS`` for a replica here: answered or appended.
-        False when ``method`` is not one (the quorum runtime takes it)."""
-        if not isinstance(method, Quorum) or method.kind not in (STREAM_FETCH, STREAM_RECORDS):
+        """A ``STREAM_FETCH`` / ``STREAM_RECORDS`` for a replica here: answered or appended; a
+        members notice (``QUORUM_MEMBERS``) for a stream here: ``StreamMembers.on_notice``.
+        False when ``method`` is not one of those (the quorum runtime takes it)."""
+        if not isinstance(method, Quorum) or method.kind not in (STREAM_FETCH, STREAM_RECORDS,
+                                                                 QUORUM_MEMBERS):
             return False
         rt = self.runtime
         rep = rt.replicas.get(method.group)
         queue = rep.queue if rep is not None and not rep.closed else None
+        if method.kind == QUORUM_MEMBERS:
+            if not isinstance(queue, ReplicatedStream):
+                return False   # a quorum queue's
+            self.members.on_notice(rep, channel.connection.peer_node, body)  # type: ignore[arg-type]
+            return True
         if not isinstance(queue, ReplicatedStream):
             return True
         if method.kind == STREAM_FETCH:

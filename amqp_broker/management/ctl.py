@@ -23,7 +23,9 @@ queues|classic_queues|quorum_queues|exchanges|all] NAME PATTERN DEFINITION (JSON
 [-p VHOST] NAME, list_policies [-p VHOST], cluster_status, and rabbitmq-queues' replica commands:
 add_member [-p VHOST] QUEUE NODE, delete_member [-p VHOST] QUEUE NODE, grow NODE all|even
 [--vhost-pattern RE] [--queue-pattern RE], shrink NODE (grow and shrink print vhost, name,
-size and result per queue, as rabbitmq-queues does), rebalance [quorum|all] (rabbitmq-queues
+size and result per queue, as rabbitmq-queues does), rabbitmq-streams' add_replica [-p VHOST]
+STREAM NODE and delete_replica [-p VHOST] STREAM NODE (a replicated stream's replica added or
+deleted, ``amqp_broker.clustering.stream_members``), rebalance [quorum|all] (rabbitmq-queues
 rebalance: spread the quorum queue leaders evenly over the members not in maintenance; prints
 the leaders per member), and rabbitmq-upgrade's drain and revive (maintenance mode of the
 member at the first ``--url`` only, never another one: stop serving clients, close their
@@ -274,12 +276,13 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         _print_table(api.request("GET", f"/policies/{_q(v)}"), args or COLUMNS[cmd], as_json)
     elif cmd in ctl_params.COMMANDS:
         ctl_params.run(api, cmd, args, v, lambda items, cols: _print_table(items, cols, as_json))
-    elif cmd in ("add_member", "delete_member"):
-        need(2)
-        adding = cmd == "add_member"
+    elif cmd in ("add_member", "delete_member", "add_replica", "delete_replica"):
+        need(2)   # rabbitmq-queues add_member / rabbitmq-streams add_replica (and delete_)
+        adding = cmd.startswith("add_")
+        kind = "quorum" if cmd.endswith("_member") else "stream"
         print(f"{'Adding' if adding else 'Removing'} a replica for queue {args[0]} in vhost {v} "
               f"{'on' if adding else 'from'} node {args[1]}...")
-        api.request("POST" if adding else "DELETE", f"/queues/quorum/{_q(v)}/{_q(args[0])}"
+        api.request("POST" if adding else "DELETE", f"/queues/{kind}/{_q(v)}/{_q(args[0])}"
                     f"/replicas/{'add' if adding else 'delete'}", {"node": args[1]})
     elif cmd == "grow":
         need(2)

@@ -15,6 +15,17 @@ an unknown queue; 503 ``service_unavailable`` with the reason (``node_not_runnin
 for a refused change; 400 for a bad body. Grow and shrink answer per queue (vhost, name, size,
 result): RabbitMQ answers 204/202 with no body and prints such a table in rabbitmq-queues.
 Administrator only, as RabbitMQ's. The work is ``amqp_broker.clustering.quorum_members``.
+
+Replicated streams the same way (``amqp-broker ctl add_replica / delete_replica``, RabbitMQ's
+``rabbitmq-streams add_replica / delete_replica``, which RabbitMQ's HTTP API does not offer: the
+routes are ours, shaped as the quorum queues' above; the work is
+``amqp_broker.clustering.stream_members``)::
+
+    POST   /api/queues/stream/{vhost}/{name}/replicas/add      {"node": N}          -> 204
+    DELETE /api/queues/stream/{vhost}/{name}/replicas/delete   {"node": N}          -> 202
+
+404 for an unknown queue, 503 ``service_unavailable`` with the reason (``not_a_stream`` for a
+queue that is not a replicated stream, ``node_not_running``, ``last_node``, ``timeout``).
 """
 
 from __future__ import annotations
@@ -56,18 +67,24 @@ async def _node(request: Request) -> str:
     return node
 
 
-async def _change(request: Request, mgmt: Management, user: Account, op: int) -> None:
+async def _change(request: Request, mgmt: Management, user: Account, op: int,
+                  stream: bool = False) -> None:
     vhost = vhost_of(request, mgmt, user)
     name = path_vhost(request, "name")
     q = mgmt.broker.vhosts[vhost].queues.get(name)
     if q is None:
         raise not_found()
-    if not getattr(q.capabilities, "replicated", False):
-        raise _unavailable("classic_queue_not_supported")
+    if not getattr(q.capabilities, "replicated", False) or \
+            (stream and not getattr(q, "is_stream", False)):
+        raise _unavailable("not_a_stream" if stream else "classic_queue_not_supported")
     node = await _node(request)
-    runtime = _runtime(mgmt)
+    # a stream's replicas: amqp_broker.clustering.stream_members (same interface)
+    manager = getattr(mgmt.broker.queue_types.get("stream"), "members", None) if stream \
+        else _runtime(mgmt)
+    if manager is None:
+        raise _unavailable("not_a_stream")
     try:
-        await runtime.change_member(vhost, name, op, node, _TIMEOUT_S)
+        await manager.change_member(vhost, name, op, node, _TIMEOUT_S)
     except MemberError as exc:
         if exc.reason == "not_found":
             raise not_found() from None
@@ -83,6 +100,18 @@ async def add_member(request: Request, mgmt: Management, user: Account) -> Respo
 @endpoint("administrator")
 async def delete_member(request: Request, mgmt: Management, user: Account) -> Response:
     await _change(request, mgmt, user, _DELETE)
+    return Response(status_code=202)
+
+
+@endpoint("administrator")
+async def add_replica(request: Request, mgmt: Management, user: Account) -> Response:
+    await _change(request, mgmt, user, _ADD, stream=True)
+    return no_content()
+
+
+@endpoint("administrator")
+async def delete_replica(request: Request, mgmt: Management, user: Account) -> Response:
+    await _change(request, mgmt, user, _DELETE, stream=True)
     return Response(status_code=202)
 
 
@@ -114,5 +143,8 @@ ROUTES = [
     Route("/api/queues/quorum/replicas/on/{node}/shrink", shrink, methods=["DELETE"]),
     Route("/api/queues/quorum/{vhost}/{name}/replicas/add", add_member, methods=["POST"]),
     Route("/api/queues/quorum/{vhost}/{name}/replicas/delete", delete_member,
+          methods=["DELETE"]),
+    Route("/api/queues/stream/{vhost}/{name}/replicas/add", add_replica, methods=["POST"]),
+    Route("/api/queues/stream/{vhost}/{name}/replicas/delete", delete_replica,
           methods=["DELETE"]),
 ]

@@ -3,7 +3,8 @@ module (n2, n3, n4 on 127.0.0.2-4). A stream declared on one member is one log: 
 published on n3 is read at the same offsets with the same bodies on n2 and n4; a kill -9 of the
 broker a publisher is connected to loses no confirmed message; a restarted member catches up
 from the others without stopping the stream; every member reports the same message count
-(passive declare, the management API). With ``AMQP_STREAMS_LONG=1`` also a member that returns
+(passive declare, the management API); ``ctl add_replica`` / ``delete_replica`` move a stream's
+replicas while it serves. With ``AMQP_STREAMS_LONG=1`` also a member that returns
 after a snapshot compacted the leader's log (a minute or more). Every wait is bounded.
 Source: RabbitMQ "Streams" (replication, offsets), DESIGN.md §4 (replicated queues)."""
 
@@ -19,6 +20,7 @@ import time
 import pika
 import pytest
 
+from amqp_broker.management import ctl
 from cluster.stream.group import SNAPSHOT_MIN_ENTRIES
 from cluster.tests.processes import Cluster, Member, api_get, start_with_api, wait_for
 from cluster.tests.quorum_scenarios import Publisher
@@ -210,3 +212,38 @@ def test_a_member_back_after_a_snapshot_fetches_the_records_from_the_others(thre
     assert _read(n4, "bench", 20) == _read(n2, "bench", 20)
     wait_for(lambda: _count(n4, "bench") == total, 30, f"n4 reports {_count(n4, 'bench')}")
     assert "caught up to offset" in n4.log_path.read_text(errors="replace")
+
+
+def _replicas(api: str, name: str) -> list[str]:
+    queue = api_get(api, f"/queues/%2F/{name}")
+    return sorted(queue["members"]) if isinstance(queue, dict) else []   # type: ignore[index]
+
+
+def test_add_replica_catches_up_and_delete_replica_leaves_the_stream_serving(three):
+    """rabbitmq-streams add_replica / delete_replica (``ctl``): a stream on 2 of the 3 brokers
+    gets a replica on the third, which reads every record from it; one of the first two is
+    deleted and the stream still takes publishes and serves them on every broker."""
+    _cluster, members, api = three
+    _declare(members[0], "grown", **{"x-initial-cluster-size": 2})
+    wait_for(lambda: len(_replicas(api, "grown")) == 2, 10, "not declared")
+    first_two = _replicas(api, "grown")
+    third = next(m for m in members if m.name not in first_two)
+    before = [b"b-%d" % i for i in range(50)]
+    _publish(members[0], "grown", before)
+    assert ctl.main(["--url", api, "add_replica", "grown", "nosuch"]) == 1   # node_not_running
+    assert ctl.main(["--url", api, "add_replica", "nosuchstream", third.name]) == 1
+    assert ctl.main(["--url", api, "add_replica", "grown", third.name]) == 0
+    assert _replicas(api, "grown") == sorted((*first_two, third.name))
+    assert _read(third, "grown", 50) == list(enumerate(before))
+    gone = next(m for m in members if m.name == first_two[0])
+    assert ctl.main(["--url", api, "delete_replica", "grown", gone.name]) == 0
+    kept = sorted((first_two[1], third.name))
+    wait_for(lambda: _replicas(api, "grown") == kept, 15, f"members {_replicas(api, 'grown')}")
+    after = [b"a-%d" % i for i in range(10)]
+    _publish(gone, "grown", after[:5])     # now outside the members: through them
+    _publish(third, "grown", after[5:])
+    expected = list(enumerate(before + after))
+    for member in members:
+        assert _read(member, "grown", 60) == expected, member.name
+    wait_for(lambda: [_count(m, "grown") for m in members] == [60] * 3, 10,
+             f"counts {[_count(m, 'grown') for m in members]}")
