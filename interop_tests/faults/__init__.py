@@ -21,6 +21,8 @@ bandwidth limits between brokers),
 ``defs_workload`` / ``defs_check`` (issue 23's ``--workload definitions``: clients changing the
 same definitions on every member; divergent names and lost changes after the heal),
 ``history`` (the operation log), ``checker`` (history in, counts out; pure), ``replicas`` (the
-quorum replicas compared), ``logscan`` (tracebacks in the logs), ``runner`` (one run),
+quorum replicas compared), ``stream_check`` / ``stream_replicas`` (issue 25's ``--queue-type
+stream``: readers from ``x-stream-offset`` first see one log in order; every broker's segment
+files agree), ``logscan`` (tracebacks in the logs), ``runner`` (one run),
 ``report`` (summary line, RESULTS.md), ``cli`` (the command). Needs root (``ip netns``).
 """

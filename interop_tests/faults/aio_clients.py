@@ -20,7 +20,7 @@ from typing import Any
 import aio_pika
 import aio_pika.exceptions
 
-from .clients_common import ClientSettings, IdSource, record_delivery
+from .clients_common import ClientSettings, IdSource, StreamPosition, record_delivery
 from .history import History
 
 __all__ = ["AioConsumer", "AioLoop", "AioPublisher"]
@@ -139,7 +139,8 @@ class AioPublisher:
 
 class AioConsumer:
     """Consumes ``settings.queue`` on broker ``url``, records and acks every delivery, until
-    ``stop``; ``run()`` is the coroutine. ``last_delivery``: monotonic s of the latest one."""
+    ``stop``; ``run()`` is the coroutine. ``last_delivery``: monotonic s of the latest one;
+    ``position``: where a stream consumer resumes (``settings.stream``)."""
 
     def __init__(self, name: str, broker: str, url: str, settings: ClientSettings,
                  history: History, stop: threading.Event, drain: bool = False) -> None:
@@ -147,6 +148,7 @@ class AioConsumer:
         self.settings, self.history, self.stop_event, self.drain = settings, history, stop, drain
         self.last_delivery = time.monotonic()
         self.deliveries = 0
+        self.position = StreamPosition()
 
     async def run(self) -> None:
         """Consume until ``stop``; bounded by max_connects connection attempts."""
@@ -159,7 +161,8 @@ class AioConsumer:
             channel = await conn.channel()
             await channel.set_qos(prefetch_count=self.settings.prefetch)
             queue = await channel.get_queue(self.settings.queue, ensure=False)
-            await queue.consume(self._on_message)
+            await queue.consume(self._on_message, arguments=(
+                self.position.arguments() if self.settings.stream else None))
             while not self.stop_event.is_set() and not channel.is_closed and not conn.is_closed:
                 await asyncio.sleep(0.2)
         finally:
@@ -171,8 +174,9 @@ class AioConsumer:
     async def _on_message(self, message: Any) -> None:
         self.last_delivery = time.monotonic()
         self.deliveries += 1
+        offset = self.position.read(message.headers) if self.settings.stream else None
         record_delivery(self.history, self.client, self.broker, message.body,
-                        bool(message.redelivered), self.drain)
+                        bool(message.redelivered), self.drain, offset)
         if self.settings.ack_delay > 0 and not self.drain:
             await asyncio.sleep(self.settings.ack_delay)
         await message.ack()

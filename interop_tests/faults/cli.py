@@ -1,7 +1,7 @@
 """``python -m interop_tests.faults``: parse options, make the namespaces, run, report.
 
     python -m interop_tests.faults [--nemesis NAME ...] [--seconds S] [--runs N]
-        [--brokers 3|5] [--queue-type auto|classic|quorum] [--work-dir D] [--keep]
+        [--brokers 3|5] [--queue-type auto|classic|quorum|stream] [--work-dir D] [--keep]
         [--results FILE | --no-results] [--json FILE] [--broker-arg=--sync-policy=none ...]
         [--workload messages|definitions|both]
 
@@ -50,8 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=60.0, help="workload time per run, s")
     p.add_argument("--runs", type=int, default=1, help="runs per nemesis")
     p.add_argument("--brokers", type=int, choices=[3, 5], default=3)
-    p.add_argument("--queue-type", choices=["auto", "classic", "quorum"], default="auto",
-                   help="auto: quorum when the broker serves it, else classic")
+    p.add_argument("--queue-type", choices=["auto", "classic", "quorum", "stream"],
+                   default="auto",
+                   help="auto: quorum when the broker serves it, else classic; stream: a "
+                        "replicated stream read from x-stream-offset first (stream_check)")
     p.add_argument("--workload", choices=["messages", "definitions", "both"],
                    default="messages",
                    help="messages: publishers and consumers; definitions: clients declaring, "
@@ -134,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes.append(outcome)
                 print(run_line(k + 1, args.runs, outcome), flush=True)
                 if outcome.refused:
-                    print(f"the broker refused x-queue-type: quorum ({outcome.refused}); "
-                          "replicated queues are not served yet", file=sys.stderr)
+                    print(f"the broker refused x-queue-type: {outcome.queue_type} "
+                          f"({outcome.refused}); replicated queues are not served yet",
+                          file=sys.stderr)
                     print(summary_line(outcomes))
                     return 2
                 queue_type = outcome.queue_type

@@ -22,7 +22,7 @@ import pika
 import pika.exceptions
 from pika.spec import Basic
 
-from .clients_common import ClientSettings, IdSource, parse_id, record_delivery
+from .clients_common import ClientSettings, IdSource, StreamPosition, parse_id, record_delivery
 from .history import History
 
 __all__ = ["PikaConsumer", "PikaPublisher", "connection_parameters"]
@@ -177,7 +177,8 @@ class PikaConsumer(threading.Thread):
     """Consumes ``settings.queue`` on broker ``url`` (prefetch ``settings.prefetch``), records
     every delivery and acks it after ``ack_delay`` s, until ``stop``; reconnects after a failure.
     ``drain=True`` marks its deliveries as the final drain's; ``last_delivery`` is the monotonic
-    time of the latest delivery (for the drain's quiet test)."""
+    time of the latest delivery (for the drain's quiet test); ``position``: where a stream
+    consumer resumes (``settings.stream``)."""
 
     def __init__(self, name: str, broker: str, url: str, settings: ClientSettings,
                  history: History, stop: threading.Event, drain: bool = False) -> None:
@@ -186,6 +187,7 @@ class PikaConsumer(threading.Thread):
         self.settings, self.history, self.stop_event, self.drain = settings, history, stop, drain
         self.last_delivery = time.monotonic()
         self.deliveries = 0
+        self.position = StreamPosition()
 
     def run(self) -> None:
         """Consume until ``stop``; bounded by max_connects connection attempts."""
@@ -205,7 +207,8 @@ class PikaConsumer(threading.Thread):
         try:
             channel = conn.channel()
             channel.basic_qos(prefetch_count=self.settings.prefetch)
-            channel.basic_consume(self.settings.queue, self._on_message)
+            channel.basic_consume(self.settings.queue, self._on_message, arguments=(
+                self.position.arguments() if self.settings.stream else None))
             while not self.stop_event.is_set():
                 conn.process_data_events(time_limit=0.2)
         finally:
@@ -218,8 +221,9 @@ class PikaConsumer(threading.Thread):
     def _on_message(self, channel: Any, method: Any, props: Any, body: bytes) -> None:
         self.last_delivery = time.monotonic()
         self.deliveries += 1
+        offset = self.position.read(props.headers) if self.settings.stream else None
         record_delivery(self.history, self.client, self.broker, body, bool(method.redelivered),
-                        self.drain)
+                        self.drain, offset)
         if self.settings.ack_delay > 0 and not self.drain:
             time.sleep(self.settings.ack_delay)
         channel.basic_ack(method.delivery_tag)

@@ -20,12 +20,19 @@ What must hold after the heal and the drain, with every broker up and quiet for 
 
 A replica whose files say it lost acknowledged entries (``DiskLog.lost``) is listed in
 ``recovering`` (informational: it catches up; it counts only through the checks above).
+
+A replicated stream's Raft group lives in the same place with the same files
+(``amqp_broker.clustering.stream``: ``<data dir>/quorum/<group>/``), so it is compared the same way
+with its own machine (``compare_groups(..., stream=True)``: ``cluster.stream.machine.StreamMachine``,
+whose state is the offsets and per-origin seqs); the records themselves are in each replica's
+segment files, compared by :mod:`interop_tests.faults.stream_replicas`.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +41,7 @@ from cluster.quorum.machine import QuorumMachine
 from cluster.raft.disklog import DiskLog
 from cluster.raft.fifo import FifoConfig
 from cluster.raft.messages import EntryKind, PersistentState
+from cluster.stream.machine import StreamMachine
 
 __all__ = ["GroupReport", "compare", "compare_groups", "read_replica"]
 
@@ -54,12 +62,16 @@ def read_replica(directory: Path, scratch: Path) -> tuple[PersistentState, str |
         log.close()
 
 
-def _states_at(state: PersistentState, checkpoints: list[int]
-               ) -> tuple[dict[int, bytes], QuorumMachine]:
+def _quorum_machine() -> QuorumMachine:
+    return QuorumMachine(FifoConfig())
+
+
+def _states_at(state: PersistentState, checkpoints: list[int],
+               new_machine: Callable[[], Any] = _quorum_machine) -> tuple[dict[int, bytes], Any]:
     """The machine's state (``snapshot()`` bytes) of replica ``state`` at each of the sorted
     ``checkpoints`` it can reach (from its snapshot on, up to its last entry), and the machine
-    at the last one reached."""
-    machine = QuorumMachine(FifoConfig())
+    at the last one reached (``new_machine()`` makes an empty one)."""
+    machine = new_machine()
     if state.snapshot.index:
         machine.restore(state.snapshot.data)
     at = state.snapshot.index
@@ -78,11 +90,13 @@ def _states_at(state: PersistentState, checkpoints: list[int]
     return out, machine
 
 
-def _message_count(machine: QuorumMachine) -> int:
+def _message_count(machine: Any) -> int:
     """How many messages the machine holds: ready ones plus those checked out to consumers.
     Read from the machine's queue, not its snapshot bytes: a paged snapshot (format 3,
     ``cluster.quorum.machine.PAGED_SNAPSHOT``) starts with a binary floor, and its paged
-    messages carry no body."""
+    messages carry no body. A stream's machine: the stream's length."""
+    if isinstance(machine, StreamMachine):
+        return machine.length
     fifo = machine.fifo
     return len(fifo.ready_messages()) + sum(len(c.out) for c in fifo.consumers.values())
 
@@ -136,8 +150,10 @@ class GroupReport:
                 "problems": self.problems}
 
 
-def compare(group: str, states: dict[str, PersistentState]) -> GroupReport:
-    """Compare the replicas ``states`` (by broker name) of one group (pure)."""
+def compare(group: str, states: dict[str, PersistentState],
+            new_machine: Callable[[], Any] = _quorum_machine) -> GroupReport:
+    """Compare the replicas ``states`` (by broker name) of one group (pure); ``new_machine``
+    makes the group's empty state machine (a quorum queue's by default)."""
     report = GroupReport(group)
     if not states:
         return report
@@ -164,7 +180,7 @@ def compare(group: str, states: dict[str, PersistentState]) -> GroupReport:
                                   if st.snapshot.index)})
     seen: dict[int, dict[str, bytes]] = {}
     for name, st in states.items():
-        at, machine = _states_at(st, checkpoints)
+        at, machine = _states_at(st, checkpoints, new_machine)
         for cp, snap in at.items():
             seen.setdefault(cp, {})[name] = snap
         if upto in at:
@@ -181,11 +197,12 @@ def compare(group: str, states: dict[str, PersistentState]) -> GroupReport:
     return report
 
 
-def compare_groups(data_dirs: dict[str, Path], scratch: Path | None = None
-                   ) -> list[GroupReport]:
+def compare_groups(data_dirs: dict[str, Path], scratch: Path | None = None,
+                   stream: bool = False) -> list[GroupReport]:
     """Read and compare every quorum group found under the brokers' ``data_dirs`` (by name):
-    each replica directory holding a log (segment files). Raises nothing for a replica it
-    cannot read: that is the report's ``errors``."""
+    each replica directory holding a log (segment files); ``stream``: the groups are replicated
+    streams' (their machine is ``StreamMachine``). Raises nothing for a replica it cannot read:
+    that is the report's ``errors``."""
     groups: dict[str, dict[str, Path]] = {}
     for name, data_dir in data_dirs.items():
         root = data_dir / "quorum"
@@ -209,7 +226,7 @@ def compare_groups(data_dirs: dict[str, Path], scratch: Path | None = None
                 floor = states[name].floor
                 if lost or floor:
                     recovering[name] = lost or f"catching up to index {floor}"
-            report = compare(group, states)
+            report = compare(group, states, StreamMachine if stream else _quorum_machine)
             report.errors, report.recovering = errors, recovering
             reports.append(report)
     return reports

@@ -139,6 +139,13 @@ def run_line(index: int, total: int, o: RunOutcome) -> str:
         text += f" TRACEBACKS={o.logs.tracebacks}"
     if o.replica_problems:
         text += f" REPLICAS: {'; '.join(o.replica_problems)}"
+    if o.stream is not None:
+        st = o.stream
+        text += (f" stream: offsets={st.offsets} out_of_order={st.out_of_order} "
+                 f"conflicts={st.conflicts} multi_offset={st.multi_offset} "
+                 f"drain_missing={st.drain_missing}")
+        if st.examples:
+            text += f" STREAM: {'; '.join(st.examples)}"
     losses = {k: v for k, v in o.logs.losses.items() if v}
     if losses:
         text += f" replica_losses_detected={losses}"

@@ -35,6 +35,8 @@ from .logscan import LogFindings, scan_logs
 from .nemesis import NEEDS_DISK, NEEDS_LAZYFS, Context, run_schedule
 from .netns import Network
 from .replicas import GroupReport, compare_groups
+from .stream_check import StreamResult, check_stream
+from .stream_replicas import compare_segments
 from .workload import QueueRefused, Workload, declare_queue, drain, serves_quorum
 
 __all__ = ["RunConfig", "RunOutcome", "run_once", "QUIET_S"]
@@ -49,8 +51,9 @@ QUIET_S = 1.0
 @dataclass(frozen=True)
 class RunConfig:
     """Settings of one run: ``nemesis`` name, ``seconds`` of workload, ``settings`` of the
-    clients, ``seed`` of the nemesis's RNG, ``queue_type`` ``classic``, ``quorum`` or ``auto`` (quorum
-    when the broker serves it, else classic), broker ``ping_interval`` (s), ``broker_args`` passed
+    clients, ``seed`` of the nemesis's RNG, ``queue_type`` ``classic``, ``quorum``, ``stream`` (a
+    replicated stream read from ``first``: ``stream_check``) or ``auto`` (quorum when the broker
+    serves it, else classic), broker ``ping_interval`` (s), ``broker_args`` passed
     to every broker, ``fault_s`` / ``calm_s`` the nemesis cycle (s), ``keep`` the run's files
     even when it passes, ``broker_src`` a source tree to run the brokers from (default the
     installed package), ``agree_timeout`` / ``drain_timeout`` (s) bounds of the final phases;
@@ -84,7 +87,10 @@ class RunOutcome:
     (:mod:`interop_tests.faults.replicas`); ``logs``: tracebacks and detected replica losses in
     the brokers' logs (:mod:`interop_tests.faults.logscan`); ``workload`` (``RunConfig``) and,
     for the definitions workload, ``definitions``: its counts
-    (:class:`~interop_tests.faults.defs_check.DefinitionsResult`)."""
+    (:class:`~interop_tests.faults.defs_check.DefinitionsResult`); for a stream, ``stream``: what
+    its readers saw (:class:`~interop_tests.faults.stream_check.StreamResult`), and ``replicas``
+    also holds the comparison of every broker's segment files
+    (:mod:`interop_tests.faults.stream_replicas`)."""
 
     nemesis: str
     run_dir: Path
@@ -100,6 +106,7 @@ class RunOutcome:
     logs: LogFindings = field(default_factory=LogFindings)
     workload: str = "messages"
     definitions: DefinitionsResult | None = None
+    stream: StreamResult | None = None
 
     @property
     def tracebacks(self) -> int:
@@ -120,7 +127,8 @@ class RunOutcome:
     def passed(self) -> bool:
         """Checked, valid (no loss, nothing unexpected), drained, no harness error, no traceback
         in a broker's log, replicas that agree, and a real test: at least one fault injected
-        and one publish confirmed. With the definitions workload: every member's definitions
+        and one publish confirmed; a stream's readers saw one log in order
+        (``StreamResult.valid``). With the definitions workload: every member's definitions
         read, none differing, no acknowledged change lost, at least one change acknowledged."""
         messages = self.workload == "definitions" or (
             self.result is not None and self.result.valid and self.drained
@@ -128,7 +136,8 @@ class RunOutcome:
         defs = self.workload == "messages" or (
             self.definitions is not None and self.definitions.valid
             and self.definitions.acked > 0)
-        return (self.error is None and self.refused is None and messages and defs
+        stream = self.stream is None or self.stream.valid
+        return (self.error is None and self.refused is None and messages and defs and stream
                 and self.faults > 0 and self.tracebacks == 0 and not self.replica_problems)
 
     def as_dict(self) -> dict[str, Any]:
@@ -139,7 +148,8 @@ class RunOutcome:
                 "result": None if self.result is None else self.result.as_dict(),
                 "tracebacks": self.tracebacks, "logs": self.logs.as_dict(),
                 "replicas": [r.as_dict() for r in self.replicas], "workload": self.workload,
-                "definitions": None if self.definitions is None else self.definitions.as_dict()}
+                "definitions": None if self.definitions is None else self.definitions.as_dict(),
+                "stream": None if self.stream is None else self.stream.as_dict()}
 
 
 def _stop_publishers(workload: Workload, settings: ClientSettings) -> None:
@@ -176,8 +186,9 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
         if cfg.queue_type == "auto":
             quorum = serves_quorum(brokers[0].url, settings)
             outcome.queue_type = "quorum" if quorum else "classic"
-        if outcome.queue_type == "quorum":
-            settings = replace(settings, queue_args={"x-queue-type": "quorum"})
+        if outcome.queue_type in ("quorum", "stream"):
+            settings = replace(settings, queue_args={"x-queue-type": outcome.queue_type},
+                               stream=outcome.queue_type == "stream")
             workload.settings = settings
         history.record("phase", phase="queue", queue_type=outcome.queue_type)
         ctx.queue, ctx.queue_type = settings.queue, outcome.queue_type
@@ -210,11 +221,17 @@ def run_once(cfg: RunConfig, net: Network, run_dir: Path) -> RunOutcome:
             workload.close()
             outcome.depths = drain(brokers, settings, history, timeout=cfg.drain_timeout)
             outcome.result = check(history.events())
-        if outcome.queue_type == "quorum":
+            if settings.stream:
+                outcome.stream = check_stream(history.events(),
+                                              [b.name for b in brokers.brokers])
+        if outcome.queue_type in ("quorum", "stream"):
             time.sleep(QUIET_S)
             for b in brokers.brokers:    # stopped, so that their files are read as they are
                 brokers.kill(b.index)
-            outcome.replicas = compare_groups({b.name: b.data_dir for b in brokers.brokers})
+            data_dirs = {b.name: b.data_dir for b in brokers.brokers}
+            outcome.replicas = compare_groups(data_dirs, stream=settings.stream)
+            if settings.stream:
+                outcome.replicas.append(compare_segments(data_dirs, settings.queue))
             history.record("phase", phase="replicas",
                            problems=[p for r in outcome.replicas for p in r.problems])
     except Exception:

@@ -6,7 +6,9 @@ library: pika publishes and aio-pika consumes on even ``i``, the other way round
 both libraries play both roles from 2 brokers up. The final drain (Jepsen's ``:drain`` phase,
 after the nemesis has healed) consumes from every broker at once with pika until no delivery has
 arrived for ``quiet_s`` seconds and every broker reports the queue empty (passive Queue.Declare
-message count), or ``timeout`` seconds pass.
+message count), or ``timeout`` seconds pass. A stream is drained differently (its messages stay):
+one reader per broker from ``x-stream-offset: first`` until each has read as many offsets as the
+stream holds there (``_unread``: the depth reported is what is left to read).
 """
 
 from __future__ import annotations
@@ -136,6 +138,17 @@ class Workload:
         self.aio.close()
 
 
+def _unread(depths: dict[str, int | None], consumers: list[PikaConsumer],
+            settings: ClientSettings) -> dict[str, int | None]:
+    """For a stream (consuming does not remove its messages): per broker, the messages its
+    drain reader has not read yet (the stream's length there minus the offsets it read); a
+    queue's depths as they are."""
+    if not settings.stream:
+        return depths
+    read = {c.broker: len(c.position.offsets) for c in consumers}
+    return {b: None if d is None else d - read.get(b, 0) for b, d in depths.items()}
+
+
 def drain(brokers: Brokers, settings: ClientSettings, history: History, quiet_s: float = 3.0,
           timeout: float = 90.0) -> dict[str, int | None]:
     """Consume from every broker at once until quiet (see the module docstring); returns the
@@ -143,7 +156,7 @@ def drain(brokers: Brokers, settings: ClientSettings, history: History, quiet_s:
     stop = threading.Event()
     drain_settings = ClientSettings(queue=settings.queue, queue_args=settings.queue_args,
                                     prefetch=500, reconnect_delay=0.5, max_connects=100,
-                                    heartbeat=settings.heartbeat)
+                                    heartbeat=settings.heartbeat, stream=settings.stream)
     consumers = [PikaConsumer(f"drain-{b.name}", b.name, b.url, drain_settings, history, stop,
                               drain=True) for b in brokers.brokers]
     history.record("phase", phase="drain-start")
@@ -157,14 +170,14 @@ def drain(brokers: Brokers, settings: ClientSettings, history: History, quiet_s:
             last = max(c.last_delivery for c in consumers)
             if time.monotonic() - last < quiet_s:
                 continue
-            depths = queue_depths(brokers, settings)
+            depths = _unread(queue_depths(brokers, settings), consumers, settings)
             if all(d == 0 for d in depths.values()):
                 break
     finally:
         stop.set()
         for c in consumers:
             c.join(10)
-    depths = queue_depths(brokers, settings)
+    depths = _unread(queue_depths(brokers, settings), consumers, settings)
     history.record("phase", phase="drain-end", depths=depths,
                    deliveries=sum(c.deliveries for c in consumers))
     return depths

@@ -1,5 +1,6 @@
 """A short run of every nemesis: 3 brokers in network namespaces, classic shared queue, ~12 s;
-and of issue 24's ``corrupt`` and kill-target nemeses against a quorum queue.
+of issue 24's ``corrupt`` and kill-target nemeses against a quorum queue; and of ``kill`` against
+a replicated stream (issue 25; its readers' offsets checked, ``stream_check``).
 
 Each test runs the harness as ``python -m interop_tests.faults`` (its own process: the harness
 enters the hub namespace, which must not happen to pytest's process) and reads its ``--json``
@@ -57,9 +58,17 @@ SOAK_ONLY = {"kill-majority", "kill-all", "power-loss-majority", "disk-full"}
 #: crashes it found have tests of their own at lower levels (queues/store/tests/test_full_disk.py,
 #: cluster/tests/test_raft_disklog_full_disk.py, interop_tests/test_full_disk.py).
 LINK_DISK_NEMESES = {"lossy-link": lossy_unavailable, "disk-full": loopdisk_unavailable}
+#: Replicated streams (issue 25, ``--queue-type stream``: readers from ``x-stream-offset`` first,
+#: ``stream_check``, segment files compared): kill in CI (a member killed and restarted catches
+#: up; about 45 s), pause and partition-halves with AMQP_FAULTS_ALL=1 and in soak runs.
+STREAM_NEMESES = ["kill", "pause", "partition-halves"]
 SECONDS_OF = {"lossy-link": 8, "disk-full": 8}
 NO_LAZYFS = pytest.mark.skipif(lazyfs_unavailable() is not None,
                                reason=f"lazyfs unavailable: {lazyfs_unavailable()}")
+
+
+SOAK_MARK = pytest.mark.skipif(os.environ.get("AMQP_FAULTS_ALL") != "1",
+                               reason="soak only: AMQP_FAULTS_ALL=1 runs it")
 
 
 def ci_param(nemesis: str, queue_type: str, *marks: pytest.MarkDecorator) -> object:
@@ -99,7 +108,10 @@ pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
                                                        for n in POWER_NEMESES),
                                                      *(ci_param(n, "quorum", pytest.mark.skipif(
                                                          why() is not None, reason=str(why())))
-                                                       for n, why in LINK_DISK_NEMESES.items())])
+                                                       for n, why in LINK_DISK_NEMESES.items()),
+                                                     *(pytest.param(n, "stream", marks=() if n == "kill"
+                                                                    else SOAK_MARK)
+                                                       for n in STREAM_NEMESES)])
 def test_short_run(nemesis: str, queue_type: str, tmp_path: Path) -> None:
     out = tmp_path / "outcome.json"
     proc = subprocess.run(
@@ -121,6 +133,7 @@ def test_short_run(nemesis: str, queue_type: str, tmp_path: Path) -> None:
     assert result["lost"] == 0, report
     assert outcome["tracebacks"] == 0, report
     assert not [p for r in outcome["replicas"] for p in r["problems"]], report
+    assert outcome["stream"] is None or outcome["stream"]["valid"], report
     assert proc.returncode == 0, report
     events = [json.loads(line) for line in
               (Path(outcome["run_dir"]) / "views.jsonl").read_text().splitlines()]
