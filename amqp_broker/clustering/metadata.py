@@ -150,6 +150,10 @@ class MetadataRuntime:
         self.on_ready: Callable[[], None] | None = None
         self._applied: list[Committed] = []   # applied, not yet followed (``on_effects``)
         self._follow_due = False
+        #: Told the applied runtime parameters ((vhost, component, name) -> JSON text) each
+        #: time they may have changed, once this member follows the log (the management's
+        #: shovel and federation managers follow them: ``follow_parameters``).
+        self.on_parameters: Callable[[dict[tuple[str, str, str], str]], None] | None = None
 
     # ------------------------------------------------------------------ start
     def open(self, found: bool) -> None:
@@ -376,6 +380,10 @@ class MetadataRuntime:
         group = self.group
         assert group is not None
         state, command = group.machine.state, c.command
+        if isinstance(command, m.SetParameter | m.ClearParameter | m.DeleteVhost):
+            self.follow_parameters()
+            if not isinstance(command, m.DeleteVhost):
+                return []
         if isinstance(command, m.MemberGone | m.DeleteVhost | m.AddVhost | m.PutUser
                       | m.DeleteUser | m.SetPermission | m.ClearPermission):
             return reconcile(self.broker, state, self.me, self.origin)
@@ -398,6 +406,18 @@ class MetadataRuntime:
                 command.destination)
         return follow_names(self.broker, st, self.me, self.origin, queues, exchanges, cancels)
 
+    def follow_parameters(self) -> None:
+        """Tell ``on_parameters`` the applied runtime parameters (nothing before this member
+        follows the log: until then they are its own cache's). A failure is logged: the log
+        goes on (the next change or catch-up tells them again)."""
+        group = self.group
+        if self.on_parameters is None or group is None or not self.ready:
+            return
+        try:
+            self.on_parameters(dict(group.machine.state.parameters))
+        except Exception:
+            log.exception("metadata log: following the runtime parameters failed")
+
     def _restored(self) -> None:
         """A snapshot was installed: follow the whole state once caught up again."""
         self.ready = False
@@ -415,6 +435,7 @@ class MetadataRuntime:
             log.exception("metadata log: reconciling the broker with the log failed")
             return
         self.ready = True
+        self.follow_parameters()
         self._mark_followed()
         if self.forced:
             self.forced = False

@@ -7,9 +7,10 @@ ask for (``upstreams.federated`` for each exchange and queue) with those running
 started, a gone one (policy, parameter, exchange or queue removed) stopped (an exchange link's
 upstream queue and exchanges deleted, ``exchange_link.cleanup``), a changed one restarted. Link states, as RabbitMQ's ``rabbit_federation_status``: ``starting``, ``running``
 (with ``local_connection``) and ``error`` (with the ``error``; started again after the
-upstream's ``reconnect-delay`` seconds). In a cluster one member runs the links: the member with
-the lowest name in the view (as the shovels, ``shovel.manager``); each member keeps its own
-parameters file. Source: RabbitMQ "Federation Plugin" (status), rabbit_federation_status (3.10).
+upstream's ``reconnect-delay`` seconds). In a cluster the parameters are the metadata log's
+(every member's manager follows its applied state, ``follow``; federation.json is the cache) and
+one member runs the links: the metadata log's leader (``shovel.manager.runner``, as the
+shovels). Source: RabbitMQ "Federation Plugin" (status), rabbit_federation_status (3.10).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..shovel.link import no_password
-from ..shovel.manager import now, reason_of, save_json
+from ..shovel.manager import now, reason_of, runner, save_json
 from . import exchange_link, queue_link
 from .exchange_link import LinkSpec
 from .headers import identity
@@ -114,6 +115,14 @@ class FederationManager:
         self._save()
         return new
 
+    def follow(self, params: dict[tuple[str, str, str], Any]) -> None:
+        """Make the parameters ``params`` ((vhost, component, name) -> value: the cluster
+        metadata log's applied state, validated there); the links follow at the next
+        reconcile."""
+        if params != self.params:
+            self.params = dict(params)
+            self._save()
+
     def delete(self, vhost: str, component: str, name: str) -> bool:
         """Clear a parameter; False when there is none."""
         if self.params.pop((vhost, component, name), None) is None:
@@ -161,9 +170,9 @@ class FederationManager:
 
     # ---------------------------------------------------------------------- running
     def runs_here(self) -> bool:
-        """True when this member runs the links: alone, or the lowest name in the view."""
-        names = self.broker.cluster_properties.get("cluster_member_names") or []
-        return not names or self.broker.settings.node_name == min(names)
+        """True when this member runs the links (``shovel.manager.runner``): alone, or the
+        metadata log's leader."""
+        return runner(self.broker) == self.broker.settings.node_name
 
     def wanted(self) -> dict[tuple[str, str, str, str], LinkSpec]:
         """The links the policies and parameters ask for now, by (vhost, kind, name,

@@ -170,7 +170,7 @@ async def import_definitions(mgmt: Management, defs: dict[str, Any],
             await ch.open()
             for method, reply in calls:
                 await ch.call(method, reply)
-    import_parameters(mgmt, _list(defs, "parameters"), only_vhost)
+    await import_parameters(mgmt, _list(defs, "parameters"), only_vhost)
 
 
 @endpoint("administrator")

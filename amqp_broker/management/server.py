@@ -137,9 +137,8 @@ async def start(broker: Broker, config: Config, tg: TaskGroup) -> Management:
         tg.start_soon(serve_http, build(mgmt), sock, tls)
     if apps:   # the rates feed the HTTP endpoints only: no periodic scan without them
         tg.start_soon(_sampler, mgmt)
-    from .routes_parameters import federation_of, shovels_of
-    tg.start_soon(shovels_of(mgmt).run, tg)   # the dynamic shovels this member runs
-    tg.start_soon(federation_of(mgmt).run, tg)   # the federation links this member runs
+    from .routes_parameters import run_parameters
+    tg.start_soon(run_parameters, mgmt, tg)   # the shovels and federation links this member runs
     if config.management_port:   # drain / revive come through the API; asleep until a drain
         tg.start_soon(maintenance.enforce, mgmt)
     publish(mgmt)

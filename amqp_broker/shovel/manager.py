@@ -7,12 +7,19 @@ States, as RabbitMQ's ``rabbit_shovel_status``: ``starting`` (connecting, declar
 dest_queue / dest_exchange + dest_exchange_key, protocols ``amqp091``), ``terminated`` with the
 ``reason`` (an end failed: started again after ``reconnect-delay`` seconds, or never when it
 is 0). A shovel that reached ``src-delete-after`` is deleted with its parameter (RabbitMQ's
-"autodelete"). In a cluster one member runs each shovel: the member with the lowest name among
-those in the current view (``cluster_member_names``: the members that are up); when it dies,
-the view changes and the next lowest takes them over (checked every ``PLACEMENT_INTERVAL``
-seconds; a shovel whose vhost was deleted goes with it at that check). Each member keeps its
-own parameters file (see docs: the metadata log should carry
-them). Source: RabbitMQ "Dynamic Shovels", "Shovel plugin" (status), 3.10.
+"autodelete"; in a cluster by a ``ClearParameter`` through the metadata log).
+
+In a cluster the parameters are the cluster metadata log's (issue 23): the management API
+proposes each change (``SetParameter`` / ``ClearParameter``) and every member's manager follows
+the applied state (``follow``), parameters.json being its cache. One member runs every shovel
+(``runner``): the metadata log's leader, once it follows the log. Raft elects at most one leader
+per term and check-quorum makes a leader cut off from the majority step down, so two members
+run a shovel at once only for the moments of a leader change (the old leader stops at its next
+placement check, every ``PLACEMENT_INTERVAL`` seconds, the new one starts at its own); when the
+leader dies the next elected one takes the shovels over (from what the source has not yet had
+acked: at least once). RabbitMQ runs each dynamic shovel on one node and restarts it on another
+when that node dies ("Dynamic Shovels", 3.10; "Metadata store": the store decides).
+Source: RabbitMQ "Dynamic Shovels", "Shovel plugin" (status), 3.10.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from cluster.metadata.commands import ClearParameter
+
 from . import link
 from .params import ShovelDef, ShovelParamError, validate
 
@@ -36,7 +45,7 @@ if TYPE_CHECKING:
     from ..core.broker import Broker
 
 __all__ = ["ShovelManager", "PLACEMENT_INTERVAL", "FILE_NAME", "now", "reason_of",
-           "save_json"]
+           "save_json", "runner"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +70,18 @@ def save_json(path: Path, items: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def runner(broker: Broker) -> str | None:
+    """The member that runs the shovels and federation links: this broker alone; in a cluster
+    the metadata log's leader as this member knows it, once this member follows the log (None:
+    no leader known here, e.g. cut off from the majority, or not caught up yet)."""
+    metadata = broker.metadata
+    if metadata is None:
+        return str(broker.settings.node_name)
+    status = metadata.status()
+    leader = status.get("leader") if status.get("ready") else None
+    return str(leader) if leader else None
+
+
 class _Shovel:
     """One shovel's definition, state and the scope of its running task."""
 
@@ -70,6 +91,7 @@ class _Shovel:
         self.reason: str | None = None
         self.timestamp = now()
         self.scope: anyio.CancelScope | None = None
+        self.completed = False   # reached src-delete-after; its clear is on its way (cluster)
 
     def set(self, state: str, reason: str | None = None) -> None:
         self.state, self.reason, self.timestamp = state, reason, now()
@@ -120,26 +142,52 @@ class ShovelManager:
         s = self.shovels.get((vhost, name))
         return s.d if s else None
 
+    def _forget(self, vhost: str, name: str) -> bool:
+        """Stop shovel ``name`` of ``vhost`` and drop it (not saved); False when unknown."""
+        s = self.shovels.pop((vhost, name), None)
+        if s is not None and s.scope is not None:
+            s.scope.cancel()
+        return s is not None
+
     def put(self, d: ShovelDef) -> bool:
         """Add or replace shovel ``d`` (and start it when this member runs shovels); True
         when it is new."""
-        old = self.shovels.pop((d.vhost, d.name), None)
-        if old is not None and old.scope is not None:
-            old.scope.cancel()
+        new = not self._forget(d.vhost, d.name)
         self.shovels[(d.vhost, d.name)] = _Shovel(d)
         self._save()
         self._place()
-        return old is None
+        return new
 
     def delete(self, vhost: str, name: str) -> bool:
         """Stop and forget shovel ``name`` of ``vhost``; False when there is none."""
-        s = self.shovels.pop((vhost, name), None)
-        if s is None:
+        if not self._forget(vhost, name):
             return False
-        if s.scope is not None:
-            s.scope.cancel()
         self._save()
         return True
+
+    def follow(self, values: dict[tuple[str, str], Any]) -> None:
+        """Make the shovels those of ``values`` ((vhost, name) -> the parameter's value: the
+        cluster metadata log's applied state): the others stopped and forgotten, new and
+        changed ones (re)started where this member runs shovels, unchanged ones left running.
+        A value that does not validate here is logged and skipped (the log validated it)."""
+        changed = False
+        for vhost, name in [k for k in self.shovels if k not in values]:
+            changed |= self._forget(vhost, name)
+        for (vhost, name), value in values.items():
+            s = self.shovels.get((vhost, name))
+            if s is not None and s.d.value == value:
+                continue
+            try:
+                d = validate(vhost, name, value)
+            except ShovelParamError as exc:
+                log.warning("shovel %r of vhost %r skipped: %s", name, vhost, exc)
+                continue
+            self._forget(vhost, name)
+            self.shovels[(vhost, name)] = _Shovel(d)
+            changed = True
+        if changed:
+            self._save()
+            self._place()
 
     def delete_vhost(self, vhost: str) -> None:
         """Forget every shovel of ``vhost`` (deleted)."""
@@ -180,27 +228,29 @@ class ShovelManager:
 
     # ------------------------------------------------------------------- running
     def runs_here(self) -> bool:
-        """True when this member runs the shovels: alone, or the lowest name in the view."""
-        names = self.broker.cluster_properties.get("cluster_member_names") or []
-        me = self.broker.settings.node_name
-        return not names or me == min(names)
+        """True when this member runs the shovels (``runner``): alone, or the metadata
+        log's leader."""
+        return runner(self.broker) == self.broker.settings.node_name
 
     def _place(self) -> None:
         if self._tg is None or self.local() is None:
             return
-        here = self.runs_here()
-        names = self.broker.cluster_properties.get("cluster_member_names") or []
+        who = runner(self.broker)
+        here = who == self.broker.settings.node_name
+        elsewhere = f"run by member {who}, the cluster metadata leader" if who else \
+            "no cluster metadata leader known here: run by none of this side"
         for s in list(self.shovels.values()):
             if s.d.vhost not in self.broker.vhosts:   # its vhost was deleted: so is it
                 self.delete(s.d.vhost, s.d.name)
-            elif here and s.scope is None:
+            elif here and s.scope is None and not s.completed:
                 s.scope = anyio.CancelScope()
                 self._tg.start_soon(self._supervise, s, s.scope)
-            elif not here and s.scope is not None:
-                s.scope.cancel()
-                s.scope = None
-                s.set("terminated", f"run by {min(names)}, the member with the lowest name "
-                      "(it runs the shovels it was given: declare each on every member)")
+            elif not here and not s.completed and (s.scope is not None
+                                                   or s.reason != elsewhere):
+                if s.scope is not None:
+                    s.scope.cancel()
+                    s.scope = None
+                s.set("terminated", elsewhere)
 
     async def run(self, tg: TaskGroup) -> None:
         """Start the shovels this member runs in ``tg`` and re-check the placement every
@@ -231,10 +281,23 @@ class ShovelManager:
                 if outcome == "completed":
                     log.info("shovel %r of vhost %r completed its src-delete-after: deleted",
                              s.d.name, s.d.vhost)
-                    self.delete(s.d.vhost, s.d.name)
+                    self._completed(s)
                     break
         if s.scope is scope:
             s.scope = None
+
+
+    def _completed(self, s: _Shovel) -> None:
+        """Shovel ``s`` reached its ``src-delete-after``: its parameter is cleared (in a
+        cluster through the metadata log, so that no member starts it again; until that
+        applies here it stays, not started again)."""
+        metadata = self.broker.metadata
+        if metadata is None:
+            self.delete(s.d.vhost, s.d.name)
+            return
+        s.completed = True
+        s.set("terminated", "completed its src-delete-after")
+        metadata.propose(ClearParameter("shovel", s.d.vhost, s.d.name))
 
 
 def reason_of(exc: BaseException) -> str:

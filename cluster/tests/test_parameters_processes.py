@@ -1,0 +1,95 @@
+"""Runtime parameters through the cluster metadata log, in real brokers (issues 27 and 23): a
+dynamic shovel PUT on one member of three is listed by every member's ``/api/parameters``,
+exactly one member runs it (the metadata leader; the others report it run there) and it moves
+each message once; a DELETE on a third member removes it everywhere. Before the log carried
+parameters, each member kept those it was given: the shovel existed on one member only.
+Source: RabbitMQ "Dynamic Shovels" (one node runs a shovel), "Metadata store". Network:
+127.0.0.0/8 only; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+
+import pika
+import pytest
+
+from cluster.tests.processes import Member, api_get, wait_for
+from cluster.tests.quorum_scenarios import drain
+from cluster.tests.rolling import start_cluster
+
+pytestmark = pytest.mark.timeout(120)
+
+_AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
+SHOVEL = {"src-uri": "amqp://", "src-queue": "moved.src", "dest-uri": "amqp://",
+          "dest-queue": "moved.dst"}
+
+
+def _send(url: str, method: str, path: str, body: object = None) -> int:
+    """``method`` ``url``/api``path`` as guest with a JSON ``body``: the HTTP status."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + "/api" + path, data=data, method=method,
+                                 headers={"Authorization": _AUTH,
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=15) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _shovels(url: str) -> list[dict]:
+    got = api_get(url, "/shovels")
+    return got if isinstance(got, list) else []
+
+
+def _parameters(url: str) -> list[dict]:
+    got = api_get(url, "/parameters/shovel")
+    return got if isinstance(got, list) else []
+
+
+def test_a_shovel_put_on_one_member_runs_once_and_a_delete_elsewhere_ends_it(cluster):
+    (n2, n3, n4), urls, _ = start_cluster(cluster)   # the joiners start together
+    url2, url3, url4 = urls["n2"], urls["n3"], urls["n4"]
+    members: list[tuple[Member, str]] = [(n2, url2), (n3, url3), (n4, url4)]
+    conn = n2.connect()
+    for q in ("moved.src", "moved.dst"):
+        conn.channel().queue_declare(q, durable=True)
+    conn.close()
+
+    assert _send(url3, "PUT", "/parameters/shovel/%2F/mover", {"value": SHOVEL}) == 201
+    assert _send(url3, "PUT", "/parameters/shovel/%2F/bad", {"value": {"src-uri": "amqp://"}}) \
+        == 400   # RabbitMQ's validation, decided in the log
+    wait_for(lambda: all([(p["name"], p["value"]) for p in _parameters(u)] == [("mover", SHOVEL)]
+                         for _, u in members), 10, "the parameter is not on every member")
+
+    def running() -> list[Member]:
+        return [m for m, u in members
+                if [s["state"] for s in _shovels(u) if s["name"] == "mover"] == ["running"]]
+
+    wait_for(lambda: len(running()) == 1, 15, "the shovel did not start on one member")
+    runner = running()[0]
+    others = [u for m, u in members if m is not runner]
+    for u in others:
+        wait_for(lambda u=u: [s.get("reason") for s in _shovels(u)]
+                 == [f"run by member {runner.name}, the cluster metadata leader"], 5,
+                 "a member that does not run the shovel does not name the one that does")
+    assert len(running()) == 1
+
+    conn = runner.connect()
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in range(100):
+        ch.basic_publish("", "moved.src", str(i).encode(),
+                         pika.BasicProperties(delivery_mode=2))
+    conn.close()
+    got = drain(runner, "moved.dst", quiet=0.5, timeout=30)
+    assert sorted(got, key=int) == [str(i) for i in range(100)]   # each message, once
+
+    assert _send(url4, "DELETE", "/parameters/shovel/%2F/mover") == 204
+    wait_for(lambda: all(not _parameters(u) and not _shovels(u) for _, u in members), 10,
+             "the shovel was not removed from every member")
+    assert _send(url2, "DELETE", "/parameters/shovel/%2F/mover") == 404
