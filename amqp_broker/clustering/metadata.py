@@ -184,7 +184,7 @@ class MetadataRuntime:
         # bootstrap configuration) proposes them again: else the empty state would delete
         # every vhost and user here. Re-proposing what is stored is idempotent.
         if found and (empty or not (self.directory / FOLLOWED_MARK).exists()):
-            commands = definitions_commands(self.broker)
+            commands = definitions_commands(self.broker, self.directory.parent.parent)
             for command in commands:
                 self._ready_seq = group.submit(command)
             log.info("metadata log: founded here with %d definitions of this broker",

@@ -5,23 +5,32 @@ Owns the translation only: Exchange.Declare / Delete / Bind / Unbind and Queue.D
 Unbind / Delete (pamqp methods, as the core's handlers received them, after their permission
 checks and server-named queue names) into commands; ``connection_id`` (the cluster-wide name of
 a client connection, which owns its exclusive queues); ``definitions_commands`` (every vhost,
-user, permission, policy, exchange, shared queue and binding of a broker, in an order that
+user, permission, policy, exchange, shared queue and binding of a broker, and the runtime
+parameters its shovel and federation managers keep in its data directory, in an order that
 applies). Must not know: Raft, the links. Sources: AMQP 0-9-1 classes exchange and queue;
 RabbitMQ "Exchange to Exchange Bindings".
 """
 
 from __future__ import annotations
 
+import json
+import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as cmd
 
 from cluster.metadata import commands as m
 
+from ..federation.manager import FILE_NAME as FEDERATION_FILE
+from ..shovel.manager import FILE_NAME as SHOVEL_FILE
+
 if TYPE_CHECKING:
     from ..core.broker import Broker
 
-__all__ = ["command_of", "connection_id", "definitions_commands"]
+__all__ = ["command_of", "connection_id", "definitions_commands", "stored_parameters"]
+
+log = logging.getLogger(__name__)
 
 
 def connection_id(origin: str, conn: Any) -> str:
@@ -56,11 +65,31 @@ def command_of(vhost: str, method: Any, connection: str, home: str) -> m.Command
     return None
 
 
-def definitions_commands(broker: Broker) -> list[m.Command]:
+def stored_parameters(data_dir: str | Path) -> list[m.Command]:
+    """``SetParameter`` for each runtime parameter a broker's shovel and federation managers
+    keep in ``data_dir`` (``parameters.json``, ``federation.json``: ``{"component", "vhost",
+    "name", "value"}`` each). A file that cannot be read is logged and skipped."""
+    out: list[m.Command] = []
+    for name in (SHOVEL_FILE, FEDERATION_FILE):
+        path = Path(data_dir) / name
+        if not path.exists():
+            continue
+        try:
+            items = json.loads(path.read_text(encoding="utf-8"))
+            out += [m.SetParameter(str(p["component"]), str(p["vhost"]), str(p["name"]),
+                                   json.dumps(p["value"])) for p in items]
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            log.error("runtime parameters in %s not carried into the metadata log: %s", path,
+                      exc)
+    return out
+
+
+def definitions_commands(broker: Broker, data_dir: str | Path | None = None) -> list[m.Command]:
     """What recreates ``broker``'s definitions in an empty metadata log: vhosts, users,
     permissions, policies, then per vhost its exchanges (not the predeclared ones), shared
     queues (with the arguments they have, policy marks included) and the bindings between
-    them. Private queues are not included (their connections are gone)."""
+    them, then the runtime parameters kept in ``data_dir`` (``stored_parameters``; None: none).
+    Private queues are not included (their connections are gone)."""
     out: list[m.Command] = []
     for name in sorted(broker.vhosts):
         description, tags = broker.vhost_meta.get(name, ("", ()))
@@ -92,4 +121,4 @@ def definitions_commands(broker: Broker) -> list[m.Command]:
             out.append(m.Bind(name, b.source, dest.name,
                               m.QUEUE if dest.kind == "queue" else m.EXCHANGE, b.binding_key,
                               dict(b.arguments)))
-    return out
+    return out + (stored_parameters(data_dir) if data_dir is not None else [])

@@ -3,6 +3,8 @@ dynamic shovel PUT on one member of three is listed by every member's ``/api/par
 exactly one member runs it (the metadata leader; the others report it run there) and it moves
 each message once; a DELETE on a third member removes it everywhere. Before the log carried
 parameters, each member kept those it was given: the shovel existed on one member only.
+A single broker's shovels go into the log when it founds a cluster (run with
+``AMQP_FAULTS_ALL=1`` only, for ``make test``'s budget: two broker starts, ~10 s).
 Source: RabbitMQ "Dynamic Shovels" (one node runs a shovel), "Metadata store". Network:
 127.0.0.0/8 only; every wait is bounded.
 """
@@ -11,13 +13,16 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
 import pika
 import pytest
 
-from cluster.tests.processes import Member, api_get, wait_for
+from cluster.tests.processes import Member, api_get, free_port, wait_for
 from cluster.tests.quorum_scenarios import drain
 from cluster.tests.rolling import start_cluster
 
@@ -93,3 +98,29 @@ def test_a_shovel_put_on_one_member_runs_once_and_a_delete_elsewhere_ends_it(clu
     wait_for(lambda: all(not _parameters(u) and not _shovels(u) for _, u in members), 10,
              "the shovel was not removed from every member")
     assert _send(url2, "DELETE", "/parameters/shovel/%2F/mover") == 404
+
+
+@pytest.mark.skipif(os.environ.get("AMQP_FAULTS_ALL") != "1",
+                    reason="two broker starts (~10 s): AMQP_FAULTS_ALL=1 runs it")
+def test_a_single_brokers_shovel_goes_into_the_log_when_it_founds_a_cluster(cluster):
+    """A broker that ran alone (its shovels in parameters.json) and is started as a cluster
+    founds the metadata log with its definitions and its parameters: the shovel stays and runs
+    (before, the log's empty parameters replaced them: the shovel was gone)."""
+    host, mport = "127.0.0.5", free_port("127.0.0.5")
+    url, data = f"http://{host}:{mport}", cluster.base / "n5"
+    with open(cluster.base / "alone.log", "a") as out:
+        alone = subprocess.Popen(
+            [sys.executable, "-m", "amqp_broker", "--host", host, "--port",
+             str(free_port(host)), "--data-dir", str(data), "--node-name", "n5",
+             "--management-port", str(mport), "--prometheus-port", "0"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: api_get(url, "/overview") is not None, 20, "the broker did not start")
+        assert _send(url, "PUT", "/parameters/shovel/%2F/kept", {"value": SHOVEL}) == 201
+    finally:
+        alone.terminate()
+        alone.wait(15)
+    n5 = cluster.start(5, None, "--management-port", str(mport))
+    wait_for(lambda: [p["name"] for p in _parameters(url)] == ["kept"]
+             and [s["state"] for s in _shovels(url)] == ["running"], 15,
+             f"the shovel did not survive founding the cluster:\n{n5.log_tail()}")
