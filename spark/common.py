@@ -1,13 +1,16 @@
-"""What the source (``spark.consume``) and the sink (``spark.publish``) share. No pyspark import."""
+"""What the source (``spark.consume``) and the sink (``spark.publish``) share: the connection to the
+first answering broker of a ``uri`` list, round after round (``connect``), and option parsing.
+No pyspark import."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
-__all__ = ["OwnsConnection", "lowered_options", "option_uris", "option_int", "option_bool",
-           "uris_for_attempt", "CONNECT_ROUNDS", "CONNECT_BACKOFF_MAX"]
+__all__ = ["OwnsConnection", "connect", "lowered_options", "option_uris", "option_int",
+           "option_bool", "uris_for_attempt", "CONNECT_ROUNDS", "CONNECT_BACKOFF_MAX"]
 
 #: Rounds over the ``uri`` list a Spark task's connect makes before it fails (backoff 0.1 s
 #: doubling to ``CONNECT_BACKOFF_MAX``): a member changing its view may refuse for a moment.
@@ -37,6 +40,32 @@ class OwnsConnection:
         except Exception:  # noqa: BLE001 - closing after an error must not hide that error
             if exc[0] is None:
                 raise
+
+
+def connect(uris: Sequence[str], name: str, operation_timeout: float, *,
+            rounds: int = CONNECT_ROUNDS, connect_timeout: float | None = None) -> Any:
+    """A ``clients.blocking.BlockingConnection`` (client property ``connection_name``: ``name``)
+    to the first answering broker of ``uris`` (AMQP URIs, ``clients.uri``), in order, ``rounds``
+    rounds over the list (backoff 0.1 s doubling to ``CONNECT_BACKOFF_MAX`` s between rounds);
+    ``operation_timeout``: seconds per request; ``connect_timeout``: at most this many seconds
+    per address (TCP + AMQP handshake; a URI's ``connection_timeout`` when lower; None: the
+    URI's). No reconnect: a stream consumer re-registered after a reconnect would start over at
+    its ``x-stream-offset`` argument, and a publisher must not lose track of its confirms; a lost
+    connection fails the Spark task, whose retry starts one broker further on
+    (``uris_for_attempt``). Raises ``clients.NoBrokerAvailable`` when no broker answered in
+    ``rounds`` rounds, ``ValueError`` for a bad URI. Source: RabbitMQ "Connections"
+    (client-provided connection name)."""
+    from clients.blocking import BlockingConnection
+    from clients.uri import parse_uri
+
+    params = [parse_uri(u) for u in uris]
+    if connect_timeout is not None:
+        params = [dataclasses.replace(p, connection_timeout=min(p.connection_timeout,
+                                                                connect_timeout))
+                  for p in params]
+    return BlockingConnection(params, reconnect=False, operation_timeout=operation_timeout,
+                              connect_attempts=rounds, backoff_max=CONNECT_BACKOFF_MAX,
+                              client_properties={"connection_name": name})
 
 
 # --------------------------------------------------------------------------- options

@@ -28,7 +28,6 @@ half the prefetch: acks only return credit on a stream.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import decimal
 import json
@@ -38,15 +37,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .common import (
-    CONNECT_BACKOFF_MAX,
-    CONNECT_ROUNDS,
-    OwnsConnection,
-    lowered_options,
-    option_bool,
-    option_int,
-    option_uris,
-)
+from .common import OwnsConnection, connect, lowered_options, option_bool, option_int, option_uris
 
 __all__ = [
     "SourceOptions", "SourceError", "StreamProbe", "read_range", "split_range", "ROW_FIELDS",
@@ -216,26 +207,8 @@ def split_range(start: int, end: int, size: int) -> list[tuple[int, int]]:
 
 
 # --------------------------------------------------------------------------- connections
-def _connect(opts: SourceOptions, name: str, timeout: float, *, rounds: int = 1,
-             connect_timeout: float | None = None) -> Any:
-    """A connection to the first answering broker of ``opts.uris`` (``rounds`` rounds over the
-    list); ``timeout``: seconds per request; ``connect_timeout``: at most this many seconds per
-    address (TCP + AMQP handshake; the URI's ``connection_timeout`` when lower)."""
-    from clients.blocking import BlockingConnection
-    from clients.uri import parse_uri
-
-    params = [parse_uri(u) for u in opts.uris]
-    if connect_timeout is not None:
-        params = [dataclasses.replace(p, connection_timeout=min(p.connection_timeout,
-                                                                connect_timeout))
-                  for p in params]
-    # No reconnect: a consumer re-registered after a reconnect would start over at its
-    # x-stream-offset argument; a lost connection fails the task and Spark re-reads the range.
-    return BlockingConnection(params, reconnect=False, operation_timeout=timeout,
-                              connect_attempts=rounds, backoff_max=CONNECT_BACKOFF_MAX,
-                              client_properties={"connection_name": name})
-
-
+# (``spark.common.connect``: no reconnect, a lost connection fails the task and Spark re-reads
+# the range)
 def _consume(channel: Any, opts: SourceOptions, argument: Any) -> Any:
     from clients.errors import ChannelClosed
 
@@ -270,11 +243,11 @@ class StreamProbe(OwnsConnection):
     def __init__(self, opts: SourceOptions, client_name: str = "spark amqp source probe",
                  timeout: float | None = None) -> None:
         self.opts = opts
-        if timeout is None:
-            self.conn = _connect(opts, client_name, max(opts.probe_timeout, 10.0))
+        if timeout is None:   # one round: ``spark.failover`` retries through the list
+            self.conn = connect(opts.uris, client_name, max(opts.probe_timeout, 10.0), rounds=1)
         else:
-            self.conn = _connect(opts, client_name, max(opts.probe_timeout, timeout),
-                                 connect_timeout=max(1.0, timeout / len(opts.uris)))
+            self.conn = connect(opts.uris, client_name, max(opts.probe_timeout, timeout),
+                                rounds=1, connect_timeout=max(1.0, timeout / len(opts.uris)))
 
     def _deliveries(self, argument: Any, prefetch: int, first_wait: float, settle: float,
                     most: int) -> list[int]:
@@ -412,7 +385,7 @@ def read_range(opts: SourceOptions, start: int, end: int,
     on)."""
     if end <= start:
         return
-    conn = _connect(opts, client_name, opts.read_timeout, rounds=CONNECT_ROUNDS)
+    conn = connect(opts.uris, client_name, opts.read_timeout)   # CONNECT_ROUNDS rounds
     try:
         channel = conn.channel(prefetch=opts.prefetch)
         consumer = _consume(channel, opts, start)

@@ -19,9 +19,8 @@ from typing import Any
 from clients.message import Properties, encode_properties
 
 from .common import (
-    CONNECT_BACKOFF_MAX,
-    CONNECT_ROUNDS,
     OwnsConnection,
+    connect,
     lowered_options,
     option_bool,
     option_int,
@@ -299,13 +298,8 @@ class Publisher(OwnsConnection):
     message ids, through the next broker first (``uris_for_attempt``)."""
 
     def __init__(self, opts: SinkOptions, client_name: str = "spark amqp sink") -> None:
-        from clients.blocking import BlockingConnection
-
         self.opts = opts
-        self.conn = BlockingConnection(
-            list(opts.uris), reconnect=False, operation_timeout=opts.confirm_timeout,
-            connect_attempts=CONNECT_ROUNDS, backoff_max=CONNECT_BACKOFF_MAX,
-            client_properties={"connection_name": client_name})
+        self.conn = connect(opts.uris, client_name, opts.confirm_timeout)
         try:
             self.channel = self.conn.channel(confirm=True)
         except BaseException:
