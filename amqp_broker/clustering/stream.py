@@ -126,18 +126,23 @@ class StreamReplicas:
             rep.prefix[kind] = encode_method(1, Quorum(vhost.name, name, uid, kind))[7:-1]
         group: StreamGroup | ObserverGroup
         node: RaftNode | None = None
-        if rt.me in members:
+        # a replica: files here, or a new group (declared now, this broker not joining); while
+        # joining, a member with no files is one whose disk was wiped and must not vote with an
+        # empty log: it reads from the members until the leader names it (``stream_members``)
+        logged = has_log(directory)
+        accepting = bool(getattr(self.broker, "accepting_clients", True))
+        if rt.me in members and (logged or (saved is None and accepting)):
             disk = DiskLog(directory, fsync=rt.fsync)
             state = disk.load()
-            fresh = saved is None and (
-                not has_log(directory) or (not state.entries and not state.snapshot.index))
+            fresh = saved is None and accepting and (
+                not logged or (not state.entries and not state.snapshot.index))
             node = RaftNode(rt.me, state, rt.now_ms(), rt.timing, random.Random(),
                             bootstrap=members if fresh else ())
             group = StreamGroup(rt.me, rt.origin, node, StreamMachine())
             rep.raft = group   # type: ignore[assignment]
             rep.log = disk
         else:   # outside the members: a copy of the segments, fetched (cluster.stream.observer)
-            group = ObserverGroup(rt.me, rt.origin, members)
+            group = ObserverGroup(rt.me, rt.origin, tuple(m for m in members if m != rt.me))
         rep.group = group   # type: ignore[assignment]
         log_ = manager.open_log(vhost.name, name, segment_bytes=ss.segment_bytes,
                                 max_bytes=None, max_age_ms=None)
