@@ -136,6 +136,9 @@ def test_queue_added_published_got_bound_purged_deleted(ui):
     _submit(page, "add-binding", {"source": "amq.topic", "routing_key": "ui.#"})
     page.locator('#bindings tr[data-binding="amq.topic|ui.#"]').wait_for()
     page.locator("#qrates").wait_for()
+    # the queue's message_stats count the page's gets; the page shows their rates
+    assert _api(http, "/queues/%2F/ui.q")["message_stats"]["get"] == 2
+    assert "Deliver / get" in page.locator("#qinfo").inner_text()
     _shot(page, shots, "queue")
     page.locator('#bindings tr[data-binding="amq.topic|ui.#"] button.unbind').click()
     page.locator('#bindings tr[data-binding="amq.topic|ui.#"]').wait_for(state="detached")

@@ -242,6 +242,7 @@ class Channel:
         self.tx = None
         vhost = self.vhost
         for consumer in list(self.consumers.values()):
+            consumer.fold_counts()   # its queue's counts (the channel's went with fold_channel)
             vhost.remove_consumer(consumer)
         self.consumers.clear()
         if self.unacked:

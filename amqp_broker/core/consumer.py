@@ -15,13 +15,14 @@ from ..protocol.delivery import (
     encode_deliver_parts,
     encode_routing,
 )
-from .stats import ACKED, CONSUME_AUTO, CONSUME_MANUAL, REDELIVERED, typed_slot
+from .stats import ACKED, CONSUME_AUTO, CONSUME_MANUAL, REDELIVERED, queue_cell, typed_slot
 
 if TYPE_CHECKING:
     from queues.entry import QueueEntry
     from queues.queue_type import QueueType
 
     from .channel import Channel
+    from .counts import QueueCounts
 
 __all__ = ["ChannelConsumer", "LARGE_BODY"]
 
@@ -38,7 +39,7 @@ class ChannelConsumer:
 
     __slots__ = ("tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "channel", "queue",
                  "_prefix", "arguments", "_slot", "_redelivered_slot", "acked_slot", "n_delivered",
-                 "n_acked", "folded")
+                 "n_acked", "folded", "counts")
 
     def __init__(self, channel: Channel, queue: QueueType, tag: str, *, no_ack: bool, exclusive: bool,
                  prefetch: int, priority: int = 0, arguments: dict | None = None) -> None:
@@ -61,6 +62,9 @@ class ChannelConsumer:
         self.n_delivered = 0
         self.n_acked = 0
         self.folded = False
+        #: the queue's ``message_stats`` cell (``stats.queue_cell``): this consumer's counts go
+        #: there when it leaves, its redeliveries at once, acks after it left there directly
+        self.counts: QueueCounts = queue_cell(channel.vhost, queue)
 
     def add_counts(self, typed: list[int]) -> None:
         """Add this consumer's deliveries and acks not yet folded to ``typed`` (a ``core.stats``
@@ -71,9 +75,16 @@ class ChannelConsumer:
 
     def fold_counts(self) -> None:
         """The consumer leaves its channel (cancelled, its queue deleted, the channel closed):
-        its counts go into the channel's ``typed`` slots, once; later acks of its deliveries are
-        counted there directly (``settle_unacked``)."""
-        self.add_counts(self.channel.typed)
+        its counts go into the channel's ``typed`` slots and its queue's ``counts``, once; later
+        acks of its deliveries are counted there directly (``settle_unacked``)."""
+        if not self.folded:
+            self.add_counts(self.channel.typed)
+            counts = self.counts
+            if self.no_ack:
+                counts.deliver_no_ack += self.n_delivered
+            else:
+                counts.deliver += self.n_delivered
+            counts.ack += self.n_acked
         self.folded = True
 
     def can_deliver(self) -> bool:
@@ -101,6 +112,7 @@ class ChannelConsumer:
         self.n_delivered += 1
         if entry.redelivered:
             ch.typed[self._redelivered_slot] += 1
+            self.counts.redeliver += 1
         routing_raw = msg.routing_raw
         if routing_raw is None:
             routing_raw = msg.routing_raw = encode_routing(msg.exchange, msg.routing_key)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .counts import ExchangeCounts
+from .counts import ExchangeCounts, QueueCounts
 
 if TYPE_CHECKING:
     from queues.queue_type import QueueType
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ACKED", "CONSUME_AUTO", "CONSUME_MANUAL", "Churn", "GET_AUTO", "GET_EMPTY",
            "GET_MANUAL", "MessageTotals", "N_TYPED", "QUEUE_TYPES", "REDELIVERED", "TYPED_KINDS",
-           "EXCHANGE_SLACK", "exchange_cell", "fold_channel", "message_totals", "typed_slot"]
+           "EXCHANGE_SLACK", "QUEUE_STATS", "exchange_cell", "fold_channel", "message_totals",
+           "queue_cell", "queue_message_stats", "typed_slot"]
 
 #: RabbitMQ's ``queue_type`` label values, in slot order.
 QUEUE_TYPES = ("rabbit_classic_queue", "rabbit_quorum_queue", "rabbit_stream_queue")
@@ -158,3 +159,53 @@ def exchange_cell(vhost: VirtualHost, exchange: Any) -> ExchangeCounts:
             del counts[old]
     cell = counts[exchange] = ExchangeCounts()
     return cell
+
+
+#: The fields of a queue's ``message_stats`` besides ``publish``, in RabbitMQ 3.10's order of
+#: listing (its management API shows all of them, zeros too, once any is non-zero).
+QUEUE_STATS = ("ack", "deliver", "deliver_get", "deliver_no_ack", "get", "get_empty",
+               "get_no_ack", "redeliver")
+
+
+def queue_cell(vhost: VirtualHost, queue: Any) -> QueueCounts:
+    """``queue``'s (a ``QueueType`` of ``vhost``) ``QueueCounts`` in ``vhost.queue_counts``, made
+    on first use: by a consumer when it subscribes, by Basic.Get, by a stream's or replicated
+    queue's first publish. ``VirtualHost.delete_queue`` drops it (RabbitMQ's figures go with
+    the queue); for a queue no longer declared (a late ack of a deleted queue's message) a cell
+    that is not kept."""
+    cell = vhost.queue_counts.get(queue)
+    if cell is None:
+        cell = QueueCounts()
+        if vhost.queues.get(queue.name) is queue:
+            vhost.queue_counts[queue] = cell
+    return cell
+
+
+def queue_message_stats(broker: Broker) -> dict[Any, dict[str, int]]:
+    """Every queue's ``message_stats`` counts now, by queue object: the counts in its
+    ``QueueCounts`` plus the deliveries and acks its live consumers hold
+    (``ChannelConsumer.n_delivered`` / ``n_acked``, not yet folded), and ``deliver_get``, the
+    sum of ``deliver``, ``deliver_no_ack``, ``get`` and ``get_no_ack`` (RabbitMQ's). A queue
+    without a cell (never consumed from, got from, nor published to as a stream or replicated
+    queue) has no entry; ``publish`` counts a stream's or replicated queue's publishes (0 for a
+    classic queue: its figure is its entry sequence). O(queues with a cell + live consumers):
+    for the management API's answers and samples (every 5 s), never per message."""
+    out: dict[Any, dict[str, int]] = {}
+    for vhost in list(broker.vhosts.values()):
+        for q, cell in list(vhost.queue_counts.items()):
+            out[q] = {"publish": cell.publish, "ack": cell.ack, "deliver": cell.deliver,
+                      "deliver_no_ack": cell.deliver_no_ack, "get": cell.get,
+                      "get_empty": cell.get_empty, "get_no_ack": cell.get_no_ack,
+                      "redeliver": cell.redeliver}
+    for conn in list(broker.connections.values()):
+        for ch in list(conn.channels.values()):
+            for consumer in list(ch.consumers.values()):
+                counts = out.get(consumer.queue)
+                if counts is None or consumer.folded:
+                    continue
+                counts["deliver_no_ack" if consumer.no_ack else "deliver"] += consumer.n_delivered
+                counts["ack"] += consumer.n_acked
+    for counts in out.values():
+        counts["deliver_get"] = (counts["deliver"] + counts["deliver_no_ack"] + counts["get"]
+                                 + counts["get_no_ack"])
+    return out

@@ -31,11 +31,12 @@ from routing.table import RoutingTable
 from ..protocol import constants as c
 from ..protocol.errors import ChannelException
 from . import declare_rules as rules
-from .counts import ExchangeCounts
+from .counts import ExchangeCounts, QueueCounts
 from .durability import store_key
 from .policies import apply_policy, declared_arguments
 from .proxies import relay_to_homes
 from .relay import local_consumer_count
+from .stats import queue_cell
 from .timers import TIMER_SLACK, TimerHeap
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class VirtualHost:
         self.dedup_queues: set[Any] = set()
         #: Exchange -> its publish counts from clients (``stats.exchange_cell``).
         self.exchange_counts: dict[Any, ExchangeCounts] = {}
+        #: Queue -> its ``message_stats`` counts not kept on live consumers (``stats.queue_cell``).
+        self.queue_counts: dict[Any, QueueCounts] = {}
 
     # ------------------------------------------------------------------------ helpers
     def not_found(self, kind: str, name: str) -> ChannelException:
@@ -312,6 +315,7 @@ class VirtualHost:
         count = 0 if q.capabilities.consume_offset else q.message_count
         del self.queues[q.name]
         self.broker.churn.queues_deleted += 1
+        self.queue_counts.pop(q, None)
         self.queue_last_used.pop(q.name, None)
         gone = self.routing.remove_queue(q.name)
         if gone:
@@ -439,6 +443,7 @@ class VirtualHost:
                 if result is PublishResult.REJECTED:
                     ok = False
             elif not q.capabilities.message_store:  # streams, replicated queues
+                queue_cell(self, q).publish += 1   # (a classic queue's: its entry sequence)
                 wait = q.publish_wait()
                 if wait is not None:
                     if waits is None:

@@ -8,17 +8,22 @@ A sample reads the busy queues (``Broker.busy_queues``: O(those)) plus the queue
 sample that were still changing (so a queue that fell idle shows its rates going to 0), and
 every live channel, and the exchanges clients published to (``VirtualHost.exchange_counts``,
 ``core.stats.exchange_cell``: O(those)).
-Queue counters: ``messages``, ``messages_ready``, ``messages_unacknowledged`` (counts) and
-``publish`` (messages the queue took: a classic queue's entry sequence, when the queue type
-keeps one). Channel counters: ``publish``, ``ack``, ``deliver_get``, ``confirm``. Exchange counters:
-``publish_in`` (messages clients published to it) and ``publish_out`` (one per queue each of
-those reached), RabbitMQ's.
+Queue counters: ``messages``, ``messages_ready``, ``messages_unacknowledged`` (counts),
+``publish`` (messages the queue took: a classic queue's entry sequence; a stream's or replicated
+queue's count of publishes enqueued on this member) and RabbitMQ 3.10's ``deliver``,
+``deliver_no_ack``, ``get``, ``get_no_ack``, ``get_empty``, ``deliver_get``, ``ack`` and
+``redeliver`` (``core.stats.queue_message_stats``: read once per sample from the queues' cells
+and the live consumers' native counters, nothing kept per message). Channel counters:
+``publish``, ``ack``, ``deliver_get``, ``confirm``. Exchange counters: ``publish_in`` (messages
+clients published to it) and ``publish_out`` (one per queue each of those reached), RabbitMQ's.
 Must not know: HTTP, timers.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from ..core.stats import queue_message_stats
 
 if TYPE_CHECKING:
     from ..core.broker import Broker
@@ -28,12 +33,15 @@ __all__ = ["ObjectRates", "queue_counters", "channel_counters", "exchange_counte
 _Snap = dict[int, tuple[Any, float, dict[str, int]]]
 
 
-def queue_counters(q: Any) -> dict[str, int]:
-    """A queue's counters now (see module docstring); ``publish`` only when its type keeps
-    an entry sequence (classic queues)."""
+def queue_counters(q: Any, stats: dict[str, int] | None = None) -> dict[str, int]:
+    """A queue's counters now (see module docstring): its message counts, ``stats`` (its entry
+    of ``core.stats.queue_message_stats``, None when it has none) and ``publish`` (a classic
+    queue's entry sequence, else the ``publish`` of ``stats``; absent when neither has one)."""
     ready, unacked = q.message_count, q.unacked_count
     out = {"messages": ready + unacked, "messages_ready": ready,
            "messages_unacknowledged": unacked}
+    if stats is not None:
+        out.update(stats)
     seq = getattr(q, "_next_seq", None)
     if isinstance(seq, int):
         out["publish"] = seq
@@ -82,7 +90,8 @@ class ObjectRates:
             changing = before is None or before[0] is not q or before[2] != counts
             if changing and not getattr(q, "deleted", False):
                 queues.setdefault(key, q)
-        self._queues = (self._queues[1], {k: (q, now, queue_counters(q))
+        stats = queue_message_stats(broker)
+        self._queues = (self._queues[1], {k: (q, now, queue_counters(q, stats.get(q)))
                                           for k, q in queues.items()})
         channels = {}
         for conn in list(broker.connections.values()):

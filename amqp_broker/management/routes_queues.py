@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..core.access import Account
+from ..core.stats import queue_message_stats
 from . import auth
 from .api import amqp, endpoint, vhost_of
 from .context import Management
@@ -46,7 +47,8 @@ def queue_items(mgmt: Management, user: Account, vhost: str | None = None) -> li
     names = [vhost] if vhost is not None else auth.visible_vhosts(user, broker.access,
                                                                   list(broker.vhosts))
     rates = mgmt.sampler.objects.queue if mgmt.sampler is not None else (lambda q: {})
-    return [queue_json(broker, v, q, rates(q)) for v in names
+    stats = queue_message_stats(broker)
+    return [queue_json(broker, v, q, rates(q), stats=stats.get(q)) for v in names
             for q in list(broker.vhosts[v].queues.values())]
 
 
@@ -72,7 +74,8 @@ async def show_queue(request: Request, mgmt: Management, user: Account) -> Respo
     vhost, q = _queue(request, mgmt, user)
     consumers = [c for c in consumer_items(mgmt, user, vhost) if c["queue"]["name"] == q.name]
     rates = mgmt.sampler.objects.queue(q) if mgmt.sampler is not None else {}
-    return json_response({**queue_json(mgmt.broker, vhost, q, rates),
+    stats = queue_message_stats(mgmt.broker).get(q)
+    return json_response({**queue_json(mgmt.broker, vhost, q, rates, stats=stats),
                           "consumer_details": consumers,
                           "incoming": [], "deliveries": []})
 

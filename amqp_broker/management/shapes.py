@@ -25,6 +25,7 @@ from routing.binding import Binding
 
 from ..core.access import Account, Grant
 from ..core.policies import declared_arguments, effective_definition
+from ..core.stats import QUEUE_STATS
 from .direct import is_direct
 from .object_rates import channel_counters, queue_counters
 
@@ -67,7 +68,8 @@ def rate(value: float) -> dict[str, float]:
 
 
 def queue_json(broker: Broker, vhost: str, q: QueueType, rates: dict[str, float] | None = None,
-               members: list[str] | None = None) -> dict[str, Any]:
+               members: list[str] | None = None,
+               stats: dict[str, int] | None = None) -> dict[str, Any]:
     """A queue as in ``GET /api/queues``: counts, flags, arguments, node, state, consumers, memory
     (bytes of ready bodies), ``messages_details`` rates; for a replicated queue the fields of
     ``replica_json`` (``leader``, ``members``, ``online``, ``members_in_sync``,
@@ -77,7 +79,8 @@ def queue_json(broker: Broker, vhost: str, q: QueueType, rates: dict[str, float]
     ``ha-mode``); ``exclusive_consumer_tag`` / ``single_active_consumer_tag`` ("" without one);
     ``consumer_utilisation`` and ``consumer_capacity`` (0 without consumers, else 1.0 when one
     could take a message now, 0.0 when none could); ``owner_pid_details`` only for an exclusive
-    queue."""
+    queue; ``message_stats`` from ``stats`` (the queue's entry of
+    ``core.stats.queue_message_stats``) and ``rates``: see ``_queue_stats``."""
     rates = rates or {}
     ready = q.message_count
     unacked = q.unacked_count
@@ -107,8 +110,9 @@ def queue_json(broker: Broker, vhost: str, q: QueueType, rates: dict[str, float]
         "exclusive_consumer_tag": getattr(exclusive, "tag", ""),
         "single_active_consumer_tag": getattr(active, "tag", ""),
         "consumer_utilisation": utilisation, "consumer_capacity": utilisation,
-        "message_stats": _queue_stats(q, rates),
     }
+    if message_stats := _queue_stats(q, rates, stats):
+        out["message_stats"] = message_stats
     if owner is not None:
         out["owner_pid_details"] = {"name": getattr(owner, "name", "")}
     policy, definition = effective_definition(q.arguments, broker.policies, vhost)
@@ -122,13 +126,23 @@ def queue_json(broker: Broker, vhost: str, q: QueueType, rates: dict[str, float]
     return out
 
 
-def _queue_stats(q: QueueType, rates: dict[str, float]) -> dict[str, Any]:
-    """A queue's ``message_stats``: ``publish`` (messages it took, when its type counts them:
-    ``object_rates.queue_counters``) and ``publish_details``."""
+def _queue_stats(q: QueueType, rates: dict[str, float],
+                 stats: dict[str, int] | None) -> dict[str, Any]:
+    """A queue's ``message_stats`` as RabbitMQ 3.10 shows them (rates mode basic; checked in
+    interop_tests/test_queue_message_stats.py): ``publish`` once a message was published to it
+    (``object_rates.queue_counters``), and ``ack``, ``deliver``, ``deliver_get``,
+    ``deliver_no_ack``, ``get``, ``get_empty``, ``get_no_ack``, ``redeliver``, zeros included, once
+    any of them is non-zero; each with ``<name>_details: {"rate": r}`` (per second, ``rates``).
+    Empty for a queue with none (the caller then leaves ``message_stats`` out, as RabbitMQ).
+    Counted on this member only: a cluster's other members keep their own clients' figures."""
+    counts = queue_counters(q, stats)
     out: dict[str, Any] = {}
-    if "publish" in (counts := queue_counters(q)):
-        out["publish"] = counts["publish"]
-    out["publish_details"] = rate(rates.get("publish", 0.0))
+    keys = [k for k in ("publish",) if counts.get(k)]
+    if any(counts.get(k) for k in QUEUE_STATS):
+        keys.extend(QUEUE_STATS)
+    for key in sorted(keys):
+        out[key] = counts.get(key, 0)
+        out[f"{key}_details"] = rate(rates.get(key, 0.0))
     return out
 
 

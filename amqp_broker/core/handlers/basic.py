@@ -39,6 +39,7 @@ from ..stats import (
     GET_MANUAL,
     REDELIVERED,
     exchange_cell,
+    queue_cell,
     typed_slot,
 )
 from .queue import queue_name
@@ -270,6 +271,7 @@ def get(ch: Channel, m: cmd.Basic.Get) -> None:
                                60, 70) from None
     if entry is None:
         ch.typed[typed_slot(GET_EMPTY, q)] += 1
+        queue_cell(vhost, q).get_empty += 1
         ch.connection.send_method(ch.id, cmd.Basic.GetEmpty())
         return
     _send_get_ok(ch, q, entry, m.no_ack, q.message_count)
@@ -286,6 +288,7 @@ def _get_replicated(ch: Channel, m: cmd.Basic.Get, q: QueueType) -> None:
             return
         if entry is None:
             ch.typed[typed_slot(GET_EMPTY, q)] += 1
+            queue_cell(ch.vhost, q).get_empty += 1
             ch.connection.send_method(ch.id, cmd.Basic.GetEmpty())
         else:
             _send_get_ok(ch, q, entry, m.no_ack, remaining)
@@ -302,8 +305,14 @@ def _send_get_ok(ch: Channel, q: QueueType, entry: QueueEntry, no_ack: bool,
     if not no_ack:
         ch.unacked[tag] = (q, entry, None)
     ch.typed[typed_slot(GET_AUTO if no_ack else GET_MANUAL, q)] += 1
+    counts = queue_cell(ch.vhost, q)
+    if no_ack:
+        counts.get_no_ack += 1
+    else:
+        counts.get += 1
     if entry.redelivered:
         ch.typed[typed_slot(REDELIVERED, q)] += 1
+        counts.redeliver += 1
     routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
     conn.write(encode_get_ok(ch.id, tag, entry.redelivered, routing_raw, message_count,
                              msg.header_payload, msg.body, conn.frame_max))
@@ -357,8 +366,9 @@ def settle_unacked(ch: Channel, tags: list[int], *, ack: bool = False,
         if ack:  # a consumer's slot is computed once; a Basic.Get's here
             if consumer is not None and not consumer.folded:
                 consumer.n_acked += 1
-            else:
+            else:   # the queue's count too (a live consumer's is read from it)
                 ch.typed[consumer.acked_slot if consumer is not None else typed_slot(ACKED, q)] += 1
+                (consumer.counts if consumer is not None else queue_cell(ch.vhost, q)).ack += 1
         if single:
             q.ack(entry)
         else:

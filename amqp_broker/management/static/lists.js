@@ -79,12 +79,14 @@ export function queues(el) {
   return async () => {
     const list = await api("/queues");
     $("list").innerHTML = table("queues", ["Virtual host", "Name", "Type", "Features", "State",
-      "Ready", "Unacked", "Total", "Consumers", "Incoming", "Net change"], list.map(x =>
+      "Ready", "Unacked", "Total", "Consumers", "Incoming", "Deliver / get", "Ack",
+      "Net change"], list.map(x =>
       `<tr data-queue="${esc(x.name)}"><td>${esc(x.vhost)}</td>
       <td class="qname"><a href="${link("queues", x.vhost, x.name)}">${esc(x.name)}</a></td>
       <td>${esc(x.type)}</td><td>${features(x)}</td><td>${esc(x.state)}</td>
       ${num(x.messages_ready)}${num(x.messages_unacknowledged)}
       <td class="num qmessages">${esc(x.messages)}</td>${num(x.consumers)}
-      ${num(rate(x.message_stats?.publish_details))}${num(rate(x.messages_details))}</tr>`));
+      ${num(rate(x.message_stats?.publish_details))}${num(rate(x.message_stats?.deliver_get_details))}
+      ${num(rate(x.message_stats?.ack_details))}${num(rate(x.messages_details))}</tr>`));
   };
 }

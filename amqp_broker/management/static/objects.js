@@ -4,7 +4,10 @@ import {api, act, enc, esc, fields, num, parseJSON, rate, state, table, $} from 
 import {drawChart, legend} from "./chart.js";
 import {CHANNEL_HEAD, channelRows} from "./lists.js";
 
-const SERIES = [["messages", "#2a7ab0", "Net change"], ["publish", "#3a9a4a", "Incoming"]];
+// RabbitMQ's queue page: net change, and the queue's message_stats rates
+const SERIES = [["messages", "#2a7ab0", "Net change"], ["publish", "#3a9a4a", "Incoming"],
+  ["deliver_get", "#c07a20", "Deliver / get"], ["ack", "#8a4ab0", "Ack"],
+  ["redeliver", "#b03a3a", "Redelivered"]];
 // RabbitMQ's exchange page: message rates in (published to it) and out (to its queues)
 const X_SERIES = [["publish_in", "#3a9a4a", "Publish (In)"],
   ["publish_out", "#2a7ab0", "Publish (Out)"]];
@@ -93,15 +96,18 @@ export function queue(el, [vhost, name]) {
       return "Queue deleted."; }); };
   return async () => {
     const [q, bindings] = await Promise.all([api(path), api(path + "/bindings")]);
+    const s = q.message_stats || {};
     $("qdetails").innerHTML = table("qinfo", ["Type", "Features", "State", "Ready", "Unacked",
-      "Total", "Consumers", "Incoming", "Net change", "Leader", "Replicas"],
+      "Total", "Consumers", "Incoming", "Deliver / get", "Ack", "Redelivered", "Net change",
+      "Leader", "Replicas"],
       [`<tr><td>${esc(q.type)}</td><td>${q.durable ? "D" : ""}</td><td>${esc(q.state)}</td>
       ${num(q.messages_ready)}${num(q.messages_unacknowledged)}
       <td class="num qmessages">${esc(q.messages)}</td>${num(q.consumers)}
-      ${num(rate(q.message_stats?.publish_details))}${num(rate(q.messages_details))}
+      ${["publish", "deliver_get", "ack", "redeliver"].map(k => num(rate(s[k + "_details"])))
+        .join("")}${num(rate(q.messages_details))}
       <td>${esc(q.leader ?? "")}</td><td>${esc((q.members || []).join(", "))}</td></tr>`]);
-    history.push({messages: q.messages_details?.rate ?? 0,
-                  publish: q.message_stats?.publish_details?.rate ?? 0});
+    history.push(Object.fromEntries(SERIES.map(([k]) => [k, (k === "messages" ?
+      q.messages_details : s[k + "_details"])?.rate ?? 0])));
     if (history.length > 150) history.shift();
     drawChart($("qrates"), history, SERIES);
     $("qlegend").innerHTML = legend(SERIES, history[history.length - 1]);

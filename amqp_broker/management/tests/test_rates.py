@@ -106,3 +106,73 @@ def test_exchange_publish_in_and_out_rates() -> None:
         async with client(mgmt) as c:
             assert "message_stats" not in (await c.get("/api/exchanges/%2F/xdir")).json()
     run(again)
+
+
+def _deliveries(cl: Client) -> list[int]:
+    """The delivery tags of the Basic.Delivers received since the last call."""
+    return [m.method.delivery_tag for m in cl.messages()]
+
+
+def test_queue_delivery_get_ack_and_redeliver_counts_with_rates() -> None:
+    """A queue's RabbitMQ 3.10 ``message_stats`` (checked against RabbitMQ in
+    interop_tests/test_queue_message_stats.py): a live consumer's deliveries and acks count at
+    once (read from the consumer), and stay counted once it was cancelled or its channel
+    closed; acks after the cancel, Basic.Get with and without ack, Get-Empty and redeliveries
+    count too; rates per second between two samples."""
+    _broker, mgmt, cl = _setup(51237)
+    assert mgmt.sampler is not None
+    cl.call(1, commands.Queue.Declare(queue="sq"), commands.Queue.DeclareOk)
+    for _ in range(6):
+        cl.publish(1, "", "sq", b"x")
+    cl.consume(1, "sq", "c1")
+    tags = _deliveries(cl)
+    assert len(tags) == 6
+    mgmt.sampler.sample(now=3000.0)
+    for tag in tags[:4]:
+        cl.send(1, commands.Basic.Ack(delivery_tag=tag))
+    cl.send(1, commands.Basic.Nack(delivery_tag=tags[4], requeue=True))
+    assert len(_deliveries(cl)) == 1   # the nacked one again, redelivered
+
+    async def stats() -> dict:
+        async with client(mgmt) as c:
+            one = (await c.get("/api/queues/%2F/sq")).json()["message_stats"]
+            listed = [x for x in (await c.get("/api/queues")).json() if x["name"] == "sq"]
+            assert listed[0]["message_stats"] == one
+            return one
+
+    live = {k: v for k, v in run(stats).items() if not k.endswith("_details")}
+    assert live == {"publish": 6, "deliver": 7, "deliver_no_ack": 0, "get": 0, "get_no_ack": 0,
+                    "get_empty": 0, "deliver_get": 7, "ack": 4, "redeliver": 1}
+    cl.call(1, commands.Basic.Cancel(consumer_tag="c1"), commands.Basic.CancelOk)
+    cl.send(1, commands.Basic.Ack(delivery_tag=0, multiple=True))   # 2 acks after the cancel
+    for _ in range(3):
+        cl.publish(1, "", "sq", b"x")
+    cl.send(1, commands.Basic.Get(queue="sq"))
+    got = cl.expect_message(commands.Basic.GetOk, 1)
+    cl.send(1, commands.Basic.Ack(delivery_tag=got.method.delivery_tag))
+    cl.send(1, commands.Basic.Get(queue="sq", no_ack=True))
+    cl.expect_message(commands.Basic.GetOk, 1)
+    cl.consume(1, "sq", "c2", no_ack=True)
+    assert len(_deliveries(cl)) == 1
+    cl.call(1, commands.Basic.Get(queue="sq"), commands.Basic.GetEmpty)
+    cl.pump()
+    mgmt.sampler.sample(now=3005.0)
+    expected = {"publish": 9, "deliver": 7, "deliver_no_ack": 1, "get": 1, "get_no_ack": 1,
+                "get_empty": 1, "deliver_get": 10, "ack": 7, "redeliver": 1}
+    found = run(stats)
+    assert {k: v for k, v in found.items() if not k.endswith("_details")} == expected
+    # between the samples: 3 published, 1 + 1 delivered, 2 got, 1 empty, 7 acked, 1 redelivered
+    assert {k[:-len("_details")]: v["rate"] for k, v in found.items() if k.endswith("_details")
+            } == {"publish": 0.6, "deliver": 0.2, "deliver_no_ack": 0.2, "get": 0.2,
+                  "get_no_ack": 0.2, "get_empty": 0.2, "deliver_get": 0.8, "ack": 1.4,
+                  "redeliver": 0.2}
+    cl.call(1, commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0),
+            commands.Channel.CloseOk)
+    assert {k: v for k, v in run(stats).items() if not k.endswith("_details")} == expected
+    cl.open_channel(2)
+    cl.call(2, commands.Queue.Declare(queue="idle"), commands.Queue.DeclareOk)
+
+    async def idle_queue() -> dict:
+        async with client(mgmt) as c:
+            return (await c.get("/api/queues/%2F/idle")).json()
+    assert "message_stats" not in run(idle_queue)   # as RabbitMQ: none before any publish
