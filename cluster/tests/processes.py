@@ -96,6 +96,23 @@ class Member:
         except (pika.exceptions.AMQPError, OSError):
             return False
 
+    def has_queue(self, queue: str) -> bool:
+        """True when a client here sees ``queue`` (a passive Queue.Declare gets Declare-Ok);
+        False when it is not there (404) and while this broker refuses clients (320 while it
+        joins, 541 while a minority) or does not answer."""
+        try:
+            conn = self.connect()
+        except pika.exceptions.AMQPError:
+            return False
+        try:
+            conn.channel().queue_declare(queue, passive=True)
+            return True
+        except pika.exceptions.AMQPError:
+            return False
+        finally:
+            if conn.is_open:
+                conn.close()
+
     def members(self) -> list[str] | None:
         """The addresses of this broker's current view (None when it does not answer)."""
         try:

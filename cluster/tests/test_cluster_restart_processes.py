@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 
-import pika
 import pytest
 
 from cluster.tests.processes import Cluster, Member, server_properties, wait_for
@@ -43,22 +42,6 @@ def agree(members: list[Member]) -> bool:
             and sorted(views[0][1]) == sorted(m.name for m in members))
 
 
-def serves(member: Member, queue: str) -> bool:
-    """A client on ``member`` sees ``queue`` (passive declare); False while it refuses clients."""
-    try:
-        conn = member.connect()
-    except pika.exceptions.AMQPError:
-        return False
-    try:
-        conn.channel().queue_declare(queue, passive=True)
-        return True
-    except pika.exceptions.AMQPError:
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
-
-
 def publish_confirmed(member: Member, queue: str, count: int) -> list[str]:
     pub = Publisher(member, queue, count)
     pub.join(60)
@@ -74,7 +57,7 @@ def check_served_everywhere(members: list[Member], confirmed: list[str]) -> None
     ch = members[-1].connect().channel()
     ch.queue_declare("declared-after-recovery", durable=True)
     for m in members:
-        wait_for(lambda m=m: serves(m, "declared-after-recovery"), 15,
+        wait_for(lambda m=m: m.has_queue("declared-after-recovery"), 15,
                  f"{m.name} does not have the queue:\n{m.log_tail()}")
     assert sorted(drain(members[0], "qq")) == sorted(confirmed)
 
@@ -111,7 +94,7 @@ def test_full_cluster_power_loss_then_restart_one_by_one(cluster: Cluster) -> No
     cluster.start(2)   # as first started: no seed (its data dir knows the others)
     time.sleep(3.0)
     assert view_of(n2) == (0, [])   # alone, a minority of its last view: in no view, no clients
-    assert not serves(n2, "kept")
+    assert not n2.has_queue("kept")
     cluster.start(3, n2)
     wait_for(lambda: agree([n2, n3]), AGREE_WITHIN,
              f"n2 and n3 did not agree: {view_of(n2)} {view_of(n3)}\n{n2.log_tail(15)}")
@@ -119,5 +102,5 @@ def test_full_cluster_power_loss_then_restart_one_by_one(cluster: Cluster) -> No
     wait_for(lambda: agree([n2, n3, n4]), AGREE_WITHIN,
              f"n4 did not join: {[view_of(m) for m in (n2, n3, n4)]}\n{n4.log_tail(15)}")
     for m in (n2, n3, n4):
-        wait_for(lambda m=m: serves(m, "kept"), 15, f"{m.name} lost the durable queue")
+        wait_for(lambda m=m: m.has_queue("kept"), 15, f"{m.name} lost the durable queue")
     check_served_everywhere([n2, n3, n4], confirmed)

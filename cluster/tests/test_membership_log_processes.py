@@ -53,18 +53,6 @@ def _declare(member: Member, name: str, **arguments: object) -> int:
             conn.close()
 
 
-def _exists(member: Member, name: str) -> bool:
-    conn = member.connect()
-    try:
-        conn.channel().queue_declare(name, passive=True)
-        return True
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
-
-
 def test_a_quorum_queue_declared_right_after_a_join_has_a_replica_on_the_joiner(
         cluster: Cluster):
     """Declared on the founder the moment its view (Connection.Start's ``cluster_members``,
@@ -107,7 +95,7 @@ def test_the_founder_killed_during_a_formation_gives_one_cluster(cluster: Cluste
     assert _declare(n3, "one.log", **{"x-max-length": 2}) == 406   # the same log decided it
     assert _declare(n2, "one.log", **{"x-max-length": 3}) == 406
     for m in members:
-        wait_for(partial(_exists, m, "one.log"), 20, f"{m.name} lacks it")
+        wait_for(partial(m.has_queue, "one.log"), 20, f"{m.name} lacks it")
 
 
 @LONG
@@ -118,7 +106,7 @@ def test_after_a_power_loss_one_broker_alone_serves_no_change_until_force_boot(t
         for m in (n2, n3, n4):
             wait_for(m.serving, 40, f"{m.name} does not serve:\n{m.log_tail()}", 0.2)
         assert _declare(n3, "kept") == 0
-        wait_for(lambda: _exists(n2, "kept"), 20, "n2 never had the queue")
+        wait_for(lambda: n2.has_queue("kept"), 20, "n2 never had the queue")
         cluster.kill_together([n2, n3, n4])
         cluster.start(2, wait=False)   # alone: one of three
         wait_for(lambda: n2.members() is not None, 20, f"n2 did not come up:\n{n2.log_tail()}")
@@ -128,7 +116,7 @@ def test_after_a_power_loss_one_broker_alone_serves_no_change_until_force_boot(t
         assert ctl.main(["force_boot", "--data-dir", str(n2.data_dir)]) == 0
         cluster.start(2, wait=False)
         wait_for(n2.serving, 40, f"n2 does not serve after force_boot:\n{n2.log_tail()}", 0.2)
-        assert _exists(n2, "kept")
+        assert n2.has_queue("kept")
         assert _declare(n2, "after-force-boot") == 0
         assert not (n2.data_dir / "force_boot").exists()
     finally:
