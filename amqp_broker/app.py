@@ -15,7 +15,7 @@ import anyio
 from queues.store.store import MessageStore
 from queues.stream.manager import StreamManager
 
-from . import clustering, dedup_state
+from . import clustering, data_lock, dedup_state
 from .clustering import quorum as quorum_runtime
 from .clustering import stream as stream_runtime
 from .config import Config
@@ -88,12 +88,18 @@ def close_broker(broker: Broker, data_dir: Path) -> None:
 
 
 async def serve(config: Config, ready: Callable[[int], None] | None = None) -> None:
-    """Start a broker for ``config`` and serve until cancelled or a SIGINT/SIGTERM arrives."""
-    broker = open_broker(config)
+    """Start a broker for ``config`` and serve until cancelled or a SIGINT/SIGTERM arrives.
+    Raises ``data_lock.DataDirInUse`` (an ``OSError``: exit code 1) when another broker runs on
+    ``config.data_dir``."""
+    lock = data_lock.lock(config.data_dir)   # before anything reads the directory
     try:
-        await _serve(broker, config, ready)
+        broker = open_broker(config)
+        try:
+            await _serve(broker, config, ready)
+        finally:
+            close_broker(broker, Path(config.data_dir))
     finally:
-        close_broker(broker, Path(config.data_dir))
+        data_lock.unlock(lock)
 
 
 async def _serve(broker: Broker, config: Config, ready: Callable[[int], None] | None) -> None:

@@ -3,7 +3,8 @@
 Covers: ``amqp-broker --help`` and ``python -m amqp_broker --help`` list the documented flags; the
 port comes from a TOML file, from ``AMQP_BROKER_PORT`` over the file, and from ``--port`` over both;
 a bad config file exits 2 with a message; SIGTERM closes client connections with 320
-CONNECTION_FORCED (RabbitMQ's behaviour on shutdown) and the process exits 0.
+CONNECTION_FORCED (RabbitMQ's behaviour on shutdown) and the process exits 0; a second broker on a
+data directory in use exits 1 with one line (``amqp_broker.data_lock``).
 Source: issue "Single-node AMQP 0-9-1 broker" (CLI/env/TOML), AMQP 0-9-1 reply code 320.
 """
 
@@ -134,3 +135,29 @@ def test_port_already_in_use_exits_1_with_one_line(tmp_path):
     assert f"amqp-broker on 127.0.0.1:{port} stopped:" in out.stderr
     assert "address already in use" in out.stderr.lower()
     assert "Traceback" not in out.stderr
+
+
+def test_second_broker_on_a_data_dir_in_use_exits_1_and_the_first_keeps_serving(tmp_path):
+    # docs/getting-started.md: `make run` uses ./data, and a second broker started from the same
+    # checkout (another --port only) would share its message store and definitions.db
+    port = _free_port()
+    first = _start(tmp_path, ["--port", str(port), "--management-port", "0",
+                              "--prometheus-port", "0"])
+    try:
+        _wait_port(port, first)
+        second_port = _free_port()
+        out = subprocess.run([sys.executable, "-m", "amqp_broker", "--port", str(second_port),
+                              "--management-port", "0", "--prometheus-port", "0",
+                              "--data-dir", str(tmp_path / "data"), "--log-level", "error"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1, out.stderr
+        assert f"amqp-broker on 127.0.0.1:{second_port} stopped:" in out.stderr
+        assert f"in use by another broker (pid {first.pid})" in out.stderr
+        assert "--data-dir" in out.stderr and "Traceback" not in out.stderr
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+        try:
+            assert conn.channel().queue_declare("still-here", durable=True).method.queue
+        finally:
+            conn.close()
+    finally:
+        assert _stop(first) == 0
