@@ -1,7 +1,8 @@
 """Runtime parameters through the cluster metadata log, in real brokers (issues 27 and 23): a
 dynamic shovel PUT on one member of three is listed by every member's ``/api/parameters``,
 exactly one member runs it (the metadata leader; the others report it run there) and it moves
-each message once; a DELETE on a third member removes it everywhere. Before the log carried
+each message once; when that member is killed, another (the new leader) takes it over; a DELETE
+on a third member removes it everywhere. Before the log carried
 parameters, each member kept those it was given: the shovel existed on one member only.
 A single broker's shovels go into the log when it founds a cluster (run with
 ``AMQP_FAULTS_ALL=1`` only, for ``make test``'s budget: two broker starts, ~10 s).
@@ -56,7 +57,8 @@ def _parameters(url: str) -> list[dict]:
     return got if isinstance(got, list) else []
 
 
-def test_a_shovel_put_on_one_member_runs_once_and_a_delete_elsewhere_ends_it(cluster):
+def test_a_shovel_put_on_one_member_runs_once_moves_on_and_a_delete_elsewhere_ends_it(
+        cluster):
     (n2, n3, n4), urls, _ = start_cluster(cluster)   # the joiners start together
     url2, url3, url4 = urls["n2"], urls["n3"], urls["n4"]
     members: list[tuple[Member, str]] = [(n2, url2), (n3, url3), (n4, url4)]
@@ -84,20 +86,30 @@ def test_a_shovel_put_on_one_member_runs_once_and_a_delete_elsewhere_ends_it(clu
                  "a member that does not run the shovel does not name the one that does")
     assert len(running()) == 1
 
-    conn = runner.connect()
-    ch = conn.channel()
-    ch.confirm_delivery()
-    for i in range(100):
-        ch.basic_publish("", "moved.src", str(i).encode(),
-                         pika.BasicProperties(delivery_mode=2))
-    conn.close()
-    got = drain(runner, "moved.dst", quiet=0.5, timeout=30)
-    assert sorted(got, key=int) == [str(i) for i in range(100)]   # each message, once
+    def move(on: Member, numbers: range) -> None:
+        conn = on.connect()
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for i in numbers:
+            ch.basic_publish("", "moved.src", str(i).encode(),
+                             pika.BasicProperties(delivery_mode=2))
+        conn.close()
+        got = drain(on, "moved.dst", quiet=0.5, timeout=30)
+        assert sorted(got, key=int) == [str(i) for i in numbers]   # each message, once
 
-    assert _send(url4, "DELETE", "/parameters/shovel/%2F/mover") == 204
+    move(runner, range(100))
+
+    # the member that runs it dies: the next metadata leader takes it over
+    cluster.kill(runner)
+    members = [(m, u) for m, u in members if m is not runner]
+    wait_for(lambda: len(running()) == 1, 15, "no other member took the shovel over")
+    move(running()[0], range(100, 120))
+
+    # a DELETE on the last member (n4, unless it was the one killed)
+    assert _send(members[-1][1], "DELETE", "/parameters/shovel/%2F/mover") == 204
     wait_for(lambda: all(not _parameters(u) and not _shovels(u) for _, u in members), 10,
              "the shovel was not removed from every member")
-    assert _send(url2, "DELETE", "/parameters/shovel/%2F/mover") == 404
+    assert _send(members[0][1], "DELETE", "/parameters/shovel/%2F/mover") == 404
 
 
 @pytest.mark.skipif(os.environ.get("AMQP_FAULTS_ALL") != "1",
