@@ -24,6 +24,7 @@ Must not know: timers, sockets (rates are computed by the caller from samples).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -181,31 +182,33 @@ def queue_cell(vhost: VirtualHost, queue: Any) -> QueueCounts:
     return cell
 
 
-def queue_message_stats(broker: Broker) -> dict[Any, dict[str, int]]:
-    """Every queue's ``message_stats`` counts now, by queue object: the counts in its
-    ``QueueCounts`` plus the deliveries and acks its live consumers hold
-    (``ChannelConsumer.n_delivered`` / ``n_acked``, not yet folded), and ``deliver_get``, the
-    sum of ``deliver``, ``deliver_no_ack``, ``get`` and ``get_no_ack`` (RabbitMQ's). A queue
-    without a cell (never consumed from, got from, nor published to as a stream or replicated
-    queue) has no entry; ``publish`` counts a stream's or replicated queue's publishes (0 for a
-    classic queue: its figure is its entry sequence). O(queues with a cell + live consumers):
-    for the management API's answers and samples (every 5 s), never per message."""
+def queue_message_stats(broker: Broker, queues: Iterable[Any]) -> dict[Any, dict[str, int]]:
+    """The ``message_stats`` counts now of each of ``queues`` (of ``broker``'s vhosts), by queue
+    object: the counts in its ``QueueCounts`` plus the deliveries and acks its live consumers
+    hold (``ChannelConsumer.n_delivered`` / ``n_acked``, not yet folded; another member's relay
+    consumers count there), and ``deliver_get``, the sum of ``deliver``, ``deliver_no_ack``,
+    ``get`` and ``get_no_ack`` (RabbitMQ's). A queue without a cell (never consumed from, got
+    from, nor published to as a stream or replicated queue) has no entry; ``publish`` counts a
+    stream's or replicated queue's publishes (0 for a classic queue: its figure is its entry
+    sequence). O(those queues and their consumers, times the vhosts): for the management API's
+    answers and samples (every 5 s), never per message."""
+    cells = [vhost.queue_counts for vhost in list(broker.vhosts.values())]
     out: dict[Any, dict[str, int]] = {}
-    for vhost in list(broker.vhosts.values()):
-        for q, cell in list(vhost.queue_counts.items()):
-            out[q] = {"publish": cell.publish, "ack": cell.ack, "deliver": cell.deliver,
-                      "deliver_no_ack": cell.deliver_no_ack, "get": cell.get,
-                      "get_empty": cell.get_empty, "get_no_ack": cell.get_no_ack,
-                      "redeliver": cell.redeliver}
-    for conn in list(broker.connections.values()):
-        for ch in list(conn.channels.values()):
-            for consumer in list(ch.consumers.values()):
-                counts = out.get(consumer.queue)
-                if counts is None or consumer.folded:
-                    continue
-                counts["deliver_no_ack" if consumer.no_ack else "deliver"] += consumer.n_delivered
-                counts["ack"] += consumer.n_acked
-    for counts in out.values():
+    for q in queues:
+        cell = next((found[q] for found in cells if q in found), None)
+        if cell is None:
+            continue
+        counts = {"publish": cell.publish, "ack": cell.ack, "deliver": cell.deliver,
+                  "deliver_no_ack": cell.deliver_no_ack, "get": cell.get,
+                  "get_empty": cell.get_empty, "get_no_ack": cell.get_no_ack,
+                  "redeliver": cell.redeliver}
+        for consumer in q.consumers():
+            delivered = getattr(consumer, "n_delivered", None)   # a ChannelConsumer's
+            if delivered is None or consumer.folded:
+                continue
+            counts["deliver_no_ack" if consumer.no_ack else "deliver"] += delivered
+            counts["ack"] += consumer.n_acked
         counts["deliver_get"] = (counts["deliver"] + counts["deliver_no_ack"] + counts["get"]
                                  + counts["get_no_ack"])
+        out[q] = counts
     return out

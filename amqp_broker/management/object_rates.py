@@ -90,7 +90,7 @@ class ObjectRates:
             changing = before is None or before[0] is not q or before[2] != counts
             if changing and not getattr(q, "deleted", False):
                 queues.setdefault(key, q)
-        stats = queue_message_stats(broker)
+        stats = queue_message_stats(broker, queues.values())
         self._queues = (self._queues[1], {k: (q, now, queue_counters(q, stats.get(q)))
                                           for k, q in queues.items()})
         channels = {}

@@ -47,9 +47,9 @@ def queue_items(mgmt: Management, user: Account, vhost: str | None = None) -> li
     names = [vhost] if vhost is not None else auth.visible_vhosts(user, broker.access,
                                                                   list(broker.vhosts))
     rates = mgmt.sampler.objects.queue if mgmt.sampler is not None else (lambda q: {})
-    stats = queue_message_stats(broker)
-    return [queue_json(broker, v, q, rates(q), stats=stats.get(q)) for v in names
-            for q in list(broker.vhosts[v].queues.values())]
+    queues = [(v, q) for v in names for q in list(broker.vhosts[v].queues.values())]
+    stats = queue_message_stats(broker, (q for _v, q in queues))
+    return [queue_json(broker, v, q, rates(q), stats=stats.get(q)) for v, q in queues]
 
 
 @endpoint()
@@ -74,7 +74,7 @@ async def show_queue(request: Request, mgmt: Management, user: Account) -> Respo
     vhost, q = _queue(request, mgmt, user)
     consumers = [c for c in consumer_items(mgmt, user, vhost) if c["queue"]["name"] == q.name]
     rates = mgmt.sampler.objects.queue(q) if mgmt.sampler is not None else {}
-    stats = queue_message_stats(mgmt.broker).get(q)
+    stats = queue_message_stats(mgmt.broker, [q]).get(q)
     return json_response({**queue_json(mgmt.broker, vhost, q, rates, stats=stats),
                           "consumer_details": consumers,
                           "incoming": [], "deliveries": []})
