@@ -133,9 +133,15 @@ class ReplicatedStream(StreamQueue):
         """As ``StreamQueue.start_offset`` but against the stream as the group applied it: a
         replica still catching up (its segments behind its group) starts a consumer at the
         offset asked for, "next" and "last" at the stream's end, and the consumer waits for the
-        records to arrive here."""
+        records to arrive here. A replica with entries in its Raft log it has not applied yet (a
+        member just restarted: its segments may have lost the records it had buffered, kill -9)
+        does not know the stream's end: an offset past its segments is kept, not clamped down
+        to them (a consumer resuming after the last offset it read would get records again)."""
         end = self.group.machine.next_offset
         log_ = self.log
+        if spec.kind == "offset" and spec.value > max(end, log_.next_offset) and \
+                self._applying():
+            return spec.value
         if end <= log_.next_offset:
             return super().start_offset(spec)
         kind = spec.kind
@@ -146,6 +152,12 @@ class ReplicatedStream(StreamQueue):
         if kind == "offset":
             return min(max(spec.value, log_.first_offset), end)
         return super().start_offset(spec)
+
+    def _applying(self) -> bool:
+        """Whether this member's Raft log holds entries its machine has not applied yet."""
+        group = self.group
+        node = getattr(group, "node", None)
+        return node is not None and node.log.last_index > group.machine_index
 
     # ------------------------------------------------------------------ publishing, confirms
     def publish(self, message: Message) -> PublishResult:
