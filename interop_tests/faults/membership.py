@@ -23,6 +23,11 @@ running broker, as ``amqp-broker ctl`` calls it):
   group (the operator skipped ``shrink``; a replica that lost everything it acknowledged must not
   count as if it held it).
 
+With a replicated stream (``--queue-type stream``, issue 25) the operations are those that
+change one replica -- ``delete-add``, ``rejoin-stale``, ``wipe-rejoin`` -- through RabbitMQ's
+``rabbitmq-streams add_replica / delete_replica`` (``amqp-broker ctl add_replica``, the API's
+``/api/queues/stream/...``); there is no grow or shrink for streams, in RabbitMQ either.
+
 With classic queues (no replicas to manage) the operation is ``leave-rejoin``: SIGTERM (an
 orderly leave), then a restart with its data dir (a wiped one would lose the messages a classic
 queue keeps on that broker only, as on RabbitMQ). Companions (never aimed at the operation's
@@ -62,9 +67,11 @@ from .brokers import MANAGEMENT_PORT, PASSWORD, USER
 from .kills import queue_leader
 from .nemesis import NEMESES, Context, _await_rejoin, complete_grudge
 
-__all__ = ["COMPANIONS", "OPS", "management_call", "membership", "queue_members"]
+__all__ = ["COMPANIONS", "OPS", "STREAM_OPS", "management_call", "membership", "queue_members"]
 
 OPS = ("delete-add", "shrink-grow", "replace", "rejoin-stale", "wipe-rejoin")
+STREAM_OPS = ("delete-add", "rejoin-stale", "wipe-rejoin")
+REPLICATED = ("quorum", "stream")
 CLASSIC_OPS = ("leave-rejoin",)
 #: Environment variable: a comma-separated subset of the operations to choose from (to reproduce
 #: or study one; unknown names are ignored, an empty set means all).
@@ -149,14 +156,21 @@ def _call(ctx: Context, what: str, method: str, path: str, body: dict[str, Any] 
     return last
 
 
+def _replicas_path(ctx: Context, op: str) -> str:
+    kind = "stream" if ctx.queue_type == "stream" else "quorum"
+    return f"/queues/{kind}{_queue_path(ctx)}/replicas/{op}"
+
+
 def _add(ctx: Context, node: str, avoid: int | None = None) -> int | None:
-    return _call(ctx, f"add_member {node}", "POST",
-                 "/queues/quorum" + _queue_path(ctx) + "/replicas/add", {"node": node}, avoid)
+    what = "add_replica" if ctx.queue_type == "stream" else "add_member"
+    return _call(ctx, f"{what} {node}", "POST", _replicas_path(ctx, "add"), {"node": node},
+                 avoid)
 
 
 def _delete(ctx: Context, node: str, avoid: int | None = None) -> int | None:
-    return _call(ctx, f"delete_member {node}", "DELETE",
-                 "/queues/quorum" + _queue_path(ctx) + "/replicas/delete", {"node": node}, avoid)
+    what = "delete_replica" if ctx.queue_type == "stream" else "delete_member"
+    return _call(ctx, f"{what} {node}", "DELETE", _replicas_path(ctx, "delete"),
+                 {"node": node}, avoid)
 
 
 def _shrink(ctx: Context, node: str, avoid: int | None = None) -> int | None:
@@ -246,7 +260,7 @@ def _companion(ctx: Context, kind: str, target: int, duration: float, done: thre
     try:
         if kind in ("kill", "kill-queue-leader"):
             victim = ctx.rng.choice(others)
-            if kind == "kill-queue-leader" and ctx.queue_type == "quorum":
+            if kind == "kill-queue-leader" and ctx.queue_type in REPLICATED:
                 leader = queue_leader(ctx)
                 if leader is not None and leader != target:
                     victim = leader
@@ -284,7 +298,7 @@ def _settle(ctx: Context, timeout: float = SETTLE_TIMEOUT) -> None:
     members: list[str] | None = None
     while not ctx.abort.is_set() and ctx.history.now() - start < timeout:
         if ctx.brokers.agreed():
-            if ctx.queue_type != "quorum":
+            if ctx.queue_type not in REPLICATED:
                 break
             members = queue_members(ctx)
             if members is not None and sorted(members) == want:
@@ -305,11 +319,11 @@ def _settle(ctx: Context, timeout: float = SETTLE_TIMEOUT) -> None:
 def membership(ctx: Context, duration: float) -> None:
     """One ``membership`` fault (see the module docstring): an operation and a companion fault
     at once, then wait until the cluster and the group are whole again."""
-    ops = OPS if ctx.queue_type == "quorum" else CLASSIC_OPS
+    ops = {"quorum": OPS, "stream": STREAM_OPS}.get(ctx.queue_type, CLASSIC_OPS)
     chosen = [o for o in os.environ.get(OPS_ENV, "").split(",") if o in ops]
     op = ctx.rng.choice(chosen or ops)
     companion = ctx.rng.choice(COMPANIONS)
-    members = queue_members(ctx) if ctx.queue_type == "quorum" else None
+    members = queue_members(ctx) if ctx.queue_type in REPLICATED else None
     if members is not None and len(members) < len(ctx.brokers):
         # a group smaller than the cluster (declared while a broker was still joining) is
         # grown first, as an operator would before taking a member away: a group of two

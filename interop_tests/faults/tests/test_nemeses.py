@@ -60,8 +60,9 @@ SOAK_ONLY = {"kill-majority", "kill-all", "power-loss-majority", "disk-full"}
 LINK_DISK_NEMESES = {"lossy-link": lossy_unavailable, "disk-full": loopdisk_unavailable}
 #: Replicated streams (issue 25, ``--queue-type stream``: readers from ``x-stream-offset`` first,
 #: ``stream_check``, segment files compared): kill in CI (a member killed and restarted catches
-#: up; about 45 s), pause and partition-halves with AMQP_FAULTS_ALL=1 and in soak runs.
-STREAM_NEMESES = ["kill", "pause", "partition-halves"]
+#: up; about 45 s), pause, partition-halves and membership (add_replica / delete_replica under
+#: kills and partitions) with AMQP_FAULTS_ALL=1 and in soak runs.
+STREAM_NEMESES = ["kill", "pause", "partition-halves", "membership"]
 SECONDS_OF = {"lossy-link": 8, "disk-full": 8}
 NO_LAZYFS = pytest.mark.skipif(lazyfs_unavailable() is not None,
                                reason=f"lazyfs unavailable: {lazyfs_unavailable()}")
