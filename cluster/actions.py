@@ -14,7 +14,8 @@ from .durable import DurableVote
 
 __all__ = [
     "Action", "Send", "ViewInstalled", "BecameLeader", "Replay", "ApplyReplay", "AcceptClients",
-    "StopMirrored", "ResumeMirrored", "Excluded", "Left", "Persist", "Timing", "Members",
+    "StopMirrored", "ResumeMirrored", "Excluded", "Left", "Persist", "ProposeView", "Timing",
+    "Members",
 ]
 
 Members = tuple[tuple[str, str], ...]
@@ -143,5 +144,18 @@ class Persist:
     vote: DurableVote
 
 
+@dataclass(frozen=True, slots=True)
+class ProposeView:
+    """A round decided on ``view`` (``members``, the leader first), replacing view ``base``:
+    propose it to the cluster metadata log (compare-and-set on ``base``: of two rounds from one
+    view only the first committed counts) and tell the node ``view_committed`` once it applied
+    there, or ``view_refused``. Only with ``Node.commit_views`` (issue 23: the view is installed
+    in one agreed order, not on a round's grants alone)."""
+
+    base: int
+    view: int
+    members: Members
+
+
 Action = (Send | ViewInstalled | BecameLeader | Replay | ApplyReplay | AcceptClients | StopMirrored
-          | ResumeMirrored | Excluded | Left | Persist)
+          | ResumeMirrored | Excluded | Left | Persist | ProposeView)

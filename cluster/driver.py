@@ -175,6 +175,13 @@ class ClusterDriver:
         #: Whether a view member is published (``publish_view``): the metadata log's member
         #: admits the voters of its committed configuration (``clustering.runtime``).
         self.in_configuration: Callable[[str], bool] = lambda name: True
+        #: ``propose_view(base, view, members, done)``: submit a round's view to the metadata
+        #: log (``ProposeView``); ``done(accepted)`` once it applied or was refused / timed
+        #: out. Set with ``node.commit_views`` by the metadata log's wiring
+        #: (``clustering.runtime``); the log's apply of every committed view calls
+        #: ``view_committed`` on every member.
+        self.propose_view: Callable[[int, int, a.Members, Callable[[bool], None]], None] | None \
+            = None
 
     # ------------------------------------------------------------------ broker seams
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
@@ -438,6 +445,23 @@ class ClusterDriver:
                     channel.on_method(payload)
         self._buffers.clear()
         self.broker.accepting_clients = self.admit()
+
+    def _do_ProposeView(self, act: a.ProposeView) -> None:
+        propose = self.propose_view
+        if propose is None:   # no log: the round's view stands (as without ``commit_views``)
+            self.view_committed(act.view, act.members)
+            return
+
+        def done(accepted: bool) -> None:
+            if not accepted:
+                self._run(self.node.view_refused(act.view, act.members, self.clock()))
+
+        propose(act.base, act.view, act.members, done)
+
+    def view_committed(self, view: int, members: a.Members) -> None:
+        """The metadata log committed cluster view ``view`` (``members``, leader first): the
+        node installs it if it comes after its own (``Node.view_committed``)."""
+        self._run(self.node.view_committed(view, members, self.clock()))
 
     def _do_Excluded(self, act: a.Excluded) -> None:
         log.warning("excluded from cluster view %#x: re-joining", act.view)

@@ -35,11 +35,12 @@ Rules (the round's majority rule is in ``rounds``, the joiner's replay order in 
   queues and suspects the leader.
 - A member that hears from a node with an older view, or not in its view, sends it its Membership
   (rate-limited); a node left out of a newer view re-joins (``Excluded``).
-- Known limit (the proposal's too: "no virtual synchrony"): grants are leases, not a two-phase
-  commit. A partition that cuts a member off after it granted a change and before the announcement
-  reached it may let it grant a change of the same view on the other side: two lines of views.
-  ``view_key`` (number, then member list) orders them so that on heal the greater line wins and the
-  other side re-joins. A Paxos-style accept phase would close this, at one more exchange per change.
+- One agreed order (``committed_views``): with ``commit_views`` (a broker with the metadata
+  log) a round's view is proposed to that log and installed, and announced, only once committed
+  there, compare-and-set on the view it replaces: a partition can no longer make two lines of
+  views (grants are leases; the log's commit is the decision). Without it (the simulators) a
+  round installs at once, and ``view_key`` (number, then member list) orders two lines so that
+  on heal the greater wins and the other side re-joins.
 - Known limits of Restart: a broker that lost its data dir (or its vote file) has no vote, so a
   majority that lost its disks stays a frozen minority until every broker is restarted afresh; a
   recovery starts the view over from the recovering broker's disk (its durable definitions and
@@ -53,6 +54,7 @@ from collections.abc import Callable, Sequence
 
 from . import actions as a
 from .codec import ClusterMethod, Join, Leave, Membership, Ping, Suspect, Synch, Vote
+from .committed_views import CommittedViews
 from .durable import DurableVote, view_key
 from .lease import CheckStep, LeaderCheck
 from .restart import Restarted
@@ -66,7 +68,7 @@ __all__ = ["Node", "Status", "next_view", "view_key", "FIRST_VIEW", "IN_VIEW"]
 log = logging.getLogger(__name__)
 
 
-class Node:
+class Node(CommittedViews):
     """The membership state machine of node ``name`` listening for peers at ``address``."""
 
     def __init__(self, name: str, address: str, cluster_name: str = "", version: str = "",
@@ -391,7 +393,7 @@ class Node:
         """Start a round when one is due: the leader's (joins, leaves, suspects), a takeover, or
         a restarted member's recovery (no serving member for ``recover_after``)."""
         rv = self._restored
-        if self._round is not None or now < self._next_round:
+        if self._round is not None or self._proposed is not None or now < self._next_round:
             return
         takeover, recovery, view, members = None, False, self.view, self.members
         if self.status is Status.JOINING and rv is not None:
@@ -452,10 +454,12 @@ class Node:
             else:
                 view = next_view(r.view, names.index(self.name))
                 if r.recovery:
-                    log.warning("%s: restarted, no member serving: view %#x starts over from "
-                                "this broker's data", self.name, view)
-                self._broadcast(Membership(view, out.members), set(names) | set(out.joined))
-                self._install(view, out.members, now)
+                    log.warning("%s: restarted, no member serving: proposing view %#x",
+                                self.name, view)
+                targets = set(names) | set(out.joined)
+                if not self._propose(r.view, view, out.members, targets, now):
+                    self._broadcast(Membership(view, out.members), targets)
+                    self._install(view, out.members, now)
 
     # ----------------------------------------------------------------- leader's quorum check
     def _tick_check(self, now: float) -> None:
@@ -483,6 +487,7 @@ class Node:
         old_names, old_leader = self.names, self.leader
         self.view, self.members = view, members
         self._round = None
+        self._proposed = None   # superseded: a committed view came first (``committed_views``)
         self._restored = None
         self._reset_view_state(now)
         for n, ad in members:

@@ -66,6 +66,7 @@ from cluster import force_boot
 from cluster.codec import QUORUM_STATUS, Quorum
 from cluster.driver import reply_quorum
 from cluster.metadata import commands as m
+from cluster.metadata.commands import InstallView
 from cluster.metadata.group import Committed, MetadataGroup
 from cluster.metadata.outcomes import Outcome, Refused, timeout_refusal
 from cluster.raft import actions as ra
@@ -105,6 +106,7 @@ class _Proposal:
     index: int = 0
     outcome: Any = None
     then: list[tuple[Any, str]] = field(default_factory=list)   # Basic.Cancels after the Ok
+    replies: bool = True   # False: answered once applied here (no ``--sync-replies`` wait)
 
 
 class MetadataRuntime:
@@ -149,11 +151,13 @@ class MetadataRuntime:
         self._ready_seq = 0            # a founder's upgrade proposals must be applied first
         self.on_ready: Callable[[], None] | None = None
         self._applied: list[Committed] = []   # applied, not yet followed (``on_effects``)
-        self._follow_due = False
+        #: Called with each committed ``InstallView`` (the cluster view, ``committed_views``).
+        self.on_view: Callable[[InstallView], None] | None = None
         #: Told the applied runtime parameters ((vhost, component, name) -> JSON text) each
         #: time they may have changed, once this member follows the log (the management's
         #: shovel and federation managers follow them: ``follow_parameters``).
         self.on_parameters: Callable[[dict[tuple[str, str, str], str]], None] | None = None
+        self._follow_due = False
 
     # ------------------------------------------------------------------ start
     def open(self, found: bool) -> None:
@@ -275,10 +279,12 @@ class MetadataRuntime:
         self.propose(command, answer)
 
     def propose(self, command: m.Command,
-                done: Callable[[Outcome], None] | None = None) -> None:
+                done: Callable[[Outcome], None] | None = None, *, replies: bool = True,
+                timeout: float | None = None) -> None:
         """Submit ``command``; ``done(outcome)``: this member's machine's outcome at its
-        index once the sync-replies count is met, ``timeout_refusal`` after the timeout (None:
-        nobody waits)."""
+        index once the sync-replies count is met (``replies`` False: once applied here),
+        ``timeout_refusal`` after ``timeout`` s (default: the runtime's) (None: nobody
+        waits)."""
         group = self.group
         if group is None:   # before the first view: no replica yet
             if done is not None:
@@ -290,7 +296,9 @@ class MetadataRuntime:
             if done is not None:
                 done(Refused(406, f"PRECONDITION_FAILED - {exc}"))
             return
-        self.pending[seq] = _Proposal(command, done or _ignore, self.clock() + self.timeout)
+        self.pending[seq] = _Proposal(command, done or _ignore, self.clock()
+                                      + (self.timeout if timeout is None else timeout),
+                                      replies=replies)
         self._flush()
 
     async def decide(self, command: m.Command) -> Outcome:
@@ -352,7 +360,11 @@ class MetadataRuntime:
                               "everything", committed[0].index, committed[-1].index)
                 self.ready = False
                 orphans = []
+        on_view = self.on_view
         for c in committed:
+            if isinstance(c.command, InstallView) and on_view is not None \
+                    and not isinstance(c.outcome, Refused):
+                on_view(c.command)   # every member, caught up or not (``committed_views``)
             p = self.pending.get(c.seq) if c.origin == self.origin else None
             if p is not None:
                 p.index, p.outcome = c.index, c.outcome
@@ -380,6 +392,8 @@ class MetadataRuntime:
         group = self.group
         assert group is not None
         state, command = group.machine.state, c.command
+        if isinstance(command, InstallView):   # the membership's (``on_view``), no definitions
+            return []
         if isinstance(command, m.SetParameter | m.ClearParameter | m.DeleteVhost):
             self.follow_parameters()
             if not isinstance(command, m.DeleteVhost):
@@ -475,7 +489,7 @@ class MetadataRuntime:
         if p.index == 0 or group is None:
             return
         others = self._others()
-        need = reply_quorum(self.reply_policy, len(others))
+        need = reply_quorum(self.reply_policy, len(others)) if p.replies else 0
         if group.applied_count(p.index, others) < need:
             return
         del self.pending[seq]

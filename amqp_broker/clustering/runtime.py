@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from cluster.actions import Timing
 from cluster.driver import ClusterDriver
 from cluster.links import PeerLinks, Settle
 from cluster.membership import Node, Status
+from cluster.metadata.commands import InstallView
+from cluster.metadata.outcomes import Refused
 
 from .. import __version__
 from ..config import Config
@@ -40,6 +43,9 @@ __all__ = ["SecretAuth", "start_cluster", "parse_seeds", "load_vote", "save_vote
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.05
+#: Seconds a cluster view proposed to the metadata log may take to commit before the round
+#: counts as failed and may be tried again (``Node.view_refused``).
+VIEW_TIMEOUT = 5.0
 VOTE_FILE = "cluster-membership.json"
 
 
@@ -244,7 +250,8 @@ def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
                                reply_policy=config.sync_replies,
                                timeout=config.metadata_timeout, solo=solo)
     node = driver.node
-    metadata.attach(links, lambda: {**dict(node.stored.members), **dict(node.members)})
+    metadata.attach(links, lambda: {**node.known_addresses(), **dict(node.stored.members),
+                                    **dict(node.members)})
     quorum_content = broker.peer_content
 
     def peer_content(channel: Any, method: Any, body: bytes) -> None:
@@ -269,9 +276,22 @@ def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
         group = metadata.group
         return group is None or group.is_leader
 
+    def propose_view(base: int, view: int, members: Any, done: Callable[[bool], None]) -> None:
+        command = InstallView(base, view, tuple(n for n, _ in members),
+                              tuple(ad for _, ad in members))
+        def answer(outcome: Any) -> None:
+            if isinstance(outcome, Refused):
+                log.info("cluster view %#x: %s", view, outcome.text)
+            done(not isinstance(outcome, Refused))
+
+        metadata.propose(command, answer, replies=False, timeout=VIEW_TIMEOUT)
+
     driver.admit = admit
     driver.in_configuration = in_configuration
     driver.node.may_recover = may_recover
+    driver.propose_view = propose_view
+    driver.node.commit_views = True
+    metadata.on_view = lambda cmd: driver.view_committed(cmd.view, cmd.members)
     metadata.on_ready = on_ready
     return metadata
 

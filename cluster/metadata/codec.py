@@ -10,7 +10,7 @@ Kinds (never renumber; a new command takes the next number)::
     1 DeclareExchange   2 DeleteExchange   3 DeclareQueue    4 DeleteQueue    5 Bind
     6 Unbind            7 SetPolicy        8 ClearPolicy     9 AddVhost      10 DeleteVhost
    11 PutUser          12 DeleteUser      13 SetPermission  14 ClearPermission
-   15 MemberGone       16 SetParameter    17 ClearParameter
+   15 MemberGone       16 SetParameter    17 ClearParameter   18 InstallView
 
 ``decode`` raises ``wire.MalformedMetadata`` (a ``ValueError``) for any bytes that are not an
 encoding of a command, and nothing else; ``encode`` raises ``ValueError`` / ``TypeError`` for a
@@ -35,7 +35,7 @@ VERSION = 1
 KINDS: tuple[type, ...] = (
     m.DeclareExchange, m.DeleteExchange, m.DeclareQueue, m.DeleteQueue, m.Bind, m.Unbind,
     m.SetPolicy, m.ClearPolicy, m.AddVhost, m.DeleteVhost, m.PutUser, m.DeleteUser,
-    m.SetPermission, m.ClearPermission, m.MemberGone, m.SetParameter, m.ClearParameter,
+    m.SetPermission, m.ClearPermission, m.MemberGone, m.SetParameter, m.ClearParameter, m.InstallView,
 )
 _KIND_OF = {cls: i + 1 for i, cls in enumerate(KINDS)}
 

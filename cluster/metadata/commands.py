@@ -33,7 +33,7 @@ from typing import Any
 __all__ = ["Command", "DeclareExchange", "DeleteExchange", "DeclareQueue", "DeleteQueue", "Bind",
            "Unbind", "SetPolicy", "ClearPolicy", "AddVhost", "DeleteVhost", "PutUser",
            "DeleteUser", "SetPermission", "ClearPermission", "MemberGone", "SetParameter",
-           "ClearParameter", "QUEUE", "EXCHANGE"]
+           "ClearParameter", "InstallView", "QUEUE", "EXCHANGE"]
 
 #: ``Bind.destination_kind`` values.
 QUEUE, EXCHANGE = "queue", "exchange"
@@ -234,7 +234,26 @@ class ClearParameter:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class InstallView:
+    """Cluster view ``view`` (a ``cluster.views`` number) replaces view ``base`` (the rule:
+    ``cluster.metadata.views``): its members in order (``names``, the leader first) with their
+    peer addresses (``addresses``, "host:port", the same length). Proposed by the membership's
+    round that decided it (``cluster.committed_views``)."""
+
+    base: int
+    view: int
+    names: tuple[str, ...]
+    addresses: tuple[str, ...]
+
+    @property
+    def members(self) -> tuple[tuple[str, str], ...]:
+        """((name, address), ...) in order, as ``cluster.actions.Members``."""
+        return tuple(zip(self.names, self.addresses, strict=True))
+
+
 Command = (DeclareExchange | DeleteExchange | DeclareQueue | DeleteQueue | Bind | Unbind
            | SetPolicy | ClearPolicy | AddVhost | DeleteVhost | PutUser | DeleteUser
-           | SetPermission | ClearPermission | MemberGone | SetParameter | ClearParameter)
+           | SetPermission | ClearPermission | MemberGone | SetParameter | ClearParameter
+           | InstallView)
 """Every command of the metadata log."""

@@ -29,6 +29,7 @@ from . import commands as m
 from . import parameters as params
 from . import snapshot as snap
 from . import topology as topo
+from . import views
 from .codec import decode
 from .outcomes import INTERNAL_ERROR, Deleted, Outcome, Refused, Stored
 from .state import MetadataState, VhostState
@@ -117,6 +118,8 @@ class MetadataMachine:
             return params.set_parameter(state, cmd)
         if isinstance(cmd, m.ClearParameter):
             return params.clear_parameter(state, cmd)
+        if isinstance(cmd, m.InstallView):
+            return views.install_view(state, cmd)
         if isinstance(cmd, m.AddVhost | m.DeleteVhost):
             return self._vhost(cmd)
         return self._access(cmd)

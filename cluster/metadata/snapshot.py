@@ -22,8 +22,13 @@ Version 2 is version 1 followed by the runtime parameters::
 
     u32 n, n x parameter   (vhost, component, name, value JSON text)
 
-A state without parameters is written as version 1 (the bytes of a member that predates them),
-one with parameters as version 2; ``decode`` reads both.
+Version 3 is version 2 followed by the last committed cluster view (``cluster.metadata.views``)::
+
+    int view, u32 n, n x member (name, address)
+
+A state without parameters and view is written as version 1 (the bytes of a member that
+predates them), one with parameters as version 2, one with a view as version 3; ``decode``
+reads all three.
 
 ``decode`` raises ``wire.MalformedMetadata`` for bytes that are not such an image (including one
 whose bindings name missing exchanges or queues), and nothing else.
@@ -42,14 +47,16 @@ from .wire import MalformedMetadata, Reader, Writer
 
 __all__ = ["VERSION", "encode", "decode"]
 
-#: The newest format (with runtime parameters); 1 is written for a state without any.
-VERSION = 2
+#: The newest format (with the cluster view); 1 or 2 is written for a state without what the
+#: later versions add (module docstring).
+VERSION = 3
 
 
 def encode(state: MetadataState) -> bytes:
     """The canonical image of ``state``."""
     w = Writer()
-    w.raw(bytes((VERSION if state.parameters else 1,)))
+    version = 3 if state.view else 2 if state.parameters else 1
+    w.raw(bytes((version,)))
     w.strs(state.members)
     w.raw(len(state.users).to_bytes(4, "big"))
     for name in sorted(state.users):
@@ -73,11 +80,17 @@ def encode(state: MetadataState) -> bytes:
             w.str_(s)
         w.int_(p.priority)
         w.table(p.definition)
-    if state.parameters:
+    if version >= 2:
         w.raw(len(state.parameters).to_bytes(4, "big"))
         for key in sorted(state.parameters):
             for s in (*key, state.parameters[key]):
                 w.str_(s)
+    if version >= 3:
+        w.int_(state.view)
+        w.raw(len(state.view_members).to_bytes(4, "big"))
+        for name, address in state.view_members:
+            w.str_(name)
+            w.str_(address)
     return w.bytes()
 
 
@@ -121,7 +134,7 @@ def decode(data: bytes) -> MetadataState:
         return state
     r = Reader(data)
     version = r.u8()
-    if version not in (1, VERSION):
+    if version not in (1, 2, VERSION):
         raise MalformedMetadata(f"unknown snapshot version {version}")
     try:
         state.members = r.strs()
@@ -140,6 +153,9 @@ def decode(data: bytes) -> MetadataState:
         for _ in range(r.u32() if version >= 2 else 0):
             vhost, component, name = r.str_(), r.str_(), r.str_()
             state.parameters[(vhost, component, name)] = r.str_()
+        if version >= 3:
+            state.view = r.int_()
+            state.view_members = tuple((r.str_(), r.str_()) for _ in range(r.u32()))
     except (RoutingError, TypeError, KeyError) as exc:
         raise MalformedMetadata(f"inconsistent snapshot: {exc}") from None
     r.end()

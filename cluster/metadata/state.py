@@ -82,7 +82,9 @@ class MetadataState:
     """Everything: ``vhosts`` by name, ``users`` (``core.access.Account``, ``loopback_only``
     always False: that is each broker's configuration), ``permissions`` by (user, vhost),
     ``policies`` (``core.policies.Policies``), ``members`` (the configuration in force, sorted),
-    ``parameters`` (runtime parameters: (vhost, component, name) -> the value's JSON text)."""
+    ``parameters`` (runtime parameters: (vhost, component, name) -> the value's JSON text),
+    ``view`` / ``view_members`` (the last committed cluster view, 0 / (): none yet;
+    ``cluster.metadata.views``)."""
 
     vhosts: dict[str, VhostState] = field(default_factory=dict)
     users: dict[str, Account] = field(default_factory=dict)
@@ -90,3 +92,5 @@ class MetadataState:
     policies: Policies = field(default_factory=Policies)
     members: tuple[str, ...] = ()
     parameters: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    view: int = 0
+    view_members: tuple[tuple[str, str], ...] = ()

@@ -39,6 +39,9 @@ class Sim:
     timing: a.Timing = field(default_factory=a.Timing)
     latency: tuple[float, float] = (0.001, 0.005)
     tick_every: float = 0.05
+    #: Model of the metadata log (``Node.commit_views``): a view proposal commits when its
+    #: proposer reaches a majority of the last committed view (compare-and-set on its base)
+    committed_log: bool = False
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -56,12 +59,14 @@ class Sim:
         self.announcements: list[Announcement] = []
         self.events: dict[str, list[tuple[float, a.Action]]] = {}
         self.durable: dict[str, DurableVote] = {}
+        self.log_views: list[a.ProposeView] = []   # the views the log committed, in order
         for name in self.names:
             self._new_node(name)
 
     # -------------------------------------------------------------- setup
     def _new_node(self, name: str) -> Node:
         node = Node(name, name, "test", "0.1.0", self.timing, self.durable.get(name))
+        node.commit_views = self.committed_log
         self.nodes[name] = node
         self.incarnation[name] = self.incarnation.get(name, 0) + 1
         self.installed[self._key(name)] = []
@@ -104,6 +109,16 @@ class Sim:
     def heal(self) -> None:
         self.groups = None
         self.last_topology_change = self.now
+        self._catch_up(set(self.names))
+
+    def _catch_up(self, names: set[str]) -> None:
+        """The log's followers among ``names`` learn its last committed view (Raft replication
+        once they are reachable again)."""
+        if self.log_views:
+            last = self.log_views[-1]
+            for n in sorted(names):
+                self._at(self.now + self.rng.uniform(*self.latency), "log_apply",
+                         (n, self.nodes[n], last))
 
     def connected(self, x: str, y: str) -> bool:
         if self.groups is None:
@@ -148,6 +163,32 @@ class Sim:
         if src not in self.crashed:
             self._apply(src, self.nodes[src].send_failed(dst, self.now))
 
+    def _do_propose(self, name: str, node: Node, act: a.ProposeView) -> None:
+        """The log's answer to a view proposal (``committed_log``)."""
+        if self.nodes.get(name) is not node or name in self.crashed:
+            return
+        last = self.log_views[-1] if self.log_views else None
+        voters = {m for m, _ in (last.members if last else node.members or node.stored.members)}
+        reach = self.component(name)
+        if len(reach & voters) * 2 <= len(voters):   # no majority: the proposal times out
+            self._at(self.now + 2.0, "log_refused", (name, node, act))
+            return
+        if last is not None and last.view != act.base:
+            self._at(self.now + self.rng.uniform(*self.latency), "log_refused", (name, node, act))
+            return
+        self.log_views.append(act)
+        for n in sorted(reach):
+            self._at(self.now + self.rng.uniform(*self.latency), "log_apply",
+                     (n, self.nodes[n], act))
+
+    def _do_log_apply(self, name: str, node: Node, act: a.ProposeView) -> None:
+        if self.nodes.get(name) is node and name not in self.crashed:
+            self._apply(name, node.view_committed(act.view, act.members, self.now))
+
+    def _do_log_refused(self, name: str, node: Node, act: a.ProposeView) -> None:
+        if self.nodes.get(name) is node and name not in self.crashed:
+            self._apply(name, node.view_refused(act.view, act.members, self.now))
+
     def _send(self, src: str, dst: str, method) -> None:
         if dst not in self.nodes or not self.connected(src, dst):
             return  # silently lost
@@ -174,6 +215,8 @@ class Sim:
                 self.durable[name] = act.vote
             elif isinstance(act, a.Send):
                 self._send(name, act.to, act.method)
+            elif isinstance(act, a.ProposeView):
+                self._at(self.now + self.rng.uniform(*self.latency), "propose", (name, node, act))
             elif isinstance(act, a.Replay):
                 from cluster.codec import Synch
                 self._send(name, act.to, Synch(act.view, name))

@@ -144,7 +144,24 @@ FAULT = st.one_of(
        faults=st.lists(FAULT, max_size=4), gaps=st.lists(st.floats(0.2, 3.0), min_size=4,
                                                            max_size=4))
 def test_random_faults(n: int, seed: int, faults: list, gaps: list[float]) -> None:
-    sim = Sim(names(n), seed=seed)
+    _random_faults(Sim(names(n), seed=seed), n, faults, gaps)
+
+
+@settings(max_examples=int(os.environ.get("CLUSTER_SIM_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(3, 5), seed=st.integers(0, 2**16),
+       faults=st.lists(FAULT, max_size=4), gaps=st.lists(st.floats(0.2, 3.0), min_size=4,
+                                                           max_size=4))
+def test_random_faults_views_committed_in_the_log(n: int, seed: int, faults: list,
+                                                  gaps: list[float]) -> None:
+    """The same faults with the metadata log deciding the views (``committed_views``): a view
+    number means one member list everywhere, partitions or not -- no two lines of views."""
+    _random_faults(Sim(names(n), seed=seed, committed_log=True), n, faults, gaps,
+                   unique_numbers=True)
+
+
+def _random_faults(sim: Sim, n: int, faults: list, gaps: list[float],
+                   unique_numbers: bool = False) -> None:
     sim.form()
     sim.run_until(sim.now + 3.5)   # stable: the first fault's detection is timed
     topology: list[tuple[float, dict]] = []
@@ -176,7 +193,8 @@ def test_random_faults(n: int, seed: int, faults: list, gaps: list[float]) -> No
                 assert not gone, f"{victim} crashed at {t:.2f}, still in views of {gone}"
                 event("crash detection timed")
     sim.run_until(sim.now + 15.0)
-    check_safety(sim, unique_numbers=not any(kind == "partition" for kind, _, _ in faults))
+    check_safety(sim, unique_numbers=unique_numbers
+                 or not any(kind == "partition" for kind, _, _ in faults))
     check_majority_announcements(sim, topology)
     # the side holding a majority of the highest view held in it has converged on exactly itself
     # (a restarted node kept its vote on disk: restarted members count towards that majority)

@@ -78,7 +78,8 @@ def test_the_kinds_are_numbered_as_documented() -> None:
     assert codec.encode(m.DeclareExchange("/", "x"))[:2] == b"\x01\x01"
     assert codec.encode(m.MemberGone("n1"))[:2] == b"\x01\x0f"
     assert codec.encode(m.ClearParameter("shovel", "/", "s"))[:2] == b"\x01\x11"
-    assert len(codec.KINDS) == 17
+    assert codec.encode(m.InstallView(0, 1, ("n1",), ("a:1",)))[:2] == b"\x01\x12"
+    assert len(codec.KINDS) == 18
 
 
 def _decode_or_malformed(data: bytes) -> None:
