@@ -73,12 +73,15 @@ def test_a_shovel_put_on_one_member_runs_once_moves_on_and_a_delete_elsewhere_en
     wait_for(lambda: all([(p["name"], p["value"]) for p in _parameters(u)] == [("mover", SHOVEL)]
                          for _, u in members), 10, "the parameter is not on every member")
 
+    found: list[Member] = []
+
     def running() -> list[Member]:
-        return [m for m, u in members
-                if [s["state"] for s in _shovels(u) if s["name"] == "mover"] == ["running"]]
+        found[:] = [m for m, u in members
+                    if [s["state"] for s in _shovels(u) if s["name"] == "mover"] == ["running"]]
+        return found
 
     wait_for(lambda: len(running()) == 1, 15, "the shovel did not start on one member")
-    runner = running()[0]
+    runner = found[0]
     others = [u for m, u in members if m is not runner]
     for u in others:
         wait_for(lambda u=u: [s.get("reason") for s in _shovels(u)]
@@ -103,7 +106,7 @@ def test_a_shovel_put_on_one_member_runs_once_moves_on_and_a_delete_elsewhere_en
     cluster.kill(runner)
     members = [(m, u) for m, u in members if m is not runner]
     wait_for(lambda: len(running()) == 1, 15, "no other member took the shovel over")
-    move(running()[0], range(100, 120))
+    move(found[0], range(100, 120))
 
     # a DELETE on the last member (n4, unless it was the one killed)
     assert _send(members[-1][1], "DELETE", "/parameters/shovel/%2F/mover") == 204
