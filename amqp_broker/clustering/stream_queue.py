@@ -135,8 +135,9 @@ class ReplicatedStream(StreamQueue):
         offset asked for, "next" and "last" at the stream's end, and the consumer waits for the
         records to arrive here. A replica with entries in its Raft log it has not applied yet (a
         member just restarted: its segments may have lost the records it had buffered, kill -9)
-        does not know the stream's end: an offset past its segments is kept, not clamped down
-        to them (a consumer resuming after the last offset it read would get records again)."""
+        does not know the stream's end, nor does a broker outside the members before one answers
+        it: an offset past its segments is kept, not clamped down to them (a consumer resuming
+        after the last offset it read would get records again)."""
         end = self.group.machine.next_offset
         log_ = self.log
         if spec.kind == "offset" and spec.value > max(end, log_.next_offset) and \
@@ -154,10 +155,12 @@ class ReplicatedStream(StreamQueue):
         return super().start_offset(spec)
 
     def _applying(self) -> bool:
-        """Whether this member's Raft log holds entries its machine has not applied yet."""
+        """Whether this member's Raft log holds entries its machine has not applied yet; on a
+        broker outside the members, whether no member has told it the stream's end yet."""
         group = self.group
-        node = getattr(group, "node", None)
-        return node is not None and node.log.last_index > group.machine_index
+        if isinstance(group, ObserverGroup):
+            return not group.informed
+        return group.node.log.last_index > group.machine_index
 
     # ------------------------------------------------------------------ publishing, confirms
     def publish(self, message: Message) -> PublishResult:

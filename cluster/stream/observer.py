@@ -77,6 +77,9 @@ class ObserverGroup:
         self.machine_index = 0
         self.leader: str | None = None
         self._turn = 0
+        #: A member has answered since this broker started (``told``): before, the stream's
+        #: end is not known here.
+        self.informed = False
 
     @property
     def applied(self) -> int:
@@ -110,6 +113,7 @@ class ObserverGroup:
 
     def told(self, tail: Tail) -> None:
         """A member's fetch answer: the stream's counters, its leader, our confirms."""
+        self.informed = True
         machine = self.machine
         if tail.next_offset >= machine.next_offset:
             machine.next_offset = tail.next_offset

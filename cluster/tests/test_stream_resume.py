@@ -25,6 +25,7 @@ from cluster.raft.messages import Entry, EntryKind, PersistentState, encode_memb
 from cluster.raft.node import RaftNode
 from cluster.stream.group import StreamGroup
 from cluster.stream.machine import StreamMachine, encode_append
+from cluster.stream.observer import ObserverGroup, Tail
 from queues.arguments import QueueSettings
 from queues.message import Message
 from queues.stream.manager import StreamManager
@@ -67,3 +68,20 @@ def test_a_caught_up_member_clamps_an_offset_past_the_end(tmp_path):
     stream = _replica(tmp_path / "caught-up", held=5, logged=0)
     assert stream.start_offset(OffsetSpec("offset", 227)) == 5   # RabbitMQ: clamped to the end
     assert stream.start_offset(OffsetSpec("next")) == 5
+
+
+def test_a_resumed_offset_on_a_restarted_broker_outside_the_members_is_kept(tmp_path):
+    """The same on a broker outside the members (``x-initial-cluster-size``): its segments
+    are a fetched copy, and until a member answers it the stream's end is not known there."""
+    manager = StreamManager(tmp_path / "streams")
+    log = manager.open_log("/", "s", segment_bytes=1 << 20, max_bytes=None, max_age_ms=None)
+    for i in range(218):
+        log.append(Message.build("", "s", b"m%d" % i, None), 1000 + i)
+    group = ObserverGroup("n3", "n3#1", ("n1", "n2"))
+    stream = ReplicatedStream("/", "s", QueueSettings(), log, group, stream_settings({}),
+                              arguments={}, manager=manager, execute=lambda _a: None,
+                              wake=lambda _q: None, now_ms=lambda: 0, wall_ms=lambda: 0,
+                              fetch=lambda _o: None)
+    assert stream.start_offset(OffsetSpec("offset", 227)) == 227
+    group.told(Tail(218, 0, 0, "n1"))   # a member answered: the end is known, RabbitMQ clamps
+    assert stream.start_offset(OffsetSpec("offset", 227)) == 218
