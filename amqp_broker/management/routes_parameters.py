@@ -9,7 +9,8 @@ A parameter is ``{"value", "vhost", "component", "name"}``; the components are `
 failed\\n\\n<errors>\\n"`` (RabbitMQ's texts, ``<`` and ``>`` HTML-escaped as its API does) for a
 bad value, 404 for an unknown vhost or component; DELETE 204, 404 when unknown. Changes need the
 ``policymaker`` tag (or higher). GET /api/shovels answers each shovel's status
-(``manager.ShovelManager.status``); restart answers 204, 404 for an unknown shovel.
+(``manager.ShovelManager.status``; in a cluster the running member's, ``shovel_status``); restart
+answers 204, 404 for an unknown shovel.
 
 In a cluster a PUT or DELETE (and a definitions import's parameters) is a command of the cluster
 metadata log (``SetParameter`` / ``ClearParameter``, decided by ``cluster.metadata.parameters``
@@ -56,6 +57,7 @@ from .http import (
     read_json,
 )
 from .routes_shared import listed_vhost, listing_routes, object_routes, vhost_and_name
+from .shovel_status import LOCAL, runner_status
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -248,9 +250,12 @@ async def import_parameters(mgmt: Management, items: list[dict],
 
 @endpoint()
 async def list_shovels(request: Request, mgmt: Management, user: Account) -> Response:
-    """Every shovel's status, or those of ``{vhost}``."""
+    """Every shovel's status, or those of ``{vhost}``: in a cluster the runner's
+    (``shovel_status.runner_status``), else this member's."""
     vhost = listed_vhost(request, mgmt)
-    return list_response(request, shovels_of(mgmt).status(vhost))
+    items = None if LOCAL in request.query_params else \
+        await runner_status(mgmt, request.headers.get("authorization"), vhost)
+    return list_response(request, shovels_of(mgmt).status(vhost) if items is None else items)
 
 
 @endpoint("policymaker")
