@@ -73,6 +73,15 @@ def test_a_shovel_put_on_one_member_runs_once_moves_on_and_a_delete_elsewhere_en
         == 400   # RabbitMQ's validation, decided in the log
     wait_for(lambda: all([(p["name"], p["value"]) for p in _parameters(u)] == [("mover", SHOVEL)]
                          for _, u in members), 10, "the parameter is not on every member")
+    # federation upstreams go the same way (no policy asks for a link: none runs)
+    upstream = {"uri": "amqp://127.0.0.1:1", "max-hops": 2}
+    assert _send(url4, "PUT", "/parameters/federation-upstream/%2F/up", {"value": upstream}) \
+        == 201
+    assert all(api_get(u, "/parameters/federation-upstream") == [
+        {"value": upstream, "vhost": "/", "component": "federation-upstream", "name": "up"}]
+        for _, u in members)   # sync-replies all: applied everywhere once answered
+    assert _send(url2, "DELETE", "/parameters/federation-upstream/%2F/up") == 204
+    assert all(api_get(u, "/parameters/federation-upstream") == [] for _, u in members)
 
     found: list[Member] = []
 
