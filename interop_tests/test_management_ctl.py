@@ -9,7 +9,8 @@
 - learnt members: ctl given only member A's URL of a two-broker cluster (127.0.0.2-3) learns B's
   management URL from A's ``/api/overview`` (which lists every member's listeners); once A is
   stopped, ctl with only A's URL still answers, through B (the cache file under the test's
-  ``XDG_CACHE_HOME``).
+  ``XDG_CACHE_HOME``);
+- a reader of its output that goes away (``ctl ... | head -1``) gets no "Error: Broken pipe" line.
 """
 
 from __future__ import annotations
@@ -139,3 +140,20 @@ def test_members_learnt_from_one_answer_when_it_is_down(tmp_path):
         assert gone.returncode == 69 and url_a in gone.stderr and url_b in gone.stderr
     finally:
         cluster.stop_all()
+
+
+def test_a_reader_that_goes_away_gets_no_error_line(broker_factory, tmp_path):
+    # `ctl cluster_status | head -5` printed "Error: [Errno 32] Broken pipe": here stdout is a
+    # pipe whose reader is gone before ctl writes, so the first write fails every time
+    _, http, _ = _start(broker_factory)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        out = subprocess.run([sys.executable, "-m", "amqp_broker", "ctl", "--url",
+                              f"http://127.0.0.1:{http}", "list_exchanges"],
+                             stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
+                             cwd=REPO_ROOT, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+    finally:
+        os.close(write_end)
+    assert out.stderr == ""
+    assert out.returncode == 1

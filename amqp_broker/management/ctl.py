@@ -363,8 +363,17 @@ def _remember(api: Api, cache: MemberCache) -> None:
         cache.put(key, members)
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null once its reader has gone, so that the interpreter's last flush
+    at exit does not print "Exception ignored ... BrokenPipeError" (Python's "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (see module docstring)."""
+    """Entry point; returns the exit code (see module docstring; 1 without a word when stdout's
+    reader went away, as in ``ctl list_queues | head -1``)."""
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)  # "-p VHOST" may follow the command
     if args.command == "force_boot":   # on the stopped member's files, no API
@@ -391,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     except ApiError as exc:
         print(f"Error: {exc.reason}", file=sys.stderr)
         code = 69 if exc.status == 0 else 1
+    except BrokenPipeError:   # stdout's reader left (`ctl list_queues | head -1`): no "Error:"
+        _quiet_stdout()
+        code = 1
     except OSError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         code = 1
