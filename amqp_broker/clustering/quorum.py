@@ -1,5 +1,6 @@
 """The I/O half of quorum queues (issue 12): replicas on disk, Raft timers, the group commit in a
-worker thread, and Raft traffic on the cluster's peer links. The logic is in ``cluster.quorum``.
+worker thread, and Raft traffic on the cluster's peer links (``quorum_wire``). The logic is in
+``cluster.quorum``.
 
 Owns, per broker: ``QuorumRuntime``, the ``broker.queue_types["quorum"]`` factory. For each quorum
 queue it opens the replica's ``DiskLog`` under ``<data-dir>/quorum/<group id>/`` and runs the
@@ -72,17 +73,16 @@ from cluster.raft import codec as raft_codec
 from cluster.raft.disklog import DiskLog
 from cluster.raft.fifo import FifoConfig
 from cluster.raft.node import RaftNode
-from cluster.raftgroup import decode_forward, encode_forward
+from cluster.raftgroup import encode_forward
 from queues.dead_letter import make_dead_letter
 from queues.message import Message
 
-from ..protocol import constants as c
-from ..protocol.framing import encode_body_frames, encode_frame
 from ..protocol.methods import encode_method
 from . import quorum_paging as paging
 from .quorum_dlx import DeadLetterWorker, route_dead_letter
 from .quorum_members import ReplicaManagement, has_log, read_members
 from .quorum_timers import TICK_MS, QuorumTimers
+from .quorum_wire import NOTICE, QuorumWire
 
 __all__ = ["QuorumRuntime", "TIMING", "TICK_MS", "install"]
 
@@ -99,11 +99,6 @@ PERSIST_RETRIES = 172_800
 #: election (so a dead leader's queue is served again in about 1-1.5 s).
 TIMING = ra.Timing(election_ms=600, heartbeat_ms=100, max_batch_entries=512,
                    max_batch_bytes=1 << 20, max_inflight=8, snapshot_keep=256)
-_NOTICE = struct.Struct(">QB")
-_BODY_HEAD = struct.Struct(">BHI")   # a frame's type, channel, size
-_FRAME_MAX = 131072
-_HELD_BYTES = 64 << 20
-_RECONNECT_MS = 500   # a link to a member that is down is retried at most this often
 
 
 class _Replica:
@@ -138,7 +133,7 @@ class _Replica:
                                     QUORUM_MEMBERS)}
 
 
-class QuorumRuntime(ReplicaManagement, QuorumTimers):
+class QuorumRuntime(QuorumWire, ReplicaManagement, QuorumTimers):
     """Quorum queues of one broker (see the module docstring). ``me``: this broker's node name;
     ``data_dir``: the broker's data directory; ``fsync``: False under ``--sync-policy none``."""
 
@@ -407,7 +402,7 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
                 origin = act.origin.encode()  # type: ignore[union-attr]
                 self._send(rep, act.to, QUORUM_NOTIFY, b"".join((  # type: ignore[union-attr]
                     struct.pack(">H", len(origin)), origin,
-                    _NOTICE.pack(act.applied, act.resend))))  # type: ignore[union-attr]
+                    NOTICE.pack(act.applied, act.resend))))  # type: ignore[union-attr]
             elif kind is ra.StateChanged:
                 if act.role is ra.Role.LEADER:  # type: ignore[union-attr]
                     log.info("quorum queue %r: this replica leads (term %d)", rep.name,
@@ -498,114 +493,6 @@ class QuorumRuntime(ReplicaManagement, QuorumTimers):
             self._dirty.discard(rep)
             if newest is not None and rep.raft is not None:
                 self.execute(rep, rep.raft.persisted(*newest))
-
-    # ------------------------------------------------------------------ the network
-    def attach(self, links: Any, addresses: Callable[[], dict[str, str]]) -> None:
-        """Use the cluster's peer ``links``; ``addresses()`` maps member names to host:port."""
-        self.links = links
-        self.addresses = addresses
-
-    def view_changed(self, view: int, members: Iterable[tuple[str, str]]) -> None:
-        """The cluster view changed (``ClusterDriver.on_view``)."""
-        self.view_number = view
-        self.view = {name for name, _address in members} | {self.me}
-
-    def _send(self, rep: _Replica, to: str, kind: int, payload: bytes,
-              hold: bool = False) -> None:
-        links = self.links
-        if links is None or to == self.me:
-            return
-        head = (encode_frame(c.FRAME_METHOD, 1, rep.prefix[kind]),
-                encode_frame(c.FRAME_HEADER, 1, struct.pack(">HHQH", 60, 0, len(payload), 0)))
-        if len(payload) <= _FRAME_MAX - c.FRAME_OVERHEAD:   # one body frame: one copy, the join
-            data = b"".join((*head, _BODY_HEAD.pack(c.FRAME_BODY, 1, len(payload)), payload,
-                             c.FRAME_END_BYTE))
-        else:
-            data = b"".join((*head, *encode_body_frames(1, payload, _FRAME_MAX)))
-        if links.can_send(to, 1 << 30):
-            held = self._held.pop(to, None)
-            if held:
-                self._held_bytes.pop(to, None)
-                for item in held:
-                    links.send_raw(to, item)
-            links.send_raw(to, data)
-            return
-        now = self.now_ms()
-        if now - self._connect_ms.get(to, -_RECONNECT_MS) >= _RECONNECT_MS:
-            self._connect_ms[to] = now
-            address = self.addresses().get(to)
-            if address:
-                links.connect(to, address)
-        if hold:   # forwarded commands wait for the link (bounded); Raft messages are re-sent
-            held = self._held.setdefault(to, deque())
-            held.append(data)
-            size = self._held_bytes.get(to, 0) + len(data)
-            while held and size > _HELD_BYTES:
-                size -= len(held.popleft())
-            self._held_bytes[to] = size
-
-    def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
-        """``broker.peer_handler`` (before the cluster driver's): a Cluster.Quorum starts the
-        channel's content assembly; its content arrives in ``on_peer_content``."""
-        if isinstance(method, Quorum):
-            channel.assembler.start(method)
-            return True
-        return False
-
-    def on_peer_content(self, channel: Any, method: Any, body: bytes) -> None:
-        """``broker.peer_content``: a Raft message or forwarded entries for a replica here."""
-        if not isinstance(method, Quorum):
-            return
-        rep = self.replicas.get(method.group)
-        if rep is None or rep.closed:
-            return
-        frm = channel.connection.peer_node
-        kind = method.kind
-        if kind == QUORUM_MEMBERS:
-            self.on_notice(rep, frm, body)
-            return
-        remote = rep.remote
-        if kind == QUORUM_SHIP or kind == QUORUM_NOTIFY:
-            if remote is None:
-                return
-            if kind == QUORUM_SHIP:
-                effects = remote.received(frm, body)
-                if effects and rep.queue is not None and not rep.queue.deleted:
-                    rep.queue.on_effects(effects)
-            elif len(body) >= 2:
-                n = struct.unpack_from(">H", body)[0]
-                if len(body) >= 2 + n + _NOTICE.size and body[2:2 + n] == remote.origin.encode():
-                    applied, resend = _NOTICE.unpack_from(body, 2 + n)
-                    self.execute(rep, remote.notified(frm, applied, bool(resend), self.now_ms()))
-                    if rep.queue is not None:
-                        rep.queue.on_effects([])   # confirms that waited for it
-            return
-        group = rep.raft
-        if group is None:
-            return
-        if kind == QUORUM_CHANGE and hasattr(group, "change"):   # none on streams, metadata
-            self.on_change(rep, frm, body)
-        elif method.kind == QUORUM_RAFT:
-            try:
-                msg = raft_codec.decode(body)
-            except ValueError as exc:
-                log.warning("quorum queue %r: bad Raft message from %s: %s", rep.name, frm, exc)
-                return
-            self.execute(rep, group.receive(frm, msg, self.now_ms()))
-        elif method.kind == QUORUM_FORWARD:
-            try:
-                envs = decode_forward(body)
-            except ValueError as exc:
-                log.warning("quorum queue %r: bad forward from %s: %s", rep.name, frm, exc)
-                return
-            self.execute(rep, group.forwarded(frm, envs))
-        elif method.kind == QUORUM_HOLDING and hasattr(group, "holding"):
-            self.execute(rep, group.holding(frm, body))
-        elif method.kind == QUORUM_STATUS:
-            group.status(frm, body)
-        else:   # a kind this group does not take (a stream's or a quorum queue's to another)
-            log.warning("quorum queue %r: dropped a Cluster.Quorum of kind %d from %s (not one "
-                        "this group takes)", rep.name, kind, frm)
 
     def close(self) -> None:
         """Sync and close every replica's log (broker stop)."""

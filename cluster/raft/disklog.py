@@ -538,9 +538,8 @@ class DiskLog:
         return len(self._segments)
 
     def abandon(self) -> None:
-        """This log's files are about to be deleted (its queue was): write no mark from now on,
-        not even a sync already running in another thread, and let ``close`` close the files
-        without syncing. The fds stay open until ``close`` (a running fsync may hold them)."""
+        """Its files are being deleted (the queue was): no mark, state or snapshot is written
+        from now on, by any thread; ``close`` closes the fds without syncing."""
         self._marks.drop()
         self._abandoned = True
 
