@@ -197,7 +197,7 @@ class RelayInbox:
     turn among its local consumers. ``policy`` is the broker's relay policy."""
 
     __slots__ = ("policy", "waiting", "_turns", "_local", "pending_acks", "on_acks_pending",
-                 "flush_armed")
+                 "flush_armed", "relayed_in")
 
     def __init__(self, policy: RelayPolicy | None = None) -> None:
         self.policy = policy or RelayPolicy()
@@ -212,6 +212,10 @@ class RelayInbox:
         self.on_acks_pending: Callable[[], None] | None = None
         #: True from ``on_acks_pending`` until the ``flush_acks`` it asked for.
         self.flush_armed = False
+        #: per queue, the relayed messages handed to its local consumers (``Queue.deliver_to``
+        #: gives each an entry sequence number: not a publish to this member's copy, so the
+        #: management API's ``publish`` leaves them out, ``core.stats.queue_message_stats``)
+        self.relayed_in: dict[QueueType, int] = {}
 
     def link(self, channel: Channel) -> PeerSettles:
         """The settle state of peer link ``channel`` (made on its first relay)."""
@@ -254,6 +258,7 @@ class RelayInbox:
         """``q`` was deleted: what waited for it goes back to its senders (who delete it too)."""
         self._turns.pop(q, None)
         self._local.pop(q, None)
+        self.relayed_in.pop(q, None)
         for item in self.waiting.pop(q, ()):
             item.origin.settle("requeue")
 
@@ -336,6 +341,7 @@ class RelayInbox:
             if consumer.can_deliver():
                 self._turns[q] = (start + i + 1) % n
                 entry = q.deliver_to(consumer, message, redelivered)
+                self.relayed_in[q] = self.relayed_in.get(q, 0) + 1
                 if consumer.no_ack:
                     origin.settle("ack")  # gone from us as it left: the sender may forget it
                 else:

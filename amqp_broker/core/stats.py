@@ -190,9 +190,13 @@ def queue_message_stats(broker: Broker, queues: Iterable[Any]) -> dict[Any, dict
     ``get`` and ``get_no_ack`` (RabbitMQ's). A queue without a cell (never consumed from, got
     from, nor published to as a stream or replicated queue) has no entry; ``publish`` counts a
     stream's or replicated queue's publishes (0 for a classic queue: its figure is its entry
-    sequence). O(those queues and their consumers, times the vhosts): for the management API's
-    answers and samples (every 5 s), never per message."""
+    sequence); ``relayed_in``, only when non-zero, counts the messages other cluster members
+    relayed to its local consumers (``RelayInbox.relayed_in``: they took entry sequence numbers
+    here but were published to another member, which counts them). O(those queues and their
+    consumers, times the vhosts): for the management API's answers and samples (every 5 s),
+    never per message."""
     cells = [vhost.queue_counts for vhost in list(broker.vhosts.values())]
+    relayed: dict[Any, int] = getattr(broker.relay_inbox, "relayed_in", None) or {}
     out: dict[Any, dict[str, int]] = {}
     for q in queues:
         cell = next((found[q] for found in cells if q in found), None)
@@ -210,5 +214,7 @@ def queue_message_stats(broker: Broker, queues: Iterable[Any]) -> dict[Any, dict
             counts["ack"] += consumer.n_acked
         counts["deliver_get"] = (counts["deliver"] + counts["deliver_no_ack"] + counts["get"]
                                  + counts["get_no_ack"])
+        if relayed.get(q):
+            counts["relayed_in"] = relayed[q]
         out[q] = counts
     return out

@@ -36,15 +36,19 @@ _Snap = dict[int, tuple[Any, float, dict[str, int]]]
 def queue_counters(q: Any, stats: dict[str, int] | None = None) -> dict[str, int]:
     """A queue's counters now (see module docstring): its message counts, ``stats`` (its entry
     of ``core.stats.queue_message_stats``, None when it has none) and ``publish`` (a classic
-    queue's entry sequence, else the ``publish`` of ``stats``; absent when neither has one)."""
+    queue's entry sequence less the messages other members relayed to its consumers, the
+    ``relayed_in`` of ``stats``; else the ``publish`` of ``stats``; absent when neither has
+    one)."""
     ready, unacked = q.message_count, q.unacked_count
     out = {"messages": ready + unacked, "messages_ready": ready,
            "messages_unacknowledged": unacked}
+    relayed = 0
     if stats is not None:
         out.update(stats)
+        relayed = out.pop("relayed_in", 0)
     seq = getattr(q, "_next_seq", None)
     if isinstance(seq, int):
-        out["publish"] = seq
+        out["publish"] = seq - relayed
     return out
 
 

@@ -27,6 +27,7 @@ from ..core.access import Account
 from ..protocol import constants as c
 from . import auth
 from .api import amqp, endpoint, vhost_of
+from .cluster_stats import quoted, summed_item, summed_items
 from .context import Management
 from .direct import AMQPError
 from .http import (
@@ -81,8 +82,12 @@ def binding_items(mgmt: Management, user: Account, vhost: str | None = None) -> 
 
 @endpoint()
 async def list_exchanges(request: Request, mgmt: Management, user: Account) -> Response:
+    """Every exchange (of ``{vhost}``), its ``message_stats`` summed over the cluster's members
+    (``cluster_stats``)."""
     vhost = vhost_of(request, mgmt, user) if "vhost" in request.path_params else None
-    return list_response(request, exchange_items(mgmt, user, vhost))
+    path = "/api/exchanges" + (quoted(vhost) if vhost is not None else "")
+    return list_response(request, await summed_items(request, mgmt, path,
+                                                     exchange_items(mgmt, user, vhost)))
 
 
 def _exchange(request: Request, mgmt: Management, user: Account) -> tuple[str, Any]:
@@ -96,9 +101,12 @@ def _exchange(request: Request, mgmt: Management, user: Account) -> tuple[str, A
 @endpoint()
 async def show_exchange(request: Request, mgmt: Management, user: Account) -> Response:
     """One exchange with its ``message_stats``, and RabbitMQ's ``incoming`` and ``outgoing``
-    (per-channel and per-queue message rates: [] here, as RabbitMQ's with rates_mode basic)."""
+    (per-channel and per-queue message rates: [] here, as RabbitMQ's with rates_mode basic);
+    its ``message_stats`` summed over the cluster's members (``cluster_stats``)."""
     vhost, ex = _exchange(request, mgmt, user)
-    return json_response({**_with_stats(mgmt, vhost, ex), "incoming": [], "outgoing": []})
+    path = "/api/exchanges" + quoted(vhost, ex.name or "amq.default")
+    item = await summed_item(request, mgmt, path, _with_stats(mgmt, vhost, ex))
+    return json_response({**item, "incoming": [], "outgoing": []})
 
 
 @endpoint()

@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from ..core.access import Account
 from .api import amqp, endpoint, vhost_of
+from .cluster_stats import summed_overview
 from .context import Management
 from .direct import GotMessage
 from .http import json_response, not_found, path_vhost
@@ -26,8 +27,11 @@ __all__ = ["ROUTES"]
 
 @endpoint()
 async def overview(request: Request, mgmt: Management, user: Account) -> Response:
-    """RabbitMQ's overview; ``listeners`` and ``contexts`` list every member's (``peers``)."""
-    return json_response(overview_json(mgmt, await peer_listeners(mgmt)))
+    """RabbitMQ's overview; ``listeners`` and ``contexts`` list every member's (``peers``);
+    ``message_stats`` and the connection and channel totals summed over the members
+    (``cluster_stats``)."""
+    return json_response(await summed_overview(request, mgmt,
+                                               overview_json(mgmt, await peer_listeners(mgmt))))
 
 
 @endpoint("monitoring")

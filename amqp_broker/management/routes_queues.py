@@ -21,6 +21,7 @@ from ..core.access import Account
 from ..core.stats import queue_message_stats
 from . import auth
 from .api import amqp, endpoint, vhost_of
+from .cluster_stats import quoted, summed_item, summed_items
 from .context import Management
 from .direct import GotMessage
 from .http import (
@@ -54,8 +55,12 @@ def queue_items(mgmt: Management, user: Account, vhost: str | None = None) -> li
 
 @endpoint()
 async def list_queues(request: Request, mgmt: Management, user: Account) -> Response:
+    """Every queue (of ``{vhost}``), its ``message_stats`` summed over the cluster's members
+    (``cluster_stats``)."""
     vhost = vhost_of(request, mgmt, user) if "vhost" in request.path_params else None
-    return list_response(request, queue_items(mgmt, user, vhost))
+    path = "/api/queues" + (quoted(vhost) if vhost is not None else "")
+    return list_response(request, await summed_items(request, mgmt, path,
+                                                     queue_items(mgmt, user, vhost)))
 
 
 def _queue(request: Request, mgmt: Management, user: Account) -> tuple[str, Any]:
@@ -70,13 +75,15 @@ def _queue(request: Request, mgmt: Management, user: Account) -> tuple[str, Any]
 async def show_queue(request: Request, mgmt: Management, user: Account) -> Response:
     """One queue, with what RabbitMQ adds to a single queue's answer: ``consumer_details`` (its
     consumers, as in ``/api/consumers``), ``incoming`` and ``deliveries`` (per-channel message
-    rates: [] here, as RabbitMQ's with rates_mode basic)."""
+    rates: [] here, as RabbitMQ's with rates_mode basic); its ``message_stats`` summed over the
+    cluster's members (``cluster_stats``)."""
     vhost, q = _queue(request, mgmt, user)
     consumers = [c for c in consumer_items(mgmt, user, vhost) if c["queue"]["name"] == q.name]
     rates = mgmt.sampler.objects.queue(q) if mgmt.sampler is not None else {}
     stats = queue_message_stats(mgmt.broker, [q]).get(q)
-    return json_response({**queue_json(mgmt.broker, vhost, q, rates, stats=stats),
-                          "consumer_details": consumers,
+    item = await summed_item(request, mgmt, "/api/queues" + quoted(vhost, q.name),
+                             queue_json(mgmt.broker, vhost, q, rates, stats=stats))
+    return json_response({**item, "consumer_details": consumers,
                           "incoming": [], "deliveries": []})
 
 

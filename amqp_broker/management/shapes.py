@@ -134,7 +134,7 @@ def _queue_stats(q: QueueType, rates: dict[str, float],
     ``deliver_no_ack``, ``get``, ``get_empty``, ``get_no_ack``, ``redeliver``, zeros included, once
     any of them is non-zero; each with ``<name>_details: {"rate": r}`` (per second, ``rates``).
     Empty for a queue with none (the caller then leaves ``message_stats`` out, as RabbitMQ).
-    Counted on this member only: a cluster's other members keep their own clients' figures."""
+    Counted on this member only (its own clients'): ``cluster_stats`` sums the members'."""
     counts = queue_counters(q, stats)
     out: dict[str, Any] = {}
     keys = [k for k in ("publish",) if counts.get(k)]
