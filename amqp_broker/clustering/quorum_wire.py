@@ -15,17 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from cluster.codec import (
-    QUORUM_CHANGE,
-    QUORUM_FORWARD,
-    QUORUM_HOLDING,
-    QUORUM_MEMBERS,
-    QUORUM_NOTIFY,
-    QUORUM_RAFT,
-    QUORUM_SHIP,
-    QUORUM_STATUS,
-    Quorum,
-)
+from cluster import codec as cc
 from cluster.quorum.group import Action
 from cluster.raft import codec as raft_codec
 from cluster.raftgroup import decode_forward
@@ -111,28 +101,28 @@ class QuorumWire:
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
         """``broker.peer_handler`` (before the cluster driver's): a Cluster.Quorum starts the
         channel's content assembly; its content arrives in ``on_peer_content``."""
-        if isinstance(method, Quorum):
+        if isinstance(method, cc.Quorum):
             channel.assembler.start(method)
             return True
         return False
 
     def on_peer_content(self, channel: Any, method: Any, body: bytes) -> None:
         """``broker.peer_content``: a Raft message or forwarded entries for a replica here."""
-        if not isinstance(method, Quorum):
+        if not isinstance(method, cc.Quorum):
             return
         rep = self.replicas.get(method.group)
         if rep is None or rep.closed:
             return
         frm = channel.connection.peer_node
         kind = method.kind
-        if kind == QUORUM_MEMBERS:
+        if kind == cc.QUORUM_MEMBERS:
             self.on_notice(rep, frm, body)
             return
         remote = rep.remote
-        if kind == QUORUM_SHIP or kind == QUORUM_NOTIFY:
+        if kind == cc.QUORUM_SHIP or kind == cc.QUORUM_NOTIFY:
             if remote is None:
                 return
-            if kind == QUORUM_SHIP:
+            if kind == cc.QUORUM_SHIP:
                 effects = remote.received(frm, body)
                 if effects and rep.queue is not None and not rep.queue.deleted:
                     rep.queue.on_effects(effects)
@@ -147,25 +137,25 @@ class QuorumWire:
         group = rep.raft
         if group is None:
             return
-        if kind == QUORUM_CHANGE and hasattr(group, "change"):   # none on streams, metadata
+        if kind == cc.QUORUM_CHANGE and hasattr(group, "change"):   # none on streams, metadata
             self.on_change(rep, frm, body)
-        elif method.kind == QUORUM_RAFT:
+        elif method.kind == cc.QUORUM_RAFT:
             try:
                 msg = raft_codec.decode(body)
             except ValueError as exc:
                 log.warning("quorum queue %r: bad Raft message from %s: %s", rep.name, frm, exc)
                 return
             self.execute(rep, group.receive(frm, msg, self.now_ms()))
-        elif method.kind == QUORUM_FORWARD:
+        elif method.kind == cc.QUORUM_FORWARD:
             try:
                 envs = decode_forward(body)
             except ValueError as exc:
                 log.warning("quorum queue %r: bad forward from %s: %s", rep.name, frm, exc)
                 return
             self.execute(rep, group.forwarded(frm, envs))
-        elif method.kind == QUORUM_HOLDING and hasattr(group, "holding"):
+        elif method.kind == cc.QUORUM_HOLDING and hasattr(group, "holding"):
             self.execute(rep, group.holding(frm, body))
-        elif method.kind == QUORUM_STATUS:
+        elif method.kind == cc.QUORUM_STATUS:
             group.status(frm, body)
         else:   # a kind this group does not take (a stream's or a quorum queue's to another)
             log.warning("quorum queue %r: dropped a Cluster.Quorum of kind %d from %s (not one "
