@@ -222,8 +222,9 @@ def _replicas(api: str, name: str) -> list[str]:
 def test_add_replica_catches_up_and_delete_replica_leaves_the_stream_serving(three):
     """rabbitmq-streams add_replica / delete_replica (``ctl``): a stream on 2 of the 3 brokers
     gets a replica on the third, which reads every record from it; one of the first two is
-    deleted and the stream still takes publishes and serves them on every broker."""
-    _cluster, members, api = three
+    deleted and the stream still takes publishes and serves them on every broker, also after
+    both changed brokers restart."""
+    cluster, members, api = three
     _declare(members[0], "grown", **{"x-initial-cluster-size": 2})
     wait_for(lambda: len(_replicas(api, "grown")) == 2, 10, "not declared")
     first_two = _replicas(api, "grown")
@@ -235,9 +236,9 @@ def test_add_replica_catches_up_and_delete_replica_leaves_the_stream_serving(thr
     assert ctl.main(["--url", api, "add_replica", "grown", third.name]) == 0
     assert _replicas(api, "grown") == sorted((*first_two, third.name))
     assert _read(third, "grown", 50) == list(enumerate(before))
-    gone = next(m for m in members if m.name == first_two[0])
+    gone = next(m for m in members if m.name in first_two and m is not members[0])
     assert ctl.main(["--url", api, "delete_replica", "grown", gone.name]) == 0
-    kept = sorted((first_two[1], third.name))
+    kept = sorted((members[0].name, third.name))
     wait_for(lambda: _replicas(api, "grown") == kept, 15, f"members {_replicas(api, 'grown')}")
     after = [b"a-%d" % i for i in range(10)]
     _publish(gone, "grown", after[:5])     # now outside the members: through them
@@ -247,3 +248,14 @@ def test_add_replica_catches_up_and_delete_replica_leaves_the_stream_serving(thr
         assert _read(member, "grown", 60) == expected, member.name
     wait_for(lambda: [_count(m, "grown") for m in members] == [60] * 3, 10,
              f"counts {[_count(m, 'grown') for m in members]}")
+    # restarted, each keeps its part (members.json, not the declared members): the deleted
+    # member reads from the others and publishes through them, the added one is a member
+    cluster.kill(gone)
+    cluster.kill(third)
+    cluster.start(int(gone.name[1:]), members[0])
+    cluster.start(int(third.name[1:]), members[0])
+    _publish(gone, "grown", [b"r-0", b"r-1"])
+    expected += [(60, b"r-0"), (61, b"r-1")]
+    for member in members:
+        assert _read(member, "grown", 62) == expected, member.name
+    assert _replicas(api, "grown") == kept
