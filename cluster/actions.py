@@ -155,6 +155,9 @@ class ProposeView:
     base: int
     view: int
     members: Members
+    #: Members that left in order (Cluster.Leave) in this change: the metadata leader may take
+    #: them out of its configuration while they still answer, before they stop.
+    left: tuple[str, ...] = ()
 
 
 Action = (Send | ViewInstalled | BecameLeader | Replay | ApplyReplay | AcceptClients | StopMirrored

@@ -65,13 +65,14 @@ class CommittedViews:
         return dict(self._addresses)
 
     def _propose(self, base: int, view: int, members: a.Members, targets: set[str],
-                 now: float) -> bool:
-        """A round decided ``view``: with ``commit_views`` propose it (True: the caller installs
-        nothing now); False: install it at once, as without the log."""
+                 left: frozenset[str], now: float) -> bool:
+        """A round decided ``view`` (``left``: members it drops on their Cluster.Leave): with
+        ``commit_views`` propose it (True: the caller installs nothing now); False: install it
+        at once, as without the log."""
         if not self.commit_views:
             return False
         self._proposed = (view, members, frozenset(targets))
-        self._emit(a.ProposeView(base, view, members))
+        self._emit(a.ProposeView(base, view, members, tuple(sorted(left))))
         return True
 
     def view_committed(self, view: int, members: a.Members, now: float) -> list[a.Action]:

@@ -175,13 +175,11 @@ class ClusterDriver:
         #: Whether a view member is published (``publish_view``): the metadata log's member
         #: admits the voters of its committed configuration (``clustering.runtime``).
         self.in_configuration: Callable[[str], bool] = lambda name: True
-        #: ``propose_view(base, view, members, done)``: submit a round's view to the metadata
-        #: log (``ProposeView``); ``done(accepted)`` once it applied or was refused / timed
-        #: out. Set with ``node.commit_views`` by the metadata log's wiring
+        #: ``propose_view(action, done)``: submit a round's view (``ProposeView``) to the
+        #: metadata log; ``done(accepted)`` once it applied or was refused / timed out. Set with ``node.commit_views`` by the metadata log's wiring
         #: (``clustering.runtime``); the log's apply of every committed view calls
         #: ``view_committed`` on every member.
-        self.propose_view: Callable[[int, int, a.Members, Callable[[bool], None]], None] | None \
-            = None
+        self.propose_view: Callable[[a.ProposeView, Callable[[bool], None]], None] | None = None
 
     # ------------------------------------------------------------------ broker seams
     def on_peer_method(self, channel: Any, method: Any, payload: bytes) -> bool:
@@ -456,7 +454,7 @@ class ClusterDriver:
             if not accepted:
                 self._run(self.node.view_refused(act.view, act.members, self.clock()))
 
-        propose(act.base, act.view, act.members, done)
+        propose(act, done)
 
     def view_committed(self, view: int, members: a.Members) -> None:
         """The metadata log committed cluster view ``view`` (``members``, leader first): the

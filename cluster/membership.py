@@ -457,7 +457,7 @@ class Node(CommittedViews):
                     log.warning("%s: restarted, no member serving: proposing view %#x",
                                 self.name, view)
                 targets = set(names) | set(out.joined)
-                if not self._propose(r.view, view, out.members, targets, now):
+                if not self._propose(r.view, view, out.members, targets, r.leaves, now):
                     self._broadcast(Membership(view, out.members), targets)
                     self._install(view, out.members, now)
 

@@ -134,6 +134,8 @@ class MetadataRuntime:
         #: Members removed from the cluster view while this member was in it (a verified
         #: suspicion, a Leave): the only ones the metadata leader removes from the configuration.
         self.departed: set[str] = set()
+        #: Members that left in order (``left_in_order``), a subset of ``departed``.
+        self.leaving: set[str] = set()
         self._view_names: list[str] = []
         #: ``ctl force_boot`` was asked (``cluster.force_boot``): ``open`` makes this member
         #: the only one of the configuration; the marker goes once the broker follows the log.
@@ -176,6 +178,7 @@ class MetadataRuntime:
                         vote_floor=NO_VOTE if empty and not found else 0)
         group = self.group = MetadataGroup(self.me, self.origin, node)
         group.departed = self.departed
+        group.leaving = self.leaving
         group.on_restore = self._restored
         group.report_on_apply = False   # ``_follow_applied`` reports
         self.rep = self.host.host_group(METADATA_GROUP, self.directory, group, disk, self)
@@ -224,11 +227,25 @@ class MetadataRuntime:
         if self._view_names and self.me in names:
             self.departed |= set(self._view_names) - set(names)
         self.departed -= set(names)
+        self.leaving -= set(names)
         self._view_names = names
         self.host.view_changed(view, members)
         if self.group is None:
             self.open(found=bool(members) and members[0][0] == self.me and not self.had_log)
         self._check_all()
+
+    def left_in_order(self, names: Any) -> None:
+        """Members that left with Cluster.Leave (a committed view's ``left``): the leader
+        takes them out of the configuration even while they still answer
+        (``MetadataGroup.leaving``)."""
+        if names:
+            self.leaving.update(names)
+            self.departed.update(names)
+
+    def in_configuration(self) -> bool:
+        """Whether the configuration in force on this replica still names this member."""
+        group = self.group
+        return group is not None and self.me in group.node.members
 
     @property
     def voter(self) -> bool:

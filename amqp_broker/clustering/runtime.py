@@ -46,6 +46,9 @@ TICK_SECONDS = 0.05
 #: Seconds a cluster view proposed to the metadata log may take to commit before the round
 #: counts as failed and may be tried again (``Node.view_refused``).
 VIEW_TIMEOUT = 5.0
+#: Seconds an orderly leave waits, after its view, for the metadata leader to take this member
+#: out of its configuration (``MetadataRuntime.in_configuration``).
+LEAVE_REMOVAL_S = 3.0
 VOTE_FILE = "cluster-membership.json"
 
 
@@ -276,12 +279,13 @@ def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
         group = metadata.group
         return group is None or group.is_leader
 
-    def propose_view(base: int, view: int, members: Any, done: Callable[[bool], None]) -> None:
-        command = InstallView(base, view, tuple(n for n, _ in members),
-                              tuple(ad for _, ad in members))
+    def propose_view(act: Any, done: Callable[[bool], None]) -> None:
+        command = InstallView(act.base, act.view, tuple(n for n, _ in act.members),
+                              tuple(ad for _, ad in act.members), act.left)
+
         def answer(outcome: Any) -> None:
             if isinstance(outcome, Refused):
-                log.info("cluster view %#x: %s", view, outcome.text)
+                log.info("cluster view %#x: %s", act.view, outcome.text)
             done(not isinstance(outcome, Refused))
 
         metadata.propose(command, answer, replies=False, timeout=VIEW_TIMEOUT)
@@ -291,7 +295,11 @@ def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
     driver.node.may_recover = may_recover
     driver.propose_view = propose_view
     driver.node.commit_views = True
-    metadata.on_view = lambda cmd: driver.view_committed(cmd.view, cmd.members)
+    def on_view(cmd: InstallView) -> None:
+        metadata.left_in_order(cmd.left)
+        driver.view_committed(cmd.view, cmd.members)
+
+    metadata.on_view = on_view
     metadata.on_ready = on_ready
     return metadata
 
@@ -306,3 +314,7 @@ async def leave_cluster(driver: ClusterDriver, grace: float = 1.0) -> None:
     with anyio.move_on_after(grace):
         while driver.node.status.value not in ("left",):
             await anyio.sleep(0.05)
+    if metadata is not None:   # out of the metadata configuration before we stop: else a
+        with anyio.move_on_after(LEAVE_REMOVAL_S):   # configuration of two would need us
+            while metadata.in_configuration():
+                await anyio.sleep(0.05)

@@ -238,13 +238,15 @@ class ClearParameter:
 class InstallView:
     """Cluster view ``view`` (a ``cluster.views`` number) replaces view ``base`` (the rule:
     ``cluster.metadata.views``): its members in order (``names``, the leader first) with their
-    peer addresses (``addresses``, "host:port", the same length). Proposed by the membership's
-    round that decided it (``cluster.committed_views``)."""
+    peer addresses (``addresses``, "host:port", the same length); ``left``: the members it
+    drops because they left in order (Cluster.Leave). Proposed by the membership's round that
+    decided it (``cluster.committed_views``)."""
 
     base: int
     view: int
     names: tuple[str, ...]
     addresses: tuple[str, ...]
+    left: tuple[str, ...] = ()
 
     @property
     def members(self) -> tuple[tuple[str, str], ...]:

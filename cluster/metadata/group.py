@@ -112,6 +112,9 @@ class MetadataGroup(RaftGroupBase):
         #: Members the cluster view lost while this member was in it (the driver's): the
         #: leader removes a member from the configuration only when it is here.
         self.departed: set[str] = set()
+        #: Members of ``departed`` that left in order (Cluster.Leave): removed while they still
+        #: answer, before they stop (``_may_remove``).
+        self.leaving: set[str] = set()
         self._reported = 0
         self._gone_ms = -GONE_RETRY_MS
         if node.snapshot.index:
@@ -177,7 +180,7 @@ class MetadataGroup(RaftGroupBase):
         learners = set(node.learners)
         missing = sorted(view - members - learners)
         extra = [x for x in sorted((members - view - {self.me}) & self.departed)
-                 if _may_remove(node, members, x)]
+                 if _may_remove(node, members, x, x in self.leaving)]
         if missing and not learners:
             _ok, actions = node.add_member(missing[0])
             out += actions
@@ -293,7 +296,7 @@ class MetadataGroup(RaftGroupBase):
         return origin_member(origin)[0]
 
 
-def _may_remove(node: RaftNode, members: set[str], gone: str) -> bool:
+def _may_remove(node: RaftNode, members: set[str], gone: str, leaving: bool = False) -> bool:
     """Whether the leader may remove ``gone`` (out of the view, ``departed``): not while it
     answers this leader's Raft messages (the cluster view can lag a broker that restarted and
     already voted: removing it would make the survivors' majority smaller than they are), and
@@ -301,8 +304,10 @@ def _may_remove(node: RaftNode, members: set[str], gone: str) -> bool:
     (else the removal could not commit, and would leave a configuration that needs a member
     that is down or wiped -- one whose empty log may not vote: no leader could ever be elected
     again; seen in the membership nemesis, ``wipe-rejoin`` with ``kill-queue-leader``). A
-    member is answering when heard from in the current check-quorum period (thesis §6.2)."""
-    if node.peer_active(gone):
+    member is answering when heard from in the current check-quorum period (thesis §6.2). A
+    member ``leaving`` in order is removed while it still answers: it waits for that before it
+    stops, so that a configuration of two does not keep a member that is gone."""
+    if node.peer_active(gone) and not leaving:
         return False
     rest = members - {gone}
     alive = sum(1 for x in rest if x == node.id or node.peer_active(x))

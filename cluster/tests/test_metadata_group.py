@@ -233,6 +233,19 @@ def test_a_departed_member_that_still_answers_stays():
     assert node.members == ("a", "b")
 
 
+def test_a_member_that_left_in_order_is_removed_while_it_still_answers():
+    """Cluster.Leave: the leaving member waits for its removal before it stops (else a
+    configuration of two would keep a member that is gone, and the other alone has no
+    majority); a departed member that did not leave in order and still answers stays."""
+    group, out = _trio_leader()
+    node = group.node
+    now = _periods(group, out, ("b", "c"), 20_000)
+    group.departed |= {"b", "c"}
+    group.leaving.add("c")
+    run(group, group.leader_duties(now, 0, {"a"}), out)
+    assert node.members == ("a", "b")
+
+
 def test_force_configuration_lets_a_lone_member_of_three_commit():
     """``ctl force_boot``: a member of (a, b, c) whose peers are gone appends a configuration
     of itself alone, is elected by itself and commits."""
