@@ -178,7 +178,8 @@ def validate_definition(definition: Any) -> dict[str, Any]:
 
 def make_policy(vhost: str, name: str, body: Mapping[str, Any]) -> Policy:
     """A validated policy from the management API's PUT body (``pattern``, ``definition``,
-    optional ``priority`` (default 0), ``apply-to`` (default ``queues``)). Raises
+    optional ``priority`` (default 0), ``apply-to`` (default ``all``, as rabbit_policy's: queues
+    and exchanges)). Raises
     ``PolicyError`` (400) for a missing key, a pattern that is not a regular expression, a bad
     priority or apply-to, or a bad definition (``validate_definition``)."""
     if not name:
@@ -198,7 +199,7 @@ def make_policy(vhost: str, name: str, body: Mapping[str, Any]) -> Policy:
         priority = int(priority)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise PolicyError(f"priority must be an integer, got {priority!r}")
-    apply_to = body.get("apply-to", "queues")
+    apply_to = body.get("apply-to", "all")
     if apply_to not in APPLY_TO:
         raise PolicyError(f"apply-to {apply_to!r} is not one of {', '.join(APPLY_TO)}")
     return Policy(vhost, name, pattern, validate_definition(body["definition"]), priority,

@@ -134,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "list_connections lists every vhost's")
     p.add_argument("--formatter", choices=["table", "json"], default="table")
     p.add_argument("--priority", type=int, default=0, help="set_policy: the policy's priority")
-    p.add_argument("--apply-to", default="queues", help="set_policy: queues (default), "
-                   "classic_queues, quorum_queues, exchanges or all")
+    p.add_argument("--apply-to", default="all", help="set_policy: queues, classic_queues, "
+                   "quorum_queues, exchanges or all (default, as rabbitmqctl's)")
     p.add_argument("--vhost-pattern", default=".*", help="grow: the vhosts (regex)")
     p.add_argument("--queue-pattern", default=".*", help="grow: the queues (regex)")
     p.add_argument("--wait", type=float, default=120.0, help="await_online_quorum_plus_one: "
@@ -179,7 +179,7 @@ def _quorum_critical(api: Api) -> list[dict]:
 
 
 def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
-        priority: int = 0, apply_to: str = "queues",
+        priority: int = 0, apply_to: str = "all",
         patterns: tuple[str, str] = (".*", ".*"), wait: float = 120.0) -> None:
     """Run one command (see module docstring); raises ``ApiError`` or ``ValueError`` (usage).
     ``priority`` and ``apply_to``: set_policy's ``--priority`` and ``--apply-to``;
