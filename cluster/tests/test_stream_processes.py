@@ -254,6 +254,7 @@ def test_add_replica_catches_up_and_delete_replica_leaves_the_stream_serving(thr
     cluster.kill(third)
     cluster.start(int(gone.name[1:]), members[0])
     cluster.start(int(third.name[1:]), members[0])
+    wait_for(lambda: gone.serving() and third.serving(), 40, "the restarted brokers do not serve")
     _publish(gone, "grown", [b"r-0", b"r-1"])
     expected += [(60, b"r-0"), (61, b"r-1")]
     for member in members:
