@@ -12,7 +12,7 @@ import urllib.parse
 
 import pytest
 
-from interop_tests.test_management import _api, _start
+from interop_tests.test_management import _api
 from interop_tests.test_management_ctl import ctl
 
 pytestmark = pytest.mark.interop
@@ -28,9 +28,12 @@ def test_a_policy_without_apply_to_applies_to_all(management_broker):
         _api(path, "DELETE")
 
 
-def test_ctl_set_policy_without_apply_to_applies_to_all(broker_factory, tmp_path):
-    _, http, _ = _start(broker_factory)
-    out = ctl(tmp_path, "--url", f"http://127.0.0.1:{http}", "set_policy", "nc-ctl-default",
-              "^nc-ctl-default$", '{"max-length": 5}')
-    assert out.returncode == 0, out.stderr
-    assert _api(f"http://127.0.0.1:{http}/api/policies/%2F/nc-ctl-default")["apply-to"] == "all"
+def test_ctl_set_policy_without_apply_to_applies_to_all(management_broker, tmp_path):
+    url = management_broker.api_url
+    out = ctl(tmp_path, "--url", url, "set_policy", "nc-ctl-default", "^nc-ctl-default$",
+              '{"max-length": 5}')
+    try:
+        assert out.returncode == 0, out.stderr
+        assert _api(f"{url}/api/policies/%2F/nc-ctl-default")["apply-to"] == "all"
+    finally:
+        _api(f"{url}/api/policies/%2F/nc-ctl-default", "DELETE")

@@ -45,7 +45,8 @@ type``, ``list_queues name type leader members online members_in_sync`` for repl
 leader, members, online and in-sync members (as the node asked knows them). (``--formatter
 json`` prints the JSON). Exit codes: 0 ok, 1 the API refused (its reason on stderr, as
 rabbitmqctl's "Error:" lines), 2 usage, 69 no member could be reached (rabbitmqctl's
-EX_UNAVAILABLE). A client only: the standard library, nothing of the broker imported.
+EX_UNAVAILABLE), 70 ``add_user`` of a user that exists (rabbitmqctl's; the user is left as it
+was). A client only: the standard library, nothing of the broker imported.
 Source: rabbitmqctl(8).
 """
 
@@ -205,6 +206,8 @@ def run(api: Api, cmd: str, args: list[str], vhost: str | None, as_json: bool,
         _print_table(api.request("GET", f"/vhosts/{_q(v)}/permissions"), COLUMNS[cmd], as_json)
     elif cmd == "add_user":
         need(2)
+        if _user_exists(api, args[0]):   # rabbitmqctl's add_user never replaces a user
+            raise UserExists(args[0])
         api.request("PUT", f"/users/{_q(args[0])}", {"password": args[1], "tags": ""})
     elif cmd == "delete_user":
         need(1)
@@ -363,6 +366,22 @@ def _remember(api: Api, cache: MemberCache) -> None:
         cache.put(key, members)
 
 
+class UserExists(Exception):
+    """``add_user`` of a user that exists: rabbitmqctl's "User ... already exists", exit 70
+    (EX_SOFTWARE); the user keeps its password and tags."""
+
+
+def _user_exists(api: Api, name: str) -> bool:
+    """Whether ``GET /api/users/{name}`` finds the user (404: no). Raises ``ApiError`` else."""
+    try:
+        api.request("GET", f"/users/{_q(name)}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null once its reader has gone, so that the interpreter's last flush
     at exit does not print "Exception ignored ... BrokenPipeError" (Python's "Note on SIGPIPE")."""
@@ -397,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"amqp-broker ctl: {exc}", file=sys.stderr)
         code = 2
+    except UserExists as exc:
+        print(f"Error:\nUser \"{exc}\" already exists", file=sys.stderr)
+        code = 70
     except ApiError as exc:
         print(f"Error: {exc.reason}", file=sys.stderr)
         code = 69 if exc.status == 0 else 1
