@@ -12,10 +12,20 @@ that does not answer adds nothing, as RabbitMQ leaves out a down node's figures)
 summed: every count of ``message_stats`` and the ``rate`` of its ``<key>_details`` (each member
 samples its own rates, per second; the sum of the members' rates is the cluster's rate), and
 ``/api/overview``'s ``object_totals`` ``connections`` and ``channels`` (each member's clients).
-Not summed: what every member holds alike (the queue and exchange definitions, so
-``object_totals.queues`` / ``exchanges``), a queue's message counts and consumers, and
-``queue_totals``. A forwarded request (``member_apis.forwarded``) is answered with this
-member's own figures.
+A *shared classic queue*'s depth (``shared_classic``: classic, not exclusive, not replicated)
+too: each member keeps the messages published through it (a message relayed to another
+member's consumer stays the sender's, never entering the receiver's copy: ``core.relay_inbox``),
+so ``QUEUE_PARTS`` (``messages``, ``messages_ready``, ``messages_unacknowledged``, their
+``_details`` rates, ``message_bytes``, ``message_bytes_ready``) are summed, and the overview's
+``queue_totals`` adds the other members' shared classic parts (``shared_queue_totals``, which a
+member puts in its ``?local=1`` overview for this). Not summed: what every member holds alike
+(the queue and exchange definitions, so ``object_totals.queues`` / ``exchanges``; a quorum
+queue's, mirrored (``ha-mode``) queue's or stream's depth: replicated, each member shows the
+same count), a private (exclusive) queue's depth (it lives on its home member; the others hold
+only a proxy, which no listing shows), and ``consumers`` (each member already counts another
+member's consumer of a shared queue once, as a relay consumer: ``core.relay``; summing would
+count it once per member). A forwarded request (``member_apis.forwarded``) is answered with
+this member's own figures.
 """
 
 from __future__ import annotations
@@ -28,19 +38,23 @@ from starlette.requests import Request
 from .context import Management
 from .member_apis import ask_members, forwarded
 
-__all__ = ["add_stats", "quoted", "summed_items", "summed_item", "summed_overview"]
+__all__ = ["QUEUE_PARTS", "add_stats", "quoted", "shared_classic", "shared_queue_totals",
+           "summed_items", "summed_item", "summed_overview"]
+
+#: a shared classic queue's figures of which each member holds its own part (module docstring)
+QUEUE_PARTS = ("messages", "messages_ready", "messages_unacknowledged", "messages_details",
+               "messages_ready_details", "messages_unacknowledged_details", "message_bytes",
+               "message_bytes_ready")
+#: the overview's key, in a ``?local=1`` answer only, for this member's shared classic parts
+SHARED_TOTALS = "shared_queue_totals"
 
 
-def add_stats(into: dict[str, Any], other: Any) -> None:
-    """Add ``other``'s ``message_stats`` (an object as the API shows it; anything else adds
-    nothing) to ``into``'s, in place: counts (ints) summed, ``<key>_details.rate`` summed
-    (rounded to 0.1 as ``shapes.rate``), keys only ``other`` has appended; ``into`` gets a
-    ``message_stats`` when only ``other`` had one."""
-    theirs = other.get("message_stats") if isinstance(other, dict) else None
-    if not isinstance(theirs, dict) or not theirs:
-        return
-    ours = into.setdefault("message_stats", {})
-    for key, value in theirs.items():
+def _add(ours: dict[str, Any], theirs: dict[str, Any], keys: Any) -> None:
+    """Add ``theirs``' ``keys`` to ``ours`` in place: counts (ints) summed, ``{"rate": r}``
+    objects' rates summed (rounded to 0.1 as ``shapes.rate``), keys only ``theirs`` has
+    appended; other values ignored."""
+    for key in keys:
+        value = theirs.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
             mine = ours.get(key, 0)
             ours[key] = (mine if isinstance(mine, int) else 0) + value
@@ -48,6 +62,54 @@ def add_stats(into: dict[str, Any], other: Any) -> None:
             mine = ours.get(key)
             base = mine.get("rate", 0.0) if isinstance(mine, dict) else 0.0
             ours[key] = {"rate": round(float(base) + float(value["rate"]), 1)}
+
+
+def add_stats(into: dict[str, Any], other: Any) -> None:
+    """Add ``other``'s ``message_stats`` (an object as the API shows it; anything else adds
+    nothing) to ``into``'s, in place (``_add``: counts and ``<key>_details.rate`` summed);
+    ``into`` gets a ``message_stats`` when only ``other`` had one."""
+    theirs = other.get("message_stats") if isinstance(other, dict) else None
+    if isinstance(theirs, dict) and theirs:
+        _add(into.setdefault("message_stats", {}), theirs, list(theirs))
+
+
+def shared_classic(item: dict[str, Any]) -> bool:
+    """True for a queue (as ``shapes.queue_json`` shows it) whose messages each member keeps its
+    part of: ``type`` classic (a mirrored queue shows ``quorum``), not ``exclusive`` (a private
+    queue) and without a ``leader`` (no replicated queue)."""
+    return item.get("type") == "classic" and not item.get("exclusive") and "leader" not in item
+
+
+def _add_queue(item: dict[str, Any], other: Any) -> None:
+    """Add ``other`` (another member's answer for the same queue) to ``item``: its
+    ``message_stats``, and its ``QUEUE_PARTS`` for a shared classic queue."""
+    add_stats(item, other)
+    if isinstance(other, dict) and shared_classic(item) and shared_classic(other):
+        _add(item, other, QUEUE_PARTS)
+
+
+def shared_queue_totals(mgmt: Management) -> dict[str, Any]:
+    """This member's part of its shared classic queues (of every vhost): ``messages``,
+    ``messages_ready``, ``messages_unacknowledged`` (counts) and their ``_details`` (the sum
+    of the queues' sampled rates, per second), as ``queue_totals`` shows them."""
+    broker, sampler = mgmt.broker, mgmt.sampler
+    out: dict[str, Any] = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
+    rates = dict.fromkeys(out, 0.0)
+    for vhost in broker.vhosts.values():
+        for q in vhost.queues.values():
+            if (getattr(q.settings, "queue_type", "classic") or "classic") != "classic" \
+                    or q.exclusive_owner is not None \
+                    or getattr(q.capabilities, "replicated", False):
+                continue
+            ready, unacked = q.message_count, q.unacked_count
+            for key, value in (("messages", ready + unacked), ("messages_ready", ready),
+                               ("messages_unacknowledged", unacked)):
+                out[key] += value
+            mine = sampler.objects.queue(q) if sampler is not None else {}
+            for key in rates:
+                rates[key] += float(mine.get(key, 0.0))
+    out.update({f"{key}_details": {"rate": round(value, 1)} for key, value in rates.items()})
+    return out
 
 
 def _key(item: Any) -> tuple[Any, Any] | None:
@@ -69,7 +131,7 @@ async def summed_items(request: Request, mgmt: Management, path: str,
             theirs.setdefault(_key(other), []).append(other)
     for item in items:
         for other in theirs.get(_key(item), []):
-            add_stats(item, other)
+            _add_queue(item, other)
     return items
 
 
@@ -82,15 +144,18 @@ async def summed_item(request: Request, mgmt: Management, path: str,
         answers = await ask_members(mgmt, request.headers.get("authorization"), path)
         for other in answers.values():
             if _key(other) == _key(item):
-                add_stats(item, other)
+                _add_queue(item, other)
     return item
 
 
 async def summed_overview(request: Request, mgmt: Management,
                           overview: dict[str, Any]) -> dict[str, Any]:
     """``overview`` (this member's ``/api/overview``) with ``message_stats`` and
-    ``object_totals``' ``connections`` and ``channels`` summed over the members."""
+    ``object_totals``' ``connections`` and ``channels`` summed over the members, and
+    ``queue_totals`` plus the other members' shared classic parts; a forwarded request's
+    answer carries this member's part as ``shared_queue_totals`` instead."""
     if forwarded(request):
+        overview[SHARED_TOTALS] = shared_queue_totals(mgmt)
         return overview
     answers = await ask_members(mgmt, request.headers.get("authorization"), "/api/overview")
     totals = overview.get("object_totals", {})
@@ -103,6 +168,9 @@ async def summed_overview(request: Request, mgmt: Management,
             value = theirs.get(key) if isinstance(theirs, dict) else None
             if isinstance(value, int) and key in totals:
                 totals[key] += value
+        shared = other.get(SHARED_TOTALS)
+        if isinstance(shared, dict) and isinstance(overview.get("queue_totals"), dict):
+            _add(overview["queue_totals"], shared, QUEUE_PARTS)
     return overview
 
 
