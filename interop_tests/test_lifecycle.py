@@ -4,7 +4,8 @@ Covers: ``amqp-broker --help`` and ``python -m amqp_broker --help`` list the doc
 port comes from a TOML file, from ``AMQP_BROKER_PORT`` over the file, and from ``--port`` over both;
 a bad config file exits 2 with a message; SIGTERM closes client connections with 320
 CONNECTION_FORCED (RabbitMQ's behaviour on shutdown) and the process exits 0; a second broker on a
-data directory in use exits 1 with one line (``amqp_broker.data_lock``).
+data directory in use exits 1 with one line (``amqp_broker.data_lock``), and ``ctl force_boot``
+refuses it.
 Source: issue "Single-node AMQP 0-9-1 broker" (CLI/env/TOML), AMQP 0-9-1 reply code 320.
 """
 
@@ -154,6 +155,12 @@ def test_second_broker_on_a_data_dir_in_use_exits_1_and_the_first_keeps_serving(
         assert f"amqp-broker on 127.0.0.1:{second_port} stopped:" in out.stderr
         assert f"in use by another broker (pid {first.pid})" in out.stderr
         assert "--data-dir" in out.stderr and "Traceback" not in out.stderr
+        # rabbitmqctl's force_boot needs a stopped node: ours refuses a data dir in use
+        forced = subprocess.run([sys.executable, "-m", "amqp_broker", "ctl", "force_boot",
+                                 "--data-dir", str(tmp_path / "data")],
+                                capture_output=True, text=True, timeout=30)
+        assert forced.returncode == 1 and "for a stopped broker" in forced.stderr
+        assert not (tmp_path / "data" / "force_boot").exists()
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
         try:
             assert conn.channel().queue_declare("still-here", durable=True).method.queue

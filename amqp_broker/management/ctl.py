@@ -57,11 +57,13 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from cluster import force_boot
 
+from .. import data_lock
 from . import ctl_params
 from .ctl_client import DEFAULT_URL, Api, ApiError, MemberCache, learn, parse_urls
 
@@ -153,11 +155,19 @@ def build_parser() -> argparse.ArgumentParser:
 def _force_boot(data_dir: str | None) -> int:
     """``force_boot`` (rabbitmqctl's, on a stopped member): its next start founds a cluster of
     one from its own data (``cluster.force_boot``). Exit 0, 2 without ``--data-dir``, 1 when
-    the directory cannot be written."""
+    the directory cannot be written or a broker runs on it (its ``data_lock``)."""
     if not data_dir:
         print("amqp-broker ctl: force_boot needs --data-dir DIR (the stopped broker's)",
               file=sys.stderr)
         return 2
+    if Path(data_dir).is_dir():   # rabbitmqctl's force_boot needs the node stopped, too
+        try:
+            data_lock.unlock(data_lock.lock(data_dir))
+        except data_lock.DataDirInUse as exc:
+            print(f"Error: {exc.strerror}: force_boot is for a stopped broker", file=sys.stderr)
+            return 1
+        except OSError:
+            pass   # force_boot.request below says what is wrong with the directory
     try:
         path = force_boot.request(data_dir)
     except OSError as exc:
