@@ -46,7 +46,8 @@ leader, members, online and in-sync members (as the node asked knows them). (``-
 json`` prints the JSON). Exit codes: 0 ok, 1 the API refused (its reason on stderr, as
 rabbitmqctl's "Error:" lines), 2 usage, 69 no member could be reached (rabbitmqctl's
 EX_UNAVAILABLE), 70 ``add_user`` of a user that exists (rabbitmqctl's; the user is left as it
-was). A client only: the standard library, nothing of the broker imported.
+was). A client only: the standard library, nothing of the broker imported but ``data_lock`` (itself
+the standard library only).
 Source: rabbitmqctl(8).
 """
 
