@@ -174,9 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _formed(statuses: list[dict[str, Any]]) -> bool:
     """Every broker answered, they agree, and their view has at least as many members as were
-    asked (addresses are not compared: a broker may be asked by another name than it announces)."""
+    asked (addresses are not compared: a broker may be asked by another name than it announces);
+    a single broker that is not clustered is formed as it is (else ``--wait`` waited it out)."""
     if not statuses or not all(s["reachable"] for s in statuses) or not _agree(statuses):
         return False
+    if len(statuses) == 1 and not statuses[0].get("clustered"):
+        return True
     return len(statuses[0].get("cluster_members") or []) >= len(statuses)
 
 

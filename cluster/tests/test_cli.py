@@ -131,3 +131,15 @@ def test_cluster_status_shows_both_members_in_order(cluster: Cluster) -> None:
     assert status["brokers"][0]["cluster_members"] == expected
     assert status["brokers"][1] == {"address": f"127.0.0.4:{dead}", "reachable": False,
                                     "error": status["brokers"][1]["error"]}
+
+
+def test_cluster_status_wait_does_not_wait_for_a_lone_broker() -> None:
+    """``cluster-status --wait S`` asks again until the cluster formed; a single broker that is
+    not clustered is as formed as it will get (before: every such call waited the S seconds)."""
+    from amqp_broker.clustering.cli import _formed
+    lone = {"reachable": True, "clustered": False, "cluster_view": None, "cluster_members": []}
+    assert _formed([lone])
+    assert not _formed([lone, {**lone, "reachable": False}])
+    joining = {"reachable": True, "clustered": True, "cluster_view": 0x10000,
+               "cluster_members": ["127.0.0.2:5672"]}
+    assert not _formed([joining, {**joining}, {**joining}])   # one member, three asked
