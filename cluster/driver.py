@@ -176,9 +176,9 @@ class ClusterDriver:
         #: admits the voters of its committed configuration (``clustering.runtime``).
         self.in_configuration: Callable[[str], bool] = lambda name: True
         #: ``propose_view(action, done)``: submit a round's view (``ProposeView``) to the
-        #: metadata log; ``done(accepted)`` once it applied or was refused / timed out. Set with ``node.commit_views`` by the metadata log's wiring
-        #: (``clustering.runtime``); the log's apply of every committed view calls
-        #: ``view_committed`` on every member.
+        #: metadata log; ``done(accepted)`` once it applied or was refused / timed out. Set
+        #: with ``node.commit_views`` by the metadata log's wiring (``clustering.runtime``);
+        #: the log's apply of every committed view calls ``view_committed`` on every member.
         self.propose_view: Callable[[a.ProposeView, Callable[[bool], None]], None] | None = None
 
     # ------------------------------------------------------------------ broker seams

@@ -242,10 +242,12 @@ class MetadataRuntime:
             self.leaving.update(names)
             self.departed.update(names)
 
-    def in_configuration(self) -> bool:
-        """Whether the configuration in force on this replica still names this member."""
+    def awaiting_removal(self) -> bool:
+        """Whether the configuration in force on this replica still names this member beside
+        others (a leaving member waits for its removal; the only member is never removed)."""
         group = self.group
-        return group is not None and self.me in group.node.members
+        members = group.node.members if group is not None else ()
+        return self.me in members and len(members) > 1
 
     @property
     def voter(self) -> bool:

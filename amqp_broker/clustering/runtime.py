@@ -47,7 +47,7 @@ TICK_SECONDS = 0.05
 #: counts as failed and may be tried again (``Node.view_refused``).
 VIEW_TIMEOUT = 5.0
 #: Seconds an orderly leave waits, after its view, for the metadata leader to take this member
-#: out of its configuration (``MetadataRuntime.in_configuration``).
+#: out of its configuration (``MetadataRuntime.awaiting_removal``).
 LEAVE_REMOVAL_S = 3.0
 VOTE_FILE = "cluster-membership.json"
 
@@ -295,6 +295,7 @@ def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
     driver.node.may_recover = may_recover
     driver.propose_view = propose_view
     driver.node.commit_views = True
+
     def on_view(cmd: InstallView) -> None:
         metadata.left_in_order(cmd.left)
         driver.view_committed(cmd.view, cmd.members)
@@ -305,8 +306,9 @@ def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
 
 
 async def leave_cluster(driver: ClusterDriver, grace: float = 1.0) -> None:
-    """Orderly shutdown: the metadata log's leadership handed over, Cluster.Leave, then a moment
-    for the leader to announce the new view."""
+    """Orderly shutdown: the metadata log's leadership handed over, Cluster.Leave, a moment
+    for the leader to announce the new view (``grace`` s), then up to ``LEAVE_REMOVAL_S`` for the
+    metadata leader to take this member out of its configuration (not when it is the only one)."""
     metadata = getattr(driver.broker, "metadata", None)
     if metadata is not None:
         await metadata.hand_over()
@@ -316,5 +318,5 @@ async def leave_cluster(driver: ClusterDriver, grace: float = 1.0) -> None:
             await anyio.sleep(0.05)
     if metadata is not None:   # out of the metadata configuration before we stop: else a
         with anyio.move_on_after(LEAVE_REMOVAL_S):   # configuration of two would need us
-            while metadata.in_configuration():
+            while metadata.awaiting_removal():
                 await anyio.sleep(0.05)
