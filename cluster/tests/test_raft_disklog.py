@@ -204,7 +204,7 @@ def test_a_batch_of_entries_is_written_as_the_records_one_at_a_time_would_be(tmp
                                                                              ) -> None:
     # DiskLog.append writes a batch with encode_entries: the same bytes as encode_entry per
     # entry, so logs written before and after read back alike
-    from cluster.raft.disklog import encode_entries, encode_entry
+    from cluster.raft.records import encode_entries, encode_entry
 
     batch = (Entry(1, 1, EntryKind.CONFIG, encode_members(["a", "b"])),
              Entry(2, 7, EntryKind.NOOP, b""), *entries(3, 40, 7, tag=b"x" * 1500))
