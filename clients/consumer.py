@@ -39,6 +39,7 @@ class Consumer:
         self.exclusive = exclusive
         self.arguments = arguments
         self.cancelled_by_broker = False
+        self._error: BaseException | None = None  # met by take_nowait, raised by __anext__
         self._send, self._recv = anyio.create_memory_object_stream[Any](math.inf)
 
     def _deliver(self, item: Any) -> None:
@@ -56,6 +57,9 @@ class Consumer:
         return self
 
     async def __anext__(self) -> Message:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         try:
             item = await self._recv.receive()
         except anyio.EndOfStream:
@@ -63,6 +67,24 @@ class Consumer:
         if isinstance(item, BaseException):
             raise item
         return item
+
+    def take_nowait(self, limit: int) -> list[Message]:
+        """Up to ``limit`` messages already buffered, without waiting (an empty list when none
+        is): a batch for one pass, e.g. to publish them with one socket write. Where the
+        buffer holds the end of iteration or an error it stops; the next ``__anext__`` ends
+        or raises it."""
+        taken: list[Message] = []
+        receive = self._recv.receive_nowait
+        while len(taken) < limit and self._error is None:
+            try:
+                item = receive()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+            if isinstance(item, BaseException):
+                self._error = item
+            else:
+                taken.append(item)
+        return taken
 
     async def get(self, timeout: float | None = None) -> Message | None:
         """Next message, or None when none came within ``timeout`` seconds or iteration ended."""

@@ -4,10 +4,13 @@ a lost end ends the run and ``manager`` starts it again after ``reconnect-delay`
 
 Declarations, as RabbitMQ's amqp091 shovel: a ``src-queue`` / ``dest-queue`` is checked with a
 passive declare and, when missing (404), declared durable without arguments; a ``src-exchange``
-gets an exclusive server-named queue bound with ``src-exchange-key``. Acks: ``on-confirm``
-acks a source message once the destination confirmed it (at-least-once: a run that dies
-re-delivers what was not acked, so a message may arrive twice, never be lost), ``on-publish``
-once it was written to the destination socket, ``no-ack`` consumes without acks. Headers:
+gets an exclusive server-named queue bound with ``src-exchange-key``. Moving and acks
+(``pipeline``): deliveries are published as they arrive, a batch per socket write, up to
+``prefetch-count`` unconfirmed; ``on-confirm`` acks the source (``multiple``) once the
+destination confirmed (a destination nack: the source message is nacked, requeued; at least
+once: a run that dies re-delivers what was not acked, so a message may arrive twice, never be
+lost), ``on-publish`` once it was written to the destination socket, ``no-ack`` consumes
+without acks. Headers:
 ``x-shovelled`` (a list with one table: shovelled-by, shovel-type "dynamic", shovel-name,
 shovel-vhost, src-uri, src-queue/src-exchange(+key), dest-uri, dest-queue/dest-exchange(+key))
 and ``x-shovelled-timestamp`` (seconds) when asked. ``src-delete-after``: after that many
@@ -28,18 +31,14 @@ from typing import Any
 import anyio
 
 from clients.aio import Connection, connect
-from clients.channel import Channel, Confirmation, Consumer
 from clients.errors import ChannelClosed
 from clients.message import Message, Properties, decode_properties, encode_properties
 
 from .params import ShovelDef
+from .pipeline import Acker, forward
 
 __all__ = ["run", "ShovelFailed", "uri_for", "forward_header", "no_password", "Acker",
            "forward", "ensure_queue"]
-
-#: how many settled deliveries are acked at once (Basic.Ack multiple) at most
-ACK_BATCH = 200
-
 
 class ShovelFailed(Exception):
     """A shovel run could not go on; ``str()`` is the reason shown as ``terminated``."""
@@ -125,80 +124,6 @@ def _properties_of(d: ShovelDef, msg: Message, node: str) -> bytes:
             headers["x-shovelled-timestamp"] = int(time.time())
         props.headers = headers
     return encode_properties(props)
-
-
-class Acker:
-    """Settles source deliveries in the order they were published (on-confirm: once each
-    confirmation is answered); counts them for ``src-delete-after``. ``send`` takes
-    (delivery tag, -1 for no-ack; the destination's ``Confirmation`` or None: settle at once);
-    ``run`` returns once ``limit`` were settled (``done`` set) or ``send`` was closed and
-    everything sent was settled. Raises the client's ``PublishNacked`` / ``ConfirmsLost``."""
-
-    def __init__(self, src: Channel, limit: float) -> None:
-        self.src = src
-        self.limit = limit
-        self.settled = 0
-        self.send, self.recv = anyio.create_memory_object_stream[
-            tuple[int, Confirmation | None]](10_000)
-        self.done = anyio.Event()
-
-    async def run(self) -> None:
-        """Settle until ``limit`` or the end of ``send`` (see the class docstring)."""
-        async with self.recv:
-            while True:
-                try:
-                    tag, conf = await self.recv.receive()
-                except anyio.EndOfStream:
-                    return
-                last = tag
-                if conf is not None:
-                    await conf.wait()   # raises PublishNacked / ConfirmsLost: the run ends
-                count = 1
-                while count < ACK_BATCH:   # settle what is already answered in one ack
-                    try:
-                        tag, conf = self.recv.receive_nowait()
-                    except anyio.WouldBlock:
-                        break
-                    if conf is not None:
-                        await conf.wait()
-                    last, count = tag, count + 1
-                if last >= 0:
-                    await self.src.basic_ack(last, multiple=True)
-                self.settled += count
-                if self.settled >= self.limit:
-                    self.done.set()
-                    return
-
-
-async def forward(consumer: Consumer, dest: Connection, dest_ch: Channel, acker: Acker,
-                  ack_mode: str, route: Callable[[Message], tuple[str, str, bytes] | None],
-                  limit: float = math.inf) -> bool:
-    """Publish each delivery of ``consumer`` through ``dest_ch`` (of ``dest``) where
-    ``route(msg)`` says (exchange, routing key, encoded properties; None: drop it, settled at
-    once) and hand it to ``acker`` (``ack_mode`` as a shovel's). Returns True after ``limit``
-    deliveries, False when the consumer ended (cancelled). Closes ``acker.send``. Raises the
-    client's ``ChannelClosed`` / ``ConnectionClosed``. Used by the shovels and the federation
-    links (``amqp_broker.federation``)."""
-    received = 0
-    no_ack = ack_mode == "no-ack"
-    async with acker.send:
-        async for msg in consumer:
-            target = route(msg)
-            conf = None
-            if target is not None:
-                conf = dest_ch.publish_nowait(msg.body, target[0], target[1],
-                                              props_raw=target[2])
-                if dest.ready and dest._proto.buffered >= dest.high_water:
-                    await dest.drain()
-                else:
-                    dest._kick()
-                if ack_mode == "on-publish":
-                    await dest.drain()
-            await acker.send.send((-1 if no_ack else msg.delivery_tag, conf))
-            received += 1
-            if received >= limit:
-                return True
-    return False
 
 
 async def run(d: ShovelDef, local: tuple[str, int], node: str,
