@@ -124,6 +124,46 @@ def test_shovel_parameters_and_status_as_rabbitmq(management_broker, unique_name
     assert api(base, path, "DELETE")[0] == 404
 
 
+def test_destination_nack_requeues_at_the_source(management_broker, unique_name):
+    """The destination refuses publishes (x-overflow reject-publish: Basic.Nack): the shovel
+    nacks those source messages (requeued there) and keeps running, as RabbitMQ's does
+    (rabbit_amqp091_shovel ``handle_dest`` basic.nack); once there is room they move. A
+    reconnect-delay of an hour: a shovel that ended on the nack would not move them."""
+    b = management_broker
+    base, name = b.api_url, unique_name
+    src, dest = f"{name}.src", f"{name}.dest"
+    conn = pika.BlockingConnection(pika.URLParameters(b.uri))
+    try:
+        ch = conn.channel()
+        ch.queue_declare(src, durable=True)
+        ch.queue_declare(dest, durable=True, arguments={"x-max-length": 3,
+                                                        "x-overflow": "reject-publish"})
+        for i in range(5):
+            ch.basic_publish("", src, str(i).encode(), pika.BasicProperties(delivery_mode=2))
+        path = f"/parameters/shovel/%2F/{name}"
+        value = {"src-uri": "amqp://", "src-queue": src, "dest-uri": "amqp://",
+                 "dest-queue": dest, "reconnect-delay": 3600}
+        assert api(base, path, "PUT", {"value": value})[0] == 201
+        try:
+            def count(queue: str) -> int:
+                return ch.queue_declare(queue, passive=True).method.message_count
+
+            eventually(lambda: count(dest) == 3, "3 of 5 moved, the destination full")
+            assert ch.queue_purge(dest).method.message_count == 3
+            eventually(lambda: count(dest) == 2 and count(src) == 0,
+                       "the 2 refused ones moved once there was room")
+            bodies = sorted(ch.basic_get(dest, auto_ack=True)[2] for _ in range(2))
+            assert bodies == [b"3", b"4"]
+            states = [s["state"] for s in api(base, "/shovels")[1] if s["name"] == name]
+            assert states == ["running"]
+        finally:
+            assert api(base, path, "DELETE")[0] == 204
+            ch.queue_delete(src)
+            ch.queue_delete(dest)
+    finally:
+        conn.close()
+
+
 def _http_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
