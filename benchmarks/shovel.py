@@ -11,7 +11,15 @@ message there, duplicates reported). ``--results`` puts the table into RESULTS.m
 ``### shovel`` subsection of Latest (``report.place_latest``). Needs Debian's rabbitmq-server
 for the RabbitMQ cases (``--no-rabbitmq`` skips them).
 
-    .venv/bin/python -m benchmarks.shovel [--messages N] [--no-rabbitmq] [--results]
+``--broker-src DIR`` (repeatable, labelled by ``--src-label``) runs our two brokers of the
+our-shovel cases from that source tree (e.g. ``git archive <commit> | tar -x -C DIR``: its own
+Python source, no compiled build) instead of the installed package, so a commit before a change
+and one after are measured in one sitting beside the same RabbitMQ nodes. ``--rounds N`` runs
+every case N times, interleaved (round 1 of every case, then round 2...), and reports the
+median and the range: the machine's load moves in between.
+
+    .venv/bin/python -m benchmarks.shovel [--messages N] [--rounds N] [--no-rabbitmq]
+        [--broker-src DIR [--src-label TEXT]]... [--results]
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import argparse
 import base64
 import datetime
 import json
+import os
+import statistics
 import sys
 import tempfile
 import time
@@ -84,9 +94,36 @@ def shovel_rate(src_uri: str, dest_uri: str, dest_api: str, n: int, name: str,
     return n / elapsed, _count(dest_uri, dest_q)
 
 
-def _ours(workdir: Path, name: str) -> tuple[OurBroker, str]:
+class _OursFrom(OurBroker):
+    """Our broker run from the source tree ``src``: ``python -P`` keeps the working directory
+    (this checkout) off ``sys.path`` and ``PYTHONPATH`` puts ``src`` first."""
+
+    def __init__(self, workdir: Path, extra_args: list[str], src: Path) -> None:
+        super().__init__(workdir, extra_args)
+        self.src = src
+
+    def command(self) -> list[str]:
+        """``OurBroker.command`` with ``-P`` after the interpreter."""
+        cmd = super().command()
+        return [cmd[0], "-P", *cmd[1:]]
+
+    def start(self) -> None:
+        """``OurBroker.start`` with ``PYTHONPATH`` set to the source tree for the child."""
+        saved = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = str(self.src)
+        try:
+            super().start()
+        finally:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
+
+
+def _ours(workdir: Path, name: str, src: Path | None = None) -> tuple[OurBroker, str]:
     http = free_port()
-    b = OurBroker(workdir / name, ["--management-port", str(http)])
+    extra = ["--management-port", str(http)]
+    b = OurBroker(workdir / name, extra) if src is None else _OursFrom(workdir / name, extra, src)
     (workdir / name).mkdir()
     b.start()
     base = f"http://{HOST}:{http}"
@@ -107,50 +144,84 @@ def _rabbit() -> tuple[RabbitMQ, str]:
     return r, f"http://{HOST}:{http}"
 
 
+def _cell(rates: list[float]) -> str:
+    """msg/s cell: the median of the rounds, with their range when more than one."""
+    if len(rates) == 1:
+        return f"{rates[0]:,.0f}"
+    return f"{statistics.median(rates):,.0f} ({min(rates):,.0f}-{max(rates):,.0f})"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the cases (see module docstring); prints a markdown table."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--messages", type=int, default=100_000)
+    p.add_argument("--rounds", type=int, default=1, help="runs of every case, interleaved")
     p.add_argument("--no-rabbitmq", action="store_true")
+    p.add_argument("--broker-src", type=Path, action="append", default=[],
+                   help="run our brokers from this source tree (repeatable)")
+    p.add_argument("--src-label", action="append", default=[],
+                   help="the table's label for each --broker-src, in order")
     p.add_argument("--results", action="store_true", help="write RESULTS.md's shovel section")
     args = p.parse_args(argv)
+    sources: list[Path | None] = [s.resolve() for s in args.broker_src] or [None]
+    labels = args.src_label + [str(s) if s else "" for s in sources[len(args.src_label):]]
     work = Path(tempfile.mkdtemp(prefix="shovel-bench-"))
     started: list = []
-    rows: list[tuple[str, float, int]] = []
+    rates: dict[str, list[float]] = {}
+    arrived: dict[str, list[int]] = {}
     rabbit_info: RabbitMQ | None = None
+    load = [", ".join(f"{x:.2f}" for x in os.getloadavg())]
+    uri = f"amqp://guest:guest@{HOST}:%d/%%2F"   # vhost "/" (RabbitMQ reads "/" as "")
     try:
-        a, _ = _ours(work, "a")
-        started.append(a)
-        b, b_api = _ours(work, "b")
-        started.append(b)
-        uri = f"amqp://guest:guest@{HOST}:%d/%%2F"   # vhost "/" (RabbitMQ reads "/" as "")
-        rate, got = shovel_rate(uri % a.port, uri % b.port, b_api, args.messages, "ours-ours")
-        rows.append(("ours -> ours, our shovel", rate, got))
+        cases: list[tuple[str, str, str, str]] = []   # (case, src uri, dest uri, dest api)
+        for i, (src, label) in enumerate(zip(sources, labels, strict=True)):
+            a, _ = _ours(work, f"a{i}", src)
+            started.append(a)
+            b, b_api = _ours(work, f"b{i}", src)
+            started.append(b)
+            tag = f" ({label})" if label else ""
+            cases.append((f"ours -> ours, our shovel{tag}", uri % a.port, uri % b.port, b_api))
         if not args.no_rabbitmq:
             r1, _ = _rabbit()
             started.append(r1)
             rabbit_info = r1
-            rate, got = shovel_rate(uri % r1.port, uri % b.port, b_api, args.messages, "rmq-ours")
-            rows.append(("RabbitMQ -> ours, our shovel", rate, got))
+            for i, label in enumerate(labels):
+                b_uri, b_api = cases[i][2], cases[i][3]
+                tag = f" ({label})" if label else ""
+                cases.append((f"RabbitMQ -> ours, our shovel{tag}", uri % r1.port, b_uri, b_api))
             r2, r2_api = _rabbit()
             started.append(r2)
-            rate, got = shovel_rate(uri % r1.port, uri % r2.port, r2_api, args.messages,
-                                    "rmq-rmq")
-            rows.append(("RabbitMQ -> RabbitMQ, RabbitMQ's shovel", rate, got))
+            cases.append(("RabbitMQ -> RabbitMQ, RabbitMQ's shovel", uri % r1.port,
+                          uri % r2.port, r2_api))
+        for n in range(args.rounds):
+            for k, (case, src_uri, dest_uri, api) in enumerate(cases):
+                rate, got = shovel_rate(src_uri, dest_uri, api, args.messages, f"c{k}r{n}")
+                rates.setdefault(case, []).append(rate)
+                arrived.setdefault(case, []).append(got)
+                print(f"round {n + 1}: {case}: {rate:,.0f} msg/s, {got:,} arrived", flush=True)
+            load.append(", ".join(f"{x:.2f}" for x in os.getloadavg()))
     finally:
         for x in reversed(started):
             x.stop()
-    table = ["| case | msg/s | at the destination |", "|---|---|---|"]
-    table += [f"| {case} | {rate:,.0f} | {got:,} of {args.messages:,} |"
-              for case, rate, got in rows]
+    msg_s = "msg/s" if args.rounds == 1 else f"msg/s, median (range) of {args.rounds} rounds"
+    table = [f"| case | {msg_s} | at the destination |", "|---|---|---|"]
+    table += [f"| {case} | {_cell(rates[case])} | "
+              f"{', '.join(f'{g:,}' for g in sorted(set(arrived[case])))} of {args.messages:,} |"
+              for case in rates]
     print("\n".join(table))
+    print("load average after each round:", " / ".join(load[1:]))
     if args.results:
         now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+        cmdline = " ".join(["python -m benchmarks.shovel", *(argv or sys.argv[1:])])
+        sources_line = ["- our brokers ran from the source trees the labels name (`--broker-src`, "
+                        "`git archive` of that commit: their own Python source, no compiled "
+                        "build)"] if args.broker_src else []
         section = "\n".join([
             f"{HEADING}: shovelled msg/s (1 KiB persistent, on-confirm), run of {now}\n",
-            "\n".join(machine_info(rabbit_info)),
-            f"- `python -m benchmarks.shovel --messages {args.messages}`: a backlog moved by "
-            "one dynamic shovel declared on the destination broker\n", *table, ""])
+            "\n".join(machine_info(rabbit_info) + sources_line),
+            f"- load average (1, 5, 15 min) after each round: {' / '.join(load[1:])}",
+            f"- `{cmdline}`: a backlog moved by one dynamic shovel declared on the destination "
+            "broker\n", *table, ""])
         RESULTS_MD.write_text(place_latest(section, RESULTS_MD.read_text(), HEADING))
     return 0
 
