@@ -72,6 +72,7 @@ MODULES: tuple[str, ...] = (
     "cluster.raft.node",
     "cluster.raft.codec",
     "cluster.raft.fifo_commands",
+    "cluster.raft.fifo_ready",
     "cluster.raft.fifo",
     "cluster.quorum.machine",
     "cluster.quorum.outbox",

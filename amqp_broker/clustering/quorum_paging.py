@@ -29,40 +29,47 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from cluster.quorum.group import QuorumGroup
-from cluster.quorum.machine import NO_FLOOR, enqueue_body, snapshot_floor
+from cluster.quorum.machine import NO_FLOOR, enqueue_message, snapshot_floor
 from cluster.raft.actions import PersistSnapshot, PersistState
 from cluster.raft.disklog import DiskLog
 from cluster.raft.messages import Entry, EntryKind, InstallSnapshot, Message
 from cluster.raft.raftlog import RaftLog
 
-__all__ = ["page", "batches", "BATCH_BYTES", "applied", "persisting", "outgoing", "body_reader"]
+__all__ = ["page", "batches", "BATCH_BYTES", "LOST", "applied", "persisting", "outgoing",
+           "body_reader"]
 
 log = logging.getLogger(__name__)
 #: Bytes of entry data read back for one part of a replayed ``Apply`` batch.
 BATCH_BYTES = 4 << 20
+#: (header, body) of a message the log lost: no exchange, no routing key, then a content
+#: header of class 60 (basic), body size 0, no property (``cluster.quorum.queue.join_header``'s
+#: layout), and no body.
+LOST = (b"\x00\x00" + b"\x00\x3c\x00\x00" + b"\x00" * 8 + b"\x00\x00", b"")
 
 
-def body_reader(raft_log: RaftLog, disk: DiskLog, name: str) -> Callable[[int], bytes]:
-    """msg id -> body of the Enqueue at that Raft index: from ``raft_log`` while it holds the
-    entry's data, else read from ``disk``. A body the log no longer holds (it never should) is
-    logged as an error naming queue ``name`` (the first of a run of them) and read as b""
-    rather than stopping the replica."""
+def body_reader(raft_log: RaftLog, disk: DiskLog, name: str
+                ) -> Callable[[int], tuple[bytes, bytes]]:
+    """msg id -> (header, body) of the Enqueue at that Raft index: from ``raft_log`` while it
+    holds the entry's data, else read from ``disk``. A message the log no longer holds (it
+    never should) is logged as an error naming queue ``name`` (the first of a run of them) and
+    read as ``LOST`` (an empty message with no exchange, routing key or properties) rather than
+    stopping the replica."""
     failed = [0]
 
-    def read(index: int) -> bytes:
+    def read(index: int) -> tuple[bytes, bytes]:
         try:
             if raft_log.dry_to < index <= raft_log.last_index:
                 data = raft_log.entry(index).data
             else:
                 data = disk.read(index)
-            body = enqueue_body(data)
+            message = enqueue_message(data)
         except (LookupError, ValueError, OSError) as exc:
             if failed[0] != index - 1:
-                log.error("quorum queue %r: cannot read the body of message %d from the Raft "
-                          "log: %s", name, index, exc)
+                log.error("quorum queue %r: cannot read message %d from the Raft log: %s",
+                          name, index, exc)
             failed[0] = index
-            return b""
-        return body
+            return LOST
+        return message
     return read
 
 
@@ -74,8 +81,8 @@ def page(group: QuorumGroup, disk: DiskLog, name: str) -> None:
     between snapshots (default ``cluster.quorum.group.SNAPSHOT_MIN_ENTRIES``; tests: fewer)."""
     raft_log = group.node.log
     raft_log.reader = disk.read
-    if disk.lazy:   # the entries it loaded came without their data
-        raft_log.dry_to = raft_log.last_index
+    if disk.lazy:   # the entries it loaded came without their data: only their terms stay
+        raft_log.dry(raft_log.last_index)
     disk.release_loaded()
     group.machine.fifo.read = body_reader(raft_log, disk, name)   # kept by restore()
     page_bytes = os.environ.get("AMQP_QUORUM_PAGE_BYTES", "")

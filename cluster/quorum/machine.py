@@ -47,7 +47,7 @@ from cluster.raft import fifo as f
 
 __all__ = ["QuorumMachine", "Applied", "Gap", "Cancelled", "Effect", "envelope",
            "down_envelope", "decode_envelope", "origin_member", "consumer_origin", "KIND_FIFO",
-           "KIND_DOWN", "PAGED_SNAPSHOT", "NO_FLOOR", "snapshot_floor", "enqueue_body"]
+           "KIND_DOWN", "PAGED_SNAPSHOT", "NO_FLOOR", "snapshot_floor", "enqueue_message"]
 
 KIND_FIFO = 0
 KIND_DOWN = 1
@@ -98,14 +98,14 @@ def _decode_head(data: bytes) -> tuple[str, int, int, int]:
     return origin, seq, kind, 2 + n + _HEAD.size
 
 
-def enqueue_body(data: bytes) -> bytes:
-    """The message body of an entry holding a fifo ``Enqueue`` (the paged body of a message:
-    its msg id is the entry's index). Raises ``ValueError`` for any other entry."""
+def enqueue_message(data: bytes) -> tuple[bytes, bytes]:
+    """(header, body) of an entry holding a fifo ``Enqueue`` (a paged message: its msg id is
+    the entry's index). Raises ``ValueError`` for any other entry."""
     _origin, _seq, kind, start = _decode_head(data)
     command = f.decode(data, start) if kind == KIND_FIFO else None
     if not isinstance(command, f.Enqueue):
         raise ValueError("not a quorum queue publish")
-    return command.body
+    return command.header, command.body
 
 
 def origin_member(origin: str) -> tuple[str, int]:

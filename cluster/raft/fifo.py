@@ -63,6 +63,15 @@ from .fifo_commands import (
     decode,
     encode,
 )
+from .fifo_ready import (
+    Columns,
+    columns_image,
+    msg_from_image,
+    msg_image,
+    restore_ready,
+    tail_images,
+)
+from .fifo_ready import Msg as _Msg
 
 __all__ = [
     "FifoConfig", "FifoQueue", "Enqueue", "Checkout", "Cancel", "Settle", "Return", "Discard",
@@ -91,29 +100,6 @@ class FifoConfig:
     dlx_at_least_once: bool = False
 
 
-@dataclass(slots=True, init=False)
-class _Msg:
-    """A message in the queue: ``msg_id`` (the Raft index of its Enqueue), ``header``,
-    ``size`` (bytes of the body), ``body`` (None: paged out, read back from the Raft log by
-    ``FifoQueue.body``), ``expires_at`` (ms, commands' clock), ``delivery_count``."""
-
-    msg_id: int
-    header: bytes
-    body: bytes | None
-    expires_at: int | None
-    delivery_count: int
-    size: int
-
-    def __init__(self, msg_id: int, header: bytes, body: bytes | None, expires_at: int | None,
-                 delivery_count: int = 0, size: int = -1) -> None:
-        self.msg_id = msg_id
-        self.header = header
-        self.body = body
-        self.expires_at = expires_at
-        self.delivery_count = delivery_count
-        self.size = len(body) if body is not None else size
-
-
 @dataclass(slots=True)
 class _Consumer:
     prefetch: int
@@ -122,8 +108,10 @@ class _Consumer:
 
 #: Snapshot format: 1 had one ``ready`` list; 2 adds ``high``, ``returns``, ``pcount`` and ``dlx``
 #: (a version-1 snapshot loads as all-normal, nothing returned, no dead letters held); 3: a paged
-#: message's body is null, its size follows its delivery count (its body is in the Raft log).
-SNAPSHOT_VERSION = 3
+#: message's body is null, its size follows its delivery count (its body is in the Raft log);
+#: 4: a paged message's header may be "" too (read back from the log with its body), and the
+#: ready backlog behind the heads is in ``tail`` / ``htail`` as columns (``columns_image``).
+SNAPSHOT_VERSION = 4
 #: Paged mode (``FifoQueue.read`` set): a published body stays in memory only while the ready
 #: messages hold at most this many bytes (a small read cache at the head of a short queue);
 #: beyond, the queue keeps its record and reads the body back from the Raft log on delivery.
@@ -145,19 +133,27 @@ class FifoQueue:
     -> (reason, message)) until their ``DlxSettle``.
 
     Paging (issue 25, RabbitMQ 3.10+'s quorum queues: "only metadata in memory", bodies read
-    back from the log segments on delivery): with ``read`` set (msg id -> body bytes, the body of
-    the Enqueue at that Raft index; raises ``LookupError`` when the log no longer holds it), a
-    message published while the ready bytes exceed ``PAGE_BYTES`` keeps only its record
-    (``_Msg`` with ``body`` None: id, header, size, expiry, delivery count); its body is read
-    with ``body(m)`` when it is delivered, dead-lettered or snapshotted for a follower
-    (``hydrate``). Without ``read`` (the simulator, benchmarks of the machine) every body stays
-    in memory, as before."""
+    back from the log segments on delivery): with ``read`` set (msg id -> (header, body) bytes
+    of the Enqueue at that Raft index; raises ``LookupError`` when the log no longer holds it),
+    a message published while the ready bytes exceed ``PAGE_BYTES`` keeps neither: behind the
+    first message of its priority it is only integers in ``tail`` / ``high_tail``
+    (``fifo_ready.Columns``: Raft index, size, expiry -- 12 to 20 bytes), and a ``_Msg`` with
+    header b"" and body None when it reaches the head of ``ready`` / ``high``; ``load(m)`` reads
+    both back when it is delivered or dead-lettered, ``hydrate`` for a follower's snapshot.
+    Invariant: ``ready`` (``high``) is empty only when ``tail`` (``high_tail``) is, so the
+    deques' heads are the queue's heads. Messages checked out, returned or held as dead letters
+    are objects with their header (bounded by the consumers' prefetch); their bodies are read
+    again with ``body(m)``. Without ``read`` (the simulator, benchmarks of the machine) every
+    body stays in memory and the tails stay empty, as before."""
 
     def __init__(self, config: FifoConfig) -> None:
         self.config = config
         self.ready: deque[_Msg] = deque()
         self.high: deque[_Msg] = deque()
         self.returns: deque[_Msg] = deque()
+        #: Paged ready messages behind ``ready`` / ``high``'s (see the class docstring).
+        self.tail = Columns()
+        self.high_tail = Columns()
         self.ready_bytes = 0
         self.pcount = 0
         self.dlx: OrderedDict[int, tuple[str, _Msg]] = OrderedDict()
@@ -168,8 +164,9 @@ class FifoQueue:
         #: Whether ``Confirm`` effects are made (``cluster.quorum.machine`` has its own).
         self.confirms = True
         self._active: list[str] | None = None   # consumers that may get messages; None: stale
-        #: Paged mode: msg id -> body (see the class docstring); None: bodies stay in memory.
-        self.read: Callable[[int], bytes] | None = None
+        #: Paged mode: msg id -> (header, body) (see the class docstring); None: bodies stay in
+        #: memory.
+        self.read: Callable[[int], tuple[bytes, bytes]] | None = None
         #: Paged mode: bodies stay in memory while the ready bytes are at most this many.
         self.page_bytes = PAGE_BYTES
 
@@ -182,7 +179,20 @@ class FifoQueue:
         read = self.read
         if read is None:
             raise LookupError(f"message {m.msg_id} has no body in memory and no log to read")
-        return read(m.msg_id)
+        return read(m.msg_id)[1]
+
+    def load(self, m: _Msg) -> bytes:
+        """``body(m)``, and ``m``'s header read back too when it has none in memory (a paged
+        message from a tail). Raises ``LookupError`` as ``body``."""
+        b = m.body
+        if b is not None:
+            return b
+        read = self.read
+        if m.header or read is None:
+            return self.body(m)
+        header, b = read(m.msg_id)
+        m.header = header
+        return b
 
     # ------------------------------------------------------------------ applying
     def apply(self, index: int, raw: bytes) -> list[Effect]:
@@ -227,6 +237,8 @@ class FifoQueue:
             self.ready.clear()
             self.high.clear()
             self.returns.clear()
+            self.tail.clear()
+            self.high_tail.clear()
             self.ready_bytes = 0
         elif isinstance(cmd, DlxSettle):
             for i in cmd.msg_ids:
@@ -263,11 +275,17 @@ class FifoQueue:
         # TTL 0: expires unless taken within the same millisecond (rabbit_fifo)
         expires = None if ttl is None else cmd.now_ms + (ttl or 1)
         size = len(cmd.body)
-        body: bytes | None = cmd.body
-        if self.read is not None and self.ready_bytes + size > self.page_bytes:
-            body = None   # paged: read back from the log on delivery
-        (self.high if cmd.high else self.ready).append(
-            _Msg(index, cmd.header, body, expires, 0, size))
+        q = self.high if cmd.high else self.ready
+        if self.read is None or self.ready_bytes + size <= self.page_bytes:
+            tail = None if not q else self.high_tail if cmd.high else self.tail
+            if tail is not None and tail.count:   # in order: behind the paged ones
+                tail.push(index, size, expires)
+            else:
+                q.append(_Msg(index, cmd.header, cmd.body, expires, 0, size))
+        elif q:   # paged: header and body read back from the log at the head
+            (self.high_tail if cmd.high else self.tail).push(index, size, expires)
+        else:
+            q.append(_Msg(index, cmd.header, None, expires, 0, size))
         self.ready_bytes += size
         if cfg.max_length is not None or cfg.max_length_bytes is not None:
             while self._over_limit():
@@ -294,10 +312,16 @@ class FifoQueue:
             if hi:
                 if c == _WEIGHT and no and no[0].msg_id < hi[0].msg_id:
                     m = no.popleft()
+                    if not no and self.tail.count:
+                        no.append(self.tail.pop())
                 else:
                     m = hi.popleft()
+                    if not hi and self.high_tail.count:
+                        hi.append(self.high_tail.pop())
             elif no:
                 m = no.popleft()
+                if not no and self.tail.count:
+                    no.append(self.tail.pop())
             else:
                 return None
             self.pcount = 0 if c == _WEIGHT else c + 1
@@ -318,8 +342,9 @@ class FifoQueue:
 
     def ready_messages(self) -> list[_Msg]:
         """Every ready message: returns, high, normal (not in delivery order across the two
-        priorities)."""
-        return [*self.returns, *self.high, *self.ready]
+        priorities; those of the tails as new objects, header b"" and body None)."""
+        return [*self.returns, *self.high, *self.high_tail.messages(), *self.ready,
+                *self.tail.messages()]
 
     def _dequeue(self, cmd: Dequeue, out: list[Effect]) -> None:
         self._expire(cmd.now_ms, out)
@@ -327,19 +352,30 @@ class FifoQueue:
         if m is None:
             out.append(Dequeued(cmd.consumer, 0, b"", b"", 0, 0))
             return
+        body = self.load(m)
         if not cmd.settle:
             self._getter(cmd.consumer).out[m.msg_id] = m
-        out.append(Dequeued(cmd.consumer, m.msg_id, m.header, self.body(m), m.delivery_count,
+        out.append(Dequeued(cmd.consumer, m.msg_id, m.header, body, m.delivery_count,
                             self.message_count()))
 
     def _take(self, cmd: Take) -> None:
-        for ready in (self.returns, self.high, self.ready):
+        for ready, tail in ((self.returns, None), (self.high, self.high_tail),
+                            (self.ready, self.tail)):
+            found = None
             for i, m in enumerate(ready):
                 if m.msg_id == cmd.msg_id:
                     del ready[i]
-                    self.ready_bytes -= m.size
-                    self._getter(cmd.consumer).out[m.msg_id] = m
-                    return
+                    found = m
+                    break
+            if found is None and tail is not None:
+                found = tail.remove(cmd.msg_id)
+            if found is not None:
+                if tail is not None and not ready and tail.count:
+                    ready.append(tail.pop())
+                self.ready_bytes -= found.size
+                self.load(found)   # its header, for the consumer's deliveries
+                self._getter(cmd.consumer).out[found.msg_id] = found
+                return
 
     def _getter(self, name: str) -> _Consumer:
         """The Basic.Get consumer ``name``, created suspended (it never gets deliveries)."""
@@ -352,12 +388,13 @@ class FifoQueue:
     def _dead_letter(self, reason: str, m: _Msg, out: list[Effect]) -> None:
         """``m`` left the queue for ``reason``: at most once, a ``DeadLetter`` and gone; at least
         once, held in ``dlx`` (and its ``DeadLetter`` names it) until its ``DlxSettle``."""
+        body = self.load(m)
         if self.config.dlx_at_least_once:
             self.dlx[m.msg_id] = (reason, m)
             self.dlx_bytes += m.size
-            out.append(DeadLetter(reason, m.header, self.body(m), m.delivery_count, m.msg_id))
+            out.append(DeadLetter(reason, m.header, body, m.delivery_count, m.msg_id))
         else:
-            out.append(DeadLetter(reason, m.header, self.body(m), m.delivery_count))
+            out.append(DeadLetter(reason, m.header, body, m.delivery_count))
 
     def _drop_head(self, reason: str, out: list[Effect]) -> None:
         m = self._pop()
@@ -379,20 +416,25 @@ class FifoQueue:
         (``requeue``) puts them at the back of the normal queue (RabbitMQ 4.0), while a
         cancelled consumer's still go to ``returns``."""
         limit = self.config.delivery_limit
-        back = self.ready if requeue and limit is None else self.returns
+        to_ready = requeue and limit is None
+        back = self.ready if to_ready else self.returns
+        tail = self.tail
         for m in msgs:
             m.delivery_count += 1
             if limit is not None and m.delivery_count > limit:
                 self._dead_letter("delivery_limit", m, out)
             else:
-                back.append(m)
+                if to_ready and tail.count:   # behind the paged ones, kept whole
+                    tail.push_msg(m)
+                else:
+                    back.append(m)
                 self.ready_bytes += m.size
 
     def _deliver(self, out: list[Effect]) -> None:
         """Hand ready messages to consumers with credit: round-robin, or only to the first
         consumer under single-active-consumer."""
         if not self.consumers or (not self.ready and not self.high and not self.returns):
-            return
+            return   # (the tails are empty when their deques are)
         names = self._active
         if names is None:   # recomputed only when consumers came, went or changed credit
             names = list(self.consumers)
@@ -413,6 +455,8 @@ class FifoQueue:
             idle = 0
             if ready and not self.returns and not self.high:   # the common case, inline
                 m = ready.popleft()
+                if not ready and self.tail.count:
+                    ready.append(self.tail.pop())
                 self.ready_bytes -= m.size
                 pc = self.pcount
                 self.pcount = 0 if pc == _WEIGHT else pc + 1
@@ -423,15 +467,17 @@ class FifoQueue:
                 m = got
             c.out[m.msg_id] = m
             b = m.body
-            out.append(Deliver(name, m.msg_id, m.header, b if b is not None else self.body(m),
-                               m.delivery_count))
+            if b is None:
+                b = self.load(m)
+            out.append(Deliver(name, m.msg_id, m.header, b, m.delivery_count))
             if not ready and not self.returns and not self.high:
                 break
 
     # ------------------------------------------------------------------ queries, snapshots
     def message_count(self) -> int:
         """Ready messages (Queue.DeclareOk's message_count)."""
-        return len(self.ready) + len(self.high) + len(self.returns)
+        return (len(self.ready) + len(self.high) + len(self.returns) + self.tail.count
+                + self.high_tail.count)
 
     def paged_floor(self, default: int) -> int:
         """The lowest msg id of a live message (ready, checked out, held dead letter) whose body
@@ -439,14 +485,11 @@ class FifoQueue:
         every entry from there on ("the log can be truncated only up to the oldest live
         message", RabbitMQ "Quorum Queues")."""
         low = default
-        for m in self.returns:
-            if m.body is None and m.msg_id < low:
-                low = m.msg_id
-        for q in (self.high, self.ready):
-            for m in q:   # in msg id order: the first paged one is the lowest
-                if m.body is None:
-                    low = min(low, m.msg_id)
-                    break
+        for q in (self.returns, self.high, self.ready):
+            for m in q:
+                if m.body is None and m.msg_id < low:
+                    low = m.msg_id
+        low = self.tail.paged_floor(self.high_tail.paged_floor(low))
         for _r, m in self.dlx.values():
             if m.body is None and m.msg_id < low:
                 low = m.msg_id
@@ -457,9 +500,10 @@ class FifoQueue:
         return low
 
     def hydrate(self, data: bytes) -> bytes:
-        """A ``snapshot()`` with the bodies of its paged messages read back (``read``): what a
-        follower that installs it needs, having no log of those entries. Raises
-        ``LookupError`` when the log no longer holds one."""
+        """A ``snapshot()`` with the headers and bodies of its paged messages read back
+        (``read``), its tails moved into ``ready`` / ``high``: what a follower that installs it
+        needs, having no log of those entries. Raises ``LookupError`` when the log no longer
+        holds one."""
         d = json.loads(data)
         read = self.read
 
@@ -467,10 +511,15 @@ class FifoQueue:
             if x[2] is None:
                 if read is None:
                     raise LookupError(f"message {x[0]} has no body and no log to read")
-                x[2] = base64.b64encode(read(x[0])).decode()
+                header, body = read(x[0])
+                if not x[1]:
+                    x[1] = base64.b64encode(header).decode()
+                x[2] = base64.b64encode(body).decode()
                 del x[5:]
+        for key, tail in (("ready", "tail"), ("high", "htail")):
+            d[key] = d.get(key, []) + tail_images(d.pop(tail, None))
         for key in ("ready", "high", "returns"):
-            for x in d.get(key, ()):
+            for x in d[key]:
                 fill(x)
         for _reason, x in d.get("dlx", ()):
             fill(x)
@@ -481,51 +530,47 @@ class FifoQueue:
 
     def snapshot(self) -> bytes:
         """The whole state as bytes (JSON, bodies base64, a paged body null and its size after
-        the delivery count; format ``SNAPSHOT_VERSION``)."""
-        def msg(m: _Msg) -> list:
-            b = m.body
-            if b is None:
-                return [m.msg_id, base64.b64encode(m.header).decode(), None, m.expires_at,
-                        m.delivery_count, m.size]
-            return [m.msg_id, base64.b64encode(m.header).decode(),
-                    base64.b64encode(b).decode(), m.expires_at, m.delivery_count]
+        the delivery count, a paged header ""; the tails as columns, ``columns_image``; format
+        ``SNAPSHOT_VERSION``)."""
         return json.dumps({
             "v": SNAPSHOT_VERSION,
-            "ready": [msg(m) for m in self.ready],
-            "high": [msg(m) for m in self.high],
-            "returns": [msg(m) for m in self.returns],
+            "ready": [msg_image(m) for m in self.ready],
+            "high": [msg_image(m) for m in self.high],
+            "tail": columns_image(self.tail),
+            "htail": columns_image(self.high_tail),
+            "returns": [msg_image(m) for m in self.returns],
             "pcount": self.pcount,
-            "dlx": [[reason, msg(m)] for reason, m in self.dlx.values()],
-            "consumers": [[n, c.prefetch, [msg(m) for m in c.out.values()]]
+            "dlx": [[reason, msg_image(m)] for reason, m in self.dlx.values()],
+            "consumers": [[n, c.prefetch, [msg_image(m) for m in c.out.values()]]
                           for n, c in self.consumers.items()],
             "dedup": list(self.dedup.items()), "rr": self._rr,
         }, separators=(",", ":")).encode()
 
     def restore(self, data: bytes) -> None:
-        """Replace the state with a ``snapshot()``'s (version 1 to 3; raises ``ValueError`` for
+        """Replace the state with a ``snapshot()``'s (version 1 to 4; raises ``ValueError`` for
         a newer version, which this code cannot read). A paged message (null body) is read
         from the log when needed (``read``)."""
-        def msg(x: list) -> _Msg:
-            if x[2] is None:
-                return _Msg(x[0], base64.b64decode(x[1]), None, x[3], x[4], x[5])
-            return _Msg(x[0], base64.b64decode(x[1]), base64.b64decode(x[2]), x[3], x[4])
         d = json.loads(data)
         version = d.get("v", 1)
         if version > SNAPSHOT_VERSION:
             raise ValueError(f"quorum queue snapshot format {version} is newer than this "
                              f"broker's ({SNAPSHOT_VERSION})")
-        self.ready = deque(msg(x) for x in d["ready"])
-        self.high = deque(msg(x) for x in d.get("high", ()))
-        self.returns = deque(msg(x) for x in d.get("returns", ()))
-        self.ready_bytes = sum(m.size for m in self.ready_messages())
+        self.ready, self.tail = restore_ready(d["ready"], d.get("tail"))
+        self.high, self.high_tail = restore_ready(d.get("high", ()), d.get("htail"))
+        self.returns = deque(msg_from_image(x) for x in d.get("returns", ()))
+        self.ready_bytes = (sum(m.size for m in (*self.returns, *self.high, *self.ready))
+                            + sum(self.tail.sizes[self.tail.head:])
+                            + sum(self.high_tail.sizes[self.high_tail.head:]))
         self.pcount = int(d.get("pcount", 0))
         self.dlx = OrderedDict()
         for reason, x in d.get("dlx", ()):
-            m = msg(x)
+            m = msg_from_image(x)
             self.dlx[m.msg_id] = (reason, m)
         self.dlx_bytes = sum(m.size for _r, m in self.dlx.values())
         self.consumers = OrderedDict(
-            (n, _Consumer(p, {m.msg_id: m for m in map(msg, out)})) for n, p, out in d["consumers"])
+            (n, _Consumer(p, {m.msg_id: m for m in map(msg_from_image, out)}))
+            for n, p, out in d["consumers"])
         self.dedup = OrderedDict((k, v) for k, v in d["dedup"])
         self._rr = d["rr"]
         self._active = None
+

@@ -425,8 +425,7 @@ class RaftNode(LeaderRole):
     def _apply_committed(self) -> None:
         if self.commit_index <= self.applied_index:
             return
-        base = self.log.snapshot.index
-        batch = tuple(self.log.entries[self.applied_index - base:self.commit_index - base])
+        batch = self.log.held(self.applied_index + 1, self.commit_index)
         self.applied_index = self.commit_index
         self._out.append(a.Apply(batch))
         if self.role is a.Role.LEADER:

@@ -6,14 +6,18 @@ configurations in the log (thesis §4.1: the newest CONFIG entry is in force, ev
 Must not know: storage, the network. Persistence is the driver's, through ``AppendLog`` actions.
 
 Memory: the entries after the last snapshot stay here; the state machine's snapshots bound them.
-With a ``reader`` (index -> the entry's data, read back from storage), ``dry(index)`` drops the
-data of entries up to ``index`` (applied and written): they stay as (index, term, kind) and
-``entry`` / ``slice`` read their data back when a follower needs them (issue 25: a quorum
-queue's backlog lives in the log segments, not in memory, as with RabbitMQ's ``ra_log``).
+With a ``reader`` (index -> the entry's data, read back from storage), ``dry(index)`` takes the
+entries up to ``index`` (applied and written) out of memory: only their terms and kinds stay, as
+runs of (first index, term, kind) -- a handful per term, whatever the number of entries -- and
+``entry`` / ``slice`` / ``held`` rebuild them (``entry`` and ``slice`` with their data read back)
+when a follower or a replay needs them (issue 25: a quorum queue's backlog lives in the log
+segments, not in memory, as with RabbitMQ's ``ra_log``, which keeps only a range and the terms
+of what its segments hold).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 
 from .messages import Entry, EntryKind, Snapshot, decode_members
@@ -24,19 +28,25 @@ __all__ = ["RaftLog"]
 class RaftLog:
     """Entries ``snapshot.index + 1 .. last_index`` plus the snapshot that replaced those before.
 
+    ``entries`` holds the entries ``dry_to + 1 .. last_index`` as objects (``dry_to`` is
+    ``snapshot.index`` unless ``dry`` ran); those ``snapshot.index + 1 .. dry_to`` are runs of
+    (first index, term, kind) in ``_runs`` (their first indexes in ``_starts``).
+
     ``configs`` is a list of (index, members), oldest first: the snapshot's configuration at the
     snapshot index, then each CONFIG entry in the log.
     """
 
-    __slots__ = ("snapshot", "entries", "configs", "reader", "dry_to")
+    __slots__ = ("snapshot", "entries", "configs", "reader", "dry_to", "_runs", "_starts")
 
     def __init__(self, snapshot: Snapshot, entries: list[Entry]) -> None:
         self.snapshot = snapshot
         self.entries: list[Entry] = []
         #: Reads an entry's data back by index (see the module docstring); None: never dry.
         self.reader: Callable[[int], bytes] | None = None
-        #: Entries up to this index hold no data in memory (read with ``reader``).
+        #: Entries up to this index are not held as objects (runs of terms; data: ``reader``).
         self.dry_to = snapshot.index
+        self._runs: list[tuple[int, int, EntryKind]] = []
+        self._starts: list[int] = []
         self.configs: list[tuple[int, tuple[str, ...]]] = [(snapshot.index, snapshot.members)]
         self.append(entries)
 
@@ -48,17 +58,23 @@ class RaftLog:
     @property
     def last_index(self) -> int:
         """The index of the newest entry (the snapshot's when the log is empty)."""
-        return self.snapshot.index + len(self.entries)
+        return self.dry_to + len(self.entries)
 
     @property
     def last_term(self) -> int:
         """The term of the newest entry (the snapshot's when the log is empty)."""
-        return self.entries[-1].term if self.entries else self.snapshot.term
+        if self.entries:
+            return self.entries[-1].term
+        return self._runs[-1][1] if self._runs else self.snapshot.term
 
     @property
     def members(self) -> tuple[str, ...]:
         """The configuration in force: the newest in the log (thesis §4.1)."""
         return self.configs[-1][1]
+
+    def _run(self, index: int) -> tuple[int, int, EntryKind]:
+        """The run holding dry entry ``index`` (snapshot.index < index <= dry_to)."""
+        return self._runs[bisect_right(self._starts, index) - 1]
 
     def term_at(self, index: int) -> int | None:
         """The term of the entry at ``index``; the snapshot's term at its index, 0 at index 0;
@@ -67,46 +83,67 @@ class RaftLog:
             return self.snapshot.term
         if index < self.snapshot.index or index > self.last_index:
             return 0 if index == 0 else None
-        return self.entries[index - self.snapshot.index - 1].term
+        if index <= self.dry_to:
+            return self._run(index)[1]
+        return self.entries[index - self.dry_to - 1].term
 
     def entry(self, index: int) -> Entry:
-        """The entry at ``index``. Raises ``IndexError`` when not held."""
-        pos = index - self.snapshot.index - 1
-        if pos < 0:
+        """The entry at ``index`` (a dry one with its data read back). Raises ``IndexError``
+        when not held."""
+        if index <= self.snapshot.index:
             raise IndexError(f"entry {index} is compacted into snapshot {self.snapshot.index}")
-        e = self.entries[pos]
-        if index <= self.dry_to and self.reader is not None:
-            return Entry(e.index, e.term, e.kind, self.reader(index))
-        return e
+        if index <= self.dry_to:
+            return self._rebuild(index, True)
+        return self.entries[index - self.dry_to - 1]
+
+    def _rebuild(self, index: int, data: bool) -> Entry:
+        _start, term, kind = self._run(index)
+        reader = self.reader
+        return Entry(index, term, kind, reader(index) if data and reader is not None else b"")
 
     def dry(self, index: int) -> None:
-        """Drop the data of held entries up to ``index`` from memory (each must be readable
-        with ``reader`` from now on); nothing without a ``reader``."""
+        """Take the held entries up to ``index`` out of memory (each must be readable with
+        ``reader`` from now on): only their terms and kinds stay, in runs; nothing without a
+        ``reader``."""
         if self.reader is None or index <= self.dry_to:
             return
-        base = self.snapshot.index + 1
-        entries = self.entries
-        for i in range(max(self.dry_to, self.snapshot.index) + 1 - base,
-                       min(index, self.last_index) + 1 - base):
-            e = entries[i]
-            if e.data:
-                entries[i] = Entry(e.index, e.term, e.kind, b"")
-        self.dry_to = max(self.dry_to, min(index, self.last_index))
+        n = min(index, self.last_index) - self.dry_to
+        runs, starts = self._runs, self._starts
+        last = runs[-1] if runs else None
+        for e in self.entries[:n]:
+            if last is None or last[1] != e.term or last[2] is not e.kind:
+                last = (e.index, e.term, e.kind)
+                runs.append(last)
+                starts.append(e.index)
+        del self.entries[:n]
+        self.dry_to += n
+
+    def held(self, lo: int, hi: int) -> tuple[Entry, ...]:
+        """Entries ``lo .. hi`` (inclusive, held: not compacted), the dry ones without their
+        data (b""; read them with ``reader``): a batch to apply."""
+        d = self.dry_to
+        if lo > d:
+            return tuple(self.entries[lo - d - 1:hi - d])
+        dry = [self._rebuild(i, False) for i in range(lo, min(hi, d) + 1)]
+        return tuple(dry + self.entries[:max(0, hi - d)])
 
     def slice(self, lo: int, hi: int, max_bytes: int) -> tuple[Entry, ...]:
         """Entries ``lo .. hi`` (inclusive) that fit in ``max_bytes`` of data, at least one.
         Raises ``IndexError`` when ``lo`` is compacted."""
         if lo > hi:
             return ()
-        base = self.snapshot.index + 1
-        if lo < base:
+        if lo <= self.snapshot.index:
             raise IndexError(f"entry {lo} is compacted into snapshot {self.snapshot.index}")
         out: list[Entry] = []
         size = 0
-        dry, reader = self.dry_to, self.reader
-        for e in self.entries[lo - base:hi - base + 1]:
-            if e.index <= dry and reader is not None:
-                e = Entry(e.index, e.term, e.kind, reader(e.index))
+        d = self.dry_to
+        for i in range(lo, min(hi, d) + 1):
+            e = self._rebuild(i, True)
+            size += len(e.data)
+            if out and size > max_bytes:
+                return tuple(out)
+            out.append(e)
+        for e in self.entries[max(0, lo - d - 1):max(0, hi - d)]:
             size += len(e.data)
             if out and size > max_bytes:
                 break
@@ -122,21 +159,36 @@ class RaftLog:
         """The first index of the run of entries with the term of ``index`` that ends at ``index``
         (not below the first held entry): the follower's conflict hint of paper §5.3."""
         term = self.term_at(index)
-        while index - 1 > self.snapshot.index and self.term_at(index - 1) == term:
+        while index - 1 > self.dry_to and self.term_at(index - 1) == term:
             index -= 1
+        if index - 1 <= self.dry_to and index - 1 > self.snapshot.index:
+            i = bisect_right(self._starts, index - 1) - 1
+            while i >= 0 and self._runs[i][1] == term:   # whole runs of that term, at once
+                index = self._runs[i][0]
+                i -= 1
         return index
 
     def last_index_of_term(self, term: int, below: int) -> int:
         """The highest index <= ``below`` whose term is ``term``, 0 when none is held: the leader's
         use of a conflict hint (paper §5.3)."""
         index = min(below, self.last_index)
-        while index > self.snapshot.index:
+        while index > self.dry_to:
             t = self.term_at(index)
             if t == term:
                 return index
             if t is not None and t < term:
                 return 0
             index -= 1
+        if index > self.snapshot.index:
+            i = bisect_right(self._starts, index) - 1
+            while i >= 0:   # runs, newest first (terms only go down)
+                start, t, _kind = self._runs[i]
+                if t == term:
+                    return index
+                if t < term:
+                    return 0
+                index = start - 1
+                i -= 1
         return index if index == self.snapshot.index and self.snapshot.term == term else 0
 
     def append(self, entries: list[Entry] | tuple[Entry, ...]) -> None:
@@ -153,10 +205,20 @@ class RaftLog:
         configurations they carried. Raises ``ValueError`` for an index inside the snapshot."""
         if index <= self.snapshot.index:
             raise ValueError(f"cannot truncate at {index}: snapshot holds {self.snapshot.index}")
-        del self.entries[index - self.snapshot.index - 1:]
-        self.dry_to = min(self.dry_to, index - 1)
+        if index > self.dry_to:
+            del self.entries[index - self.dry_to - 1:]
+        else:
+            self.entries = []
+            self._cut_runs(index)
+            self.dry_to = index - 1
         while self.configs[-1][0] >= index:
             self.configs.pop()
+
+    def _cut_runs(self, index: int) -> None:
+        """Forget the runs from ``index`` on."""
+        n = bisect_right(self._starts, index - 1)
+        del self._runs[n:]
+        del self._starts[n:]
 
     def members_at(self, index: int) -> tuple[str, ...]:
         """The configuration in force at ``index`` (the newest CONFIG at or below it)."""
@@ -175,13 +237,21 @@ class RaftLog:
             if cut > self.snapshot.index:
                 base_term = self.term_at(cut)
                 assert base_term is not None
-                self.entries = self.entries[cut - self.snapshot.index:]
+                if cut >= self.dry_to:
+                    self.entries = self.entries[cut - self.dry_to:]
+                    self._runs, self._starts = [], []
+                    self.dry_to = cut
+                else:   # the runs from cut + 1 on stay, the one holding it cut short
+                    i = bisect_right(self._starts, cut + 1) - 1
+                    _start, term, kind = self._runs[i]
+                    self._runs = [(cut + 1, term, kind)] + self._runs[i + 1:]
+                    self._starts = [cut + 1] + self._starts[i + 1:]
                 self.snapshot = Snapshot(cut, base_term, self.members_at(cut), b"")
                 self.configs = [(cut, self.snapshot.members)] + [c for c in self.configs
                                                                  if c[0] > cut]
-                self.dry_to = max(self.dry_to, cut)
             return
         self.entries = []
+        self._runs, self._starts = [], []
         self.snapshot = snapshot
         self.dry_to = snapshot.index
         self.configs = [(snapshot.index, snapshot.members)]

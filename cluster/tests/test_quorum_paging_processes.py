@@ -18,6 +18,8 @@ from cluster.tests.quorum_scenarios import declare, message_count, wait_leader
 pytestmark = pytest.mark.timeout(240)
 #: Entries between a queue's snapshots in these brokers (8192 by default: a long test).
 SNAPSHOT_ENTRIES = 600
+#: Messages of the backlog with properties.
+PROPS = 150
 
 
 @pytest.fixture(autouse=True)
@@ -67,9 +69,19 @@ def take(member: Member, queue: str, count: int) -> list[bytes]:
     return out
 
 
+def props_of(i: int) -> pika.BasicProperties:
+    """Message ``i``'s properties: its own headers, priority (> 4: RabbitMQ 4's high ones),
+    expiration (far off) and ids."""
+    return pika.BasicProperties(
+        delivery_mode=2, headers={"i": i, "tag": f"t{i % 3}"}, priority=i % 10,
+        expiration=str(3_600_000 + i), message_id=f"m{i}", correlation_id=f"c{i}",
+        content_type="text/plain", timestamp=1_700_000_000 + i, type="kind", app_id="qqram")
+
+
 def test_paged_queues_deliver_survive_a_kill_and_catch_up_after_a_snapshot(cluster):
     """One cluster for all of it (brokers are slow to start on a loaded machine)."""
     n2, n3, n4 = cluster.start_three()
+    declare(n2, "props")
     declare(n2, "dead")
     declare(n2, "paged", **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
     declare(n2, "snapped")
@@ -79,6 +91,15 @@ def test_paged_queues_deliver_survive_a_kill_and_catch_up_after_a_snapshot(clust
     bodies = [body(i) for i in range(60)]
     publish(here, "paged", bodies)
     wait_for(lambda: message_count(away, "paged") == 60, 20, "not on every member")
+    # a backlog with properties: held as integers (Raft index, size, expiry), its headers in
+    # the log with the bodies
+    conn = here.connect()
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in range(PROPS):
+        ch.basic_publish("", "props", body(i, 300), props_of(i))
+    conn.close()
+    wait_for(lambda: message_count(away, "props") == PROPS, 20, "props not on every member")
     cluster.kill(away)   # its replicas come back from their own logs
 
     # the leader of "snapped" takes a snapshot (and cuts its log) while ``away`` is down
@@ -119,3 +140,32 @@ def test_paged_queues_deliver_survive_a_kill_and_catch_up_after_a_snapshot(clust
     assert counts[:2] == [0, 1]
     assert got[1:] == bodies
     assert take(away, "dead", 1) == [bodies[1]]
+
+    # the backlog with properties, from the member restarted after kill -9: every message
+    # with its own properties; the first one requeued comes back first, counted
+    conn = away.connect()
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=1)
+    seen: list[tuple[int, int]] = []
+    for method, p, b in ch.consume("props", inactivity_timeout=10):
+        assert method is not None, f"only {len(seen)} delivered"
+        i = int(p.message_id[1:])
+        want = props_of(i)
+        count = p.headers.pop("x-delivery-count", 0)
+        assert (b, p.headers, p.priority, p.expiration, p.correlation_id, p.content_type,
+                p.timestamp, p.type, p.app_id, p.delivery_mode) == \
+            (body(i, 300), want.headers, want.priority, want.expiration, want.correlation_id,
+             want.content_type, want.timestamp, want.type, want.app_id, 2)
+        seen.append((i, count))
+        if len(seen) == 1:
+            ch.basic_nack(method.delivery_tag, requeue=True)
+        else:
+            ch.basic_ack(method.delivery_tag)
+        if len(seen) == PROPS + 1:
+            break
+    ch.cancel()
+    conn.close()
+    assert seen[1] == (seen[0][0], 1) and seen[0][1] == 0
+    assert sorted(i for i, _ in seen[1:]) == list(range(PROPS))
+    # RabbitMQ 4's two priorities: the high ones (priority > 4) go 2 for 1 normal
+    assert sum(i % 10 > 4 for i, _ in seen[2:11]) == 6
