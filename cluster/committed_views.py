@@ -12,8 +12,10 @@ so of two rounds from the same view only the first committed counts, on every me
 committed views are ever installed or announced (Cluster.Membership: to the joiner, which is not
 in the log yet, and as before to the members, who may also learn it from the log first). Until the
 proposal commits (or is refused, or times out) the node starts no other round. Without
-``commit_views`` (the simulators, a broker without the log) a round installs its view at once,
-as the Qpid proposal describes.
+``commit_views`` (the simulators, a broker whose log replica is not open yet: a cluster
+upgraded from the broadcast design agrees its first view so, and that view's leader founds the
+log) a round installs its view at once, as the Qpid proposal describes. With it a round needs
+no majority of grants (``rounds.decide``, ``by_log``): the log's commit is the decision.
 
 Must not know: the metadata log, sockets, time (``now`` is given, seconds).
 Sources: Raft paper §5 (a change is in force once committed), Qpid ClusteringHA "Cluster

@@ -17,9 +17,11 @@ Rules (the round's majority rule is in ``rounds``, the joiner's replay order in 
   leader is the suspect, to the first member after it that we do not suspect (if that is us, we
   take over; if it does nothing within ``retry``, we pass it over too).
 - Every change (join, leave, suspicion, takeover) is a round of Vote requests to the current view;
-  with a majority of grants the proposer announces the members that answered, less leavers, plus
-  the joiner. Without a majority nothing changes: a minority never elects a leader nor changes
-  membership.
+  the new view is the members that answered, less leavers, plus the joiner. Without the log
+  (the simulators) it takes a majority of grants: a minority never elects a leader nor changes
+  membership. With it (``commit_views``, every broker) the round only verifies who answers and
+  the log's commit decides (a majority of the log's configuration, which a view whose own
+  majority died may still have: ``rounds.decide``'s ``by_log``).
 - Restart: the view, its members and the last grant are durable (``Persist``, first in the action
   list, written by the driver before the rest: Raft §5.2). A restarted member is JOINING but keeps
   its vote in that view (``restart``): it answers Votes with ``rejoining`` set, and the proposer
@@ -58,7 +60,7 @@ from .committed_views import CommittedViews
 from .durable import DurableVote, view_key
 from .lease import CheckStep, LeaderCheck
 from .restart import Restarted
-from .rounds import Decision, Grants, Round, decide
+from .rounds import Decision, Grants, Round, decide, majority_answered
 from .suspicion import Suspicions
 from .syncing import JoinSync
 from .views import FIRST_VIEW, IN_VIEW, Status, next_view, ring_target
@@ -408,7 +410,8 @@ class Node(CommittedViews):
             takeover = self.leader
         elif not (self._pending_suspects or self._pending_joins or self._pending_leaves):
             return
-        if not (self._restored_grant(rv, Vote(view, self.name, 0, True), now) if rv and recovery
+        if not self.commit_views and not (
+                self._restored_grant(rv, Vote(view, self.name, 0, True), now) if rv and recovery
                 else self._grant_to(self.name, view, now)):
             self._next_round = self._grants.free_at(now)
             return
@@ -433,7 +436,7 @@ class Node(CommittedViews):
         rv = self._restored
         if r is None or r.view != (self.view if not r.recovery else rv.view if rv else -1):
             return
-        out = decide(r, self.name)
+        out = decide(r, self.name, self.commit_views)
         names = [n for n, _ in r.members]
         if out.decision is Decision.LEADER_ALIVE:
             self._suspicions.leader_alive(self.leader)
@@ -443,7 +446,8 @@ class Node(CommittedViews):
             if out.decision is Decision.SPLIT:   # stagger the proposers by rank
                 self._next_round += self.timing.grant_lease * names.index(self.name) / len(names)
         else:
-            self._quorum_until = now + self.timing.quorum_lease
+            if not self.commit_views or majority_answered(r):
+                self._quorum_until = now + self.timing.quorum_lease
             self._suspicions.want_takeover = False
             for n in out.joined:
                 self._pending_joins.pop(n, None)

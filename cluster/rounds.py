@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .actions import Members
 
-__all__ = ["Round", "Outcome", "Decision", "decide", "Grants", "majority"]
+__all__ = ["Round", "Outcome", "Decision", "decide", "Grants", "majority", "majority_answered"]
 
 
 def majority(size: int) -> int:
@@ -80,8 +80,14 @@ class Outcome:
     joined: tuple[str, ...] = ()
 
 
-def decide(r: Round, me: str) -> Outcome:
+def decide(r: Round, me: str, by_log: bool = False) -> Outcome:
     """The outcome of round ``r`` run by ``me`` (the proposer counts as granting and answering).
+
+    ``by_log`` (a broker whose metadata log commits every view, ``committed_views``): the round
+    only verifies who answers; it needs no majority of grants (never MINORITY or SPLIT), since
+    the log's commit, by a majority of the metadata log's configuration, is the decision. A
+    view whose majority died can so still shrink while the log has a majority (Raft §6: the
+    configuration, not the view, counts).
 
     The new view keeps, in order, the members that answered, less the leavers and any joiner that
     is already a member (a restarted broker: removed now, added by the next round so that every
@@ -94,7 +100,7 @@ def decide(r: Round, me: str) -> Outcome:
     serving = r.responded - r.rejoining
     if (r.takeover_of is not None and r.takeover_of in serving) or (r.recovery and serving):
         return Outcome(Decision.LEADER_ALIVE)
-    if len(r.granted) + 1 < need:
+    if not by_log and len(r.granted) + 1 < need:
         return Outcome(Decision.MINORITY if len(r.responded) + 1 < need else Decision.SPLIT)
     keep = [(n, ad) for n, ad in r.members
             if (n == me or n in serving) and n not in r.leaves and n not in r.joins]
@@ -103,6 +109,12 @@ def decide(r: Round, me: str) -> Outcome:
     if new == r.members and not r.recovery:
         return Outcome(Decision.UNCHANGED, r.members)
     return Outcome(Decision.ANNOUNCE, new, tuple(n for n, _ in joins))
+
+
+def majority_answered(r: Round) -> bool:
+    """True when a majority of ``r``'s view (the proposer included) answered and is serving:
+    the proposer's quorum lease may be renewed on it (``membership``)."""
+    return len(r.responded - r.rejoining) + 1 >= majority(len(r.members))
 
 
 class Grants:

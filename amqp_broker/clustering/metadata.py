@@ -155,6 +155,10 @@ class MetadataRuntime:
         self._applied: list[Committed] = []   # applied, not yet followed (``on_effects``)
         #: Called with each committed ``InstallView`` (the cluster view, ``committed_views``).
         self.on_view: Callable[[InstallView], None] | None = None
+        #: Called once the replica is open (``open``): from then on the cluster views are
+        #: committed in it (before, as when upgrading a cluster that has no log yet, the view
+        #: rounds' majority rule decides the first view, whose leader founds the log).
+        self.on_open: Callable[[], None] | None = None
         #: Told the applied runtime parameters ((vhost, component, name) -> JSON text) each
         #: time they may have changed, once this member follows the log (the management's
         #: shovel and federation managers follow them: ``follow_parameters``).
@@ -201,6 +205,8 @@ class MetadataRuntime:
             log.info("metadata log: opened at index %d (%s)", node.log.last_index,
                      "waiting for the leader to add this member" if empty else
                      ", ".join(node.members))
+        if self.on_open is not None:
+            self.on_open()
 
     def attach(self, links: Any, addresses: Callable[[], dict[str, str]]) -> None:
         """Use the cluster's peer ``links`` (``QuorumRuntime.attach``)."""

@@ -294,7 +294,15 @@ def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
     driver.in_configuration = in_configuration
     driver.node.may_recover = may_recover
     driver.propose_view = propose_view
-    driver.node.commit_views = True
+    # views are committed in the log once this member has a replica: a cluster restarted
+    # from the broadcast design's data (no replica anywhere) agrees its first view by the
+    # rounds' majority rule, and that view's leader founds the log
+    driver.node.commit_views = metadata.group is not None
+
+    def log_opened() -> None:
+        driver.node.commit_views = True
+
+    metadata.on_open = log_opened
 
     def on_view(cmd: InstallView) -> None:
         metadata.left_in_order(cmd.left)

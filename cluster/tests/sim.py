@@ -40,7 +40,10 @@ class Sim:
     latency: tuple[float, float] = (0.001, 0.005)
     tick_every: float = 0.05
     #: Model of the metadata log (``Node.commit_views``): a view proposal commits when its
-    #: proposer reaches a majority of the last committed view (compare-and-set on its base)
+    #: proposer reaches a majority of the log's configuration (``config``), compare-and-set on
+    #: its base. The configuration follows the committed views as the metadata leader makes it
+    #: (``cluster.metadata.group``): a view's new members are added; a member the view dropped
+    #: is removed only while the proposer cannot reach it and reaches a majority without it
     committed_log: bool = False
 
     def __post_init__(self) -> None:
@@ -60,6 +63,7 @@ class Sim:
         self.events: dict[str, list[tuple[float, a.Action]]] = {}
         self.durable: dict[str, DurableVote] = {}
         self.log_views: list[a.ProposeView] = []   # the views the log committed, in order
+        self.config: set[str] | None = None         # the log's voters (``committed_log``)
         for name in self.names:
             self._new_node(name)
 
@@ -168,7 +172,9 @@ class Sim:
         if self.nodes.get(name) is not node or name in self.crashed:
             return
         last = self.log_views[-1] if self.log_views else None
-        voters = {m for m, _ in (last.members if last else node.members or node.stored.members)}
+        if self.config is None:   # the founder's configuration: the view it bootstrapped
+            self.config = {m for m, _ in (node.members or node.stored.members)}
+        voters = self.config
         reach = self.component(name)
         if len(reach & voters) * 2 <= len(voters):   # no majority: the proposal times out
             self._at(self.now + 2.0, "log_refused", (name, node, act))
@@ -177,6 +183,12 @@ class Sim:
             self._at(self.now + self.rng.uniform(*self.latency), "log_refused", (name, node, act))
             return
         self.log_views.append(act)
+        view = {m for m, _ in act.members}
+        for gone in sorted(voters - view):
+            rest = voters - {gone}
+            if gone not in reach and len(rest & reach) * 2 > len(voters):
+                voters.discard(gone)
+        voters |= view
         for n in sorted(reach):
             self._at(self.now + self.rng.uniform(*self.latency), "log_apply",
                      (n, self.nodes[n], act))
