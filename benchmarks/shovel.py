@@ -29,6 +29,7 @@ import base64
 import datetime
 import json
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     print("load average after each round:", " / ".join(load[1:]))
     if args.results:
         now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-        cmdline = " ".join(["python -m benchmarks.shovel", *(argv or sys.argv[1:])])
+        cmdline = shlex.join(["python", "-m", "benchmarks.shovel", *(argv or sys.argv[1:])])
         sources_line = ["- our brokers ran from the source trees the labels name (`--broker-src`, "
                         "`git archive` of that commit: their own Python source, no compiled "
                         "build)"] if args.broker_src else []
