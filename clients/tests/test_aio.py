@@ -124,6 +124,36 @@ async def test_consumer_iterator_qos_and_cancel(amqp_uri, name):
         assert (await _get_soon(ch, name)).body == b"after cancel"
 
 
+async def test_consumer_take_nowait_takes_what_arrived(amqp_uri, name):
+    """``take_nowait`` hands over the buffered deliveries without waiting (at most ``limit``);
+    once the broker cancelled the consumer, the rest are taken and iteration then ends."""
+    async with connect(amqp_uri, operation_timeout=T) as conn:
+        ch = await conn.channel(confirm=True, prefetch=5)
+        await ch.queue_declare(name)
+        for i in range(8):
+            ch.publish_nowait(str(i), "", name)
+        await ch.wait_for_confirms()
+        consumer = await ch.basic_consume(name)
+        got = [await consumer.get(T)]
+        with anyio.fail_after(T):
+            while len(got) < 5:   # the prefetch window, as it arrives
+                taken = consumer.take_nowait(2)
+                assert len(taken) <= 2
+                got += taken
+                await anyio.sleep(0.01)
+        assert [m.body for m in got] == [b"0", b"1", b"2", b"3", b"4"]
+        assert consumer.take_nowait(10) == []   # the other 3 wait for an ack
+        await ch.basic_ack(got[-1].delivery_tag, multiple=True)
+        with anyio.fail_after(T):
+            while len(got) < 8:
+                got += consumer.take_nowait(10)
+                await anyio.sleep(0.01)
+        await (await conn.channel()).queue_delete(name)
+        with anyio.fail_after(T):
+            assert [m async for m in consumer] == []
+        assert [m.body for m in got[5:]] == [b"5", b"6", b"7"] and consumer.take_nowait(1) == []
+
+
 async def test_broker_cancel_ends_iteration(amqp_uri, name):
     async with connect(amqp_uri, operation_timeout=T) as conn:
         ch = await conn.channel()
