@@ -250,7 +250,8 @@ class FifoQueue:
 
     def _enqueue(self, index: int, cmd: Enqueue, out: list[Effect]) -> None:
         cfg = self.config
-        self._expire(cmd.now_ms, out)
+        if self.ready or self.high or self.returns:   # (an empty queue has nothing to expire)
+            self._expire(cmd.now_ms, out)
         if cmd.dedup_key is not None and cfg.dedup_window:
             if cmd.dedup_key in self.dedup:
                 if self.confirms:   # a duplicate: accepted, not kept
@@ -276,16 +277,17 @@ class FifoQueue:
         expires = None if ttl is None else cmd.now_ms + (ttl or 1)
         size = len(cmd.body)
         q = self.high if cmd.high else self.ready
-        if self.read is None or self.ready_bytes + size <= self.page_bytes:
-            tail = None if not q else self.high_tail if cmd.high else self.tail
-            if tail is not None and tail.count:   # in order: behind the paged ones
-                tail.push(index, size, expires)
+        if not q:   # (its tail is empty too) the head: an object, its body paged or not
+            q.append(_Msg(index, cmd.header, cmd.body if self.read is None or
+                          self.ready_bytes + size <= self.page_bytes else None, expires, 0, size))
+        elif self.read is None:
+            q.append(_Msg(index, cmd.header, cmd.body, expires, 0, size))
+        else:
+            tail = self.high_tail if cmd.high else self.tail
+            if tail.count or self.ready_bytes + size > self.page_bytes:
+                tail.push(index, size, expires)   # paged, or in order behind the paged ones
             else:
                 q.append(_Msg(index, cmd.header, cmd.body, expires, 0, size))
-        elif q:   # paged: header and body read back from the log at the head
-            (self.high_tail if cmd.high else self.tail).push(index, size, expires)
-        else:
-            q.append(_Msg(index, cmd.header, None, expires, 0, size))
         self.ready_bytes += size
         if cfg.max_length is not None or cfg.max_length_bytes is not None:
             while self._over_limit():
@@ -455,8 +457,6 @@ class FifoQueue:
             idle = 0
             if ready and not self.returns and not self.high:   # the common case, inline
                 m = ready.popleft()
-                if not ready and self.tail.count:
-                    ready.append(self.tail.pop())
                 self.ready_bytes -= m.size
                 pc = self.pcount
                 self.pcount = 0 if pc == _WEIGHT else pc + 1
@@ -470,8 +470,11 @@ class FifoQueue:
             if b is None:
                 b = self.load(m)
             out.append(Deliver(name, m.msg_id, m.header, b, m.delivery_count))
-            if not ready and not self.returns and not self.high:
-                break
+            if not ready:
+                if self.tail.count:   # the next of the tail to the head (see the invariant)
+                    ready.append(self.tail.pop())
+                elif not self.returns and not self.high:
+                    break
 
     # ------------------------------------------------------------------ queries, snapshots
     def message_count(self) -> int:

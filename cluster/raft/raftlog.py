@@ -124,8 +124,18 @@ class RaftLog:
         d = self.dry_to
         if lo > d:
             return tuple(self.entries[lo - d - 1:hi - d])
-        dry = [self._rebuild(i, False) for i in range(lo, min(hi, d) + 1)]
-        return tuple(dry + self.entries[:max(0, hi - d)])
+        out: list[Entry] = []
+        runs, starts = self._runs, self._starts
+        i = bisect_right(starts, lo) - 1
+        end = min(hi, d)
+        while lo <= end:   # run by run
+            _start, term, kind = runs[i]
+            stop = min(end, starts[i + 1] - 1 if i + 1 < len(runs) else d)
+            out.extend([Entry(k, term, kind, b"") for k in range(lo, stop + 1)])
+            lo = stop + 1
+            i += 1
+        out += self.entries[:max(0, hi - d)]
+        return tuple(out)
 
     def slice(self, lo: int, hi: int, max_bytes: int) -> tuple[Entry, ...]:
         """Entries ``lo .. hi`` (inclusive) that fit in ``max_bytes`` of data, at least one.
