@@ -160,16 +160,19 @@ class Columns:
         return found
 
     def paged_floor(self, low: int) -> int:
-        """The lower of ``low`` and the lowest msg id here whose body is in the log."""
+        """The lower of ``low`` and the lowest msg id here whose body is in the log. The ids
+        pushed without their ``Msg`` only grow (new Raft indexes, or a snapshot's order): the
+        first of them is their lowest; the kept ones are looked at one by one."""
         kept = self.kept
-        for i in range(self.head, len(self.ids)):
-            msg_id = self.ids[i]
-            if msg_id < low:
-                m = kept.get(msg_id)
-                if m is None or m.body is None:
-                    low = msg_id
+        ids = self.ids
+        for i in range(self.head, len(ids)):
+            if ids[i] not in kept:
+                low = min(low, ids[i])
+                break
+        for m in kept.values():
+            if m.body is None and m.msg_id < low:
+                low = m.msg_id
         return low
-
 
 def msg_image(m: Msg) -> list:
     """A message in a snapshot: [msg id, header (base64), body (base64), expires_at, delivery
