@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from cluster import codec as cc
+from cluster import quorum_decode  # noqa: F401  (Cluster.Quorum's fast decoder, registered)
 from cluster.quorum.group import Action
 from cluster.raft import codec as raft_codec
 from cluster.raftgroup import decode_forward

@@ -12,7 +12,7 @@ from pamqp import commands, frame
 from amqp_broker.protocol import constants as c
 from amqp_broker.protocol.errors import ConnectionException
 from amqp_broker.protocol.methods import decode_method, encode_method
-from cluster import codec, relay_wire
+from cluster import codec, quorum_decode, relay_wire
 from cluster.codec import CLUSTER_CLASS_ID, Join, Leave, Membership, Ping, Suspect, Synch, Vote
 
 SAMPLES = [
@@ -55,6 +55,30 @@ def test_relay_fast_decoder_refuses_what_the_generic_decoder_refuses() -> None:
     with pytest.raises(ConnectionException) as err:
         decode_method(bad_name)
     assert err.value.reply_code == c.SYNTAX_ERROR
+
+
+_NAME = st.text(max_size=40).filter(lambda t: len(t.encode()) <= 255)
+
+
+@given(vhost=_NAME, queue=_NAME, group=_NAME, kind=st.integers(0, 255))
+def test_quorum_fast_decoder_gives_what_pamqp_gives(vhost: str, queue: str, group: str,
+                                                    kind: int) -> None:
+    method = codec.Quorum(vhost, queue, group, kind)
+    payload = encode_method(1, method)[7:-1]
+    fast = quorum_decode.decode_quorum(payload)
+    generic = codec.Quorum()
+    generic.unmarshal(payload[4:])
+    assert fast == generic == method and decode_method(payload) == method
+
+
+def test_quorum_fast_decoder_leaves_malformed_payloads_to_the_generic_502() -> None:
+    good = encode_method(1, codec.Quorum("/", "q", "g", 1))[7:-1]
+    for bad in (good[:-1], good + b"\x00", good[:5], good[:5] + b"\xff" + good[6:],
+                good[:4] + b"\x09" + good[5:]):
+        assert quorum_decode.decode_quorum(bad) is None
+        with pytest.raises(ConnectionException) as err:
+            decode_method(bad)
+        assert err.value.reply_code == c.SYNTAX_ERROR
 
 
 def test_class_id_is_ours_and_fits_pamqp_signed_index() -> None:
