@@ -529,6 +529,8 @@ class FifoQueue:
         for _n, _p, out in d["consumers"]:
             for x in out:
                 fill(x)
+        if d.get("v", 1) == 4:   # nothing paged and no tail left: what version 3 reads too
+            d["v"] = 3            # (a follower still on the previous version, mid-upgrade)
         return json.dumps(d, separators=(",", ":")).encode()
 
     def snapshot(self) -> bytes:
