@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(240)
 #: Entries between a queue's snapshots in these brokers (8192 by default: a long test).
 SNAPSHOT_ENTRIES = 600
 #: Messages of the backlog with properties.
-PROPS = 150
+PROPS = 60
 
 
 @pytest.fixture(autouse=True)
