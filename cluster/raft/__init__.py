@@ -21,6 +21,7 @@ Modules (each owns one job; read ``node`` first):
   ``codec``     ``encode(message) -> bytes`` / ``decode(bytes)`` for peer links.
   ``fifo``      ``FifoQueue``: the quorum queue's state machine (commands in, effects out: deliver,
                 confirm, reject, dead-letter; delivery-limit, overflow, TTL, SAC, dedup window).
+  ``fifo_ready`` its message record and its paged ready backlog as columns of integers.
 No module but ``disklog`` and ``marks`` does I/O; the core never reads a clock (``now_ms`` comes in).
 
 Driving one replica (the lead's queue-type seam; one ``RaftNode`` per queue per member)::
