@@ -54,6 +54,7 @@ import contextlib
 import logging
 import os
 import random
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,7 +77,13 @@ from queues.store.dirs import fsync_dir
 
 from ..core.vhost import send_cancel
 from .metadata_commands import command_of, connection_id, definitions_commands
-from .metadata_follow import follow_names, reconcile, reconcile_access, reconcile_vhost
+from .metadata_follow import (
+    follow_names,
+    reconcile,
+    reconcile_access,
+    reconcile_vhost,
+    resave_definitions,
+)
 from .quorum import QuorumRuntime
 
 __all__ = ["MetadataRuntime", "METADATA_GROUP", "TIMING", "Done"]
@@ -164,6 +171,9 @@ class MetadataRuntime:
         #: shovel and federation managers follow them: ``follow_parameters``).
         self.on_parameters: Callable[[dict[tuple[str, str, str], str]], None] | None = None
         self._follow_due = False
+        #: A follow's definitions.db commit failed (a full disk): ``_resave`` writes the
+        #: definitions again once it can.
+        self.store_stale = False
 
     # ------------------------------------------------------------------ start
     def open(self, found: bool) -> None:
@@ -270,6 +280,23 @@ class MetadataRuntime:
                 await anyio.sleep(_TICK_S)
                 self._expire()
                 self._check_ready()
+                self._resave()
+
+    def _resave(self) -> None:
+        """After a follow whose definitions.db commit failed (``store_stale``), once this
+        member follows the log again: write the broker's definitions into definitions.db again
+        (``metadata_follow.resave_definitions``); tried every tick until a commit succeeds."""
+        store = getattr(getattr(self.broker, "durability", None), "definitions", None)
+        if not self.store_stale or not self.ready or store is None:
+            return
+        try:
+            with store.transaction():
+                rows = resave_definitions(self.broker)
+        except (sqlite3.OperationalError, OSError) as exc:
+            log.debug("metadata log: definitions.db still refuses writes: %s", exc)
+            return
+        self.store_stale = False
+        log.info("metadata log: definitions.db written again (%d rows)", rows)
 
     async def hand_over(self) -> None:
         """Orderly stop: hand the leadership over (``QuorumRuntime.hand_over``)."""
@@ -380,10 +407,18 @@ class MetadataRuntime:
             try:
                 with store.transaction() if store is not None else contextlib.nullcontext():
                     orphans = self._follow_each(committed)
+            except (sqlite3.OperationalError, OSError) as exc:   # a full disk: no traceback
+                log.warning("metadata log: definitions.db could not take indexes %d-%d (%s); "
+                            "the broker follows the log again, and writes its definitions "
+                            "again once it can", committed[0].index, committed[-1].index, exc)
+                self.ready = False
+                self.store_stale = True
+                orphans = []
             except Exception:   # a bug or a refused commit must not stop the log
                 log.exception("metadata log: following indexes %d-%d failed; reconciling "
                               "everything", committed[0].index, committed[-1].index)
                 self.ready = False
+                self.store_stale = True
                 orphans = []
         on_view = self.on_view
         for c in committed:

@@ -279,3 +279,47 @@ def reconcile(broker: Broker, state: MetadataState, me: str, origin: str) -> lis
     for name in sorted(state.vhosts):
         orphans += reconcile_vhost(broker, state.vhosts[name], me, origin)
     return orphans
+
+
+def resave_definitions(broker: Broker) -> int:
+    """Write every vhost and every durable exchange, queue and binding of ``broker`` into its
+    definitions store again (upserts, in the caller's transaction): after a follow whose
+    definitions.db commit failed (a full disk) the objects followed the log but their rows were
+    rolled back, and a later follow finds nothing to change; a restart would then recover from
+    the stale file and release the messages of a durable queue it does not find. Rows of objects
+    deleted meanwhile may stay: a restarted member deletes them when it follows the log again.
+    Returns the number of rows written (0 without a store). Raises ``sqlite3.Error`` / the
+    store's errors."""
+    durability = broker.durability
+    store = durability.definitions
+    if store is None:
+        return 0
+    rows = 0
+    for name, vh in broker.vhosts.items():
+        description, tags = broker.vhost_meta.get(name, ("", ()))
+        store.save_vhost(name, description, tags)
+        rows += 1
+        routing = vh.routing
+        for ex in routing.exchanges():
+            if ex.name and not routing.is_reserved(ex.name) and ex.durable:
+                durability.exchange_declared(name, ex)
+                rows += 1
+        for q in vh.queues.values():
+            durability.queue_declared(name, q)
+            rows += 1
+        for b in routing.bindings():
+            source = routing.get_exchange(b.source)
+            dest = b.destination
+            if source is None or not b.source:
+                continue
+            if dest.kind == "queue":
+                target_q = vh.queues.get(dest.name)
+                dest_durable = (target_q is not None and target_q.durable
+                                and target_q.exclusive_owner is None)
+            else:
+                target = routing.get_exchange(dest.name)
+                dest_durable = target is not None and target.durable
+            durability.binding_changed(name, source, Destination(dest.kind, dest.name),
+                                       dest_durable, b.binding_key, dict(b.arguments), True)
+            rows += 1
+    return rows

@@ -72,3 +72,42 @@ def test_a_full_metadata_disk_refuses_changes_then_recovers(tmp_path):
             assert n5.proc.poll() is None, n5.log_tail()
         finally:
             cluster.stop_all()
+
+
+def test_definitions_db_full_then_freed_keeps_a_durable_queues_messages_over_a_restart(tmp_path):
+    """The data dir full while the metadata log still writes (``raft`` on a file system of its
+    own): a durable queue declared then is committed in the log and followed, but its
+    definitions.db commit fails. Once space is back the broker writes its definitions again, so
+    that after a kill -9 and restart recovery finds the queue and the messages confirmed into it
+    since (before: definitions.db lacked it, recovery released its messages, and the log made the
+    queue again, empty). Found by the ``disk-full`` nemesis with the definitions workload."""
+    cluster = Cluster.create(tmp_path, "--disk-free-limit", "1")
+    member_dir = tmp_path / "n6"
+    with small_fs(member_dir, 8 << 20) as data, small_fs(member_dir / "raft", 8 << 20):
+        try:
+            n6 = cluster.start(6)
+            wait_for(n6.serving, 30, f"n6 does not serve:\n{n6.log_tail()}", 0.2)
+            _declare(n6.uri, "db.before")
+            fill(data)
+            _declare(n6.uri, "db.during")   # committed in the log; definitions.db refuses it
+            free(data)
+            wait_for(lambda: "definitions.db written again" in n6.log_tail(), 20,
+                     f"definitions not written again:\n{n6.log_tail()}", 0.2)
+            conn = n6.connect()
+            ch = conn.channel()
+            ch.confirm_delivery()
+            for i in range(5):
+                ch.basic_publish("", "db.during", b"m%d" % i,
+                                 pika.BasicProperties(delivery_mode=2))
+            conn.close()
+            cluster.kill(n6)
+            cluster.start(6)
+            wait_for(n6.serving, 30, f"n6 does not serve again:\n{n6.log_tail()}", 0.2)
+            conn = n6.connect()
+            ch = conn.channel()
+            got = [ch.basic_get("db.during", auto_ack=True)[2] for _ in range(6)]
+            conn.close()
+            assert got == [b"m0", b"m1", b"m2", b"m3", b"m4", None], n6.log_tail()
+            assert "Traceback" not in n6.log_tail(200)
+        finally:
+            cluster.stop_all()
