@@ -414,9 +414,14 @@ class MetadataRuntime:
                 self.ready = False
                 self.store_stale = True
                 orphans = []
-            except Exception:   # a bug or a refused commit must not stop the log
-                log.exception("metadata log: following indexes %d-%d failed; reconciling "
-                              "everything", committed[0].index, committed[-1].index)
+            except Exception as exc:   # a bug or a refused commit must not stop the log
+                if self.store_stale:   # definitions.db lacks rows of a failed commit
+                    log.warning("metadata log: following indexes %d-%d failed on definitions.db "
+                                "(%r, rows missing since a failed commit); reconciling "
+                                "everything", committed[0].index, committed[-1].index, exc)
+                else:
+                    log.exception("metadata log: following indexes %d-%d failed; reconciling "
+                                  "everything", committed[0].index, committed[-1].index)
                 self.ready = False
                 self.store_stale = True
                 orphans = []

@@ -282,8 +282,9 @@ def reconcile(broker: Broker, state: MetadataState, me: str, origin: str) -> lis
 
 
 def resave_definitions(broker: Broker) -> int:
-    """Write every vhost and every durable exchange, queue and binding of ``broker`` into its
-    definitions store again (upserts, in the caller's transaction): after a follow whose
+    """Write every vhost, user, permission and policy and every durable exchange, queue and
+    binding of ``broker`` into its definitions store again (upserts, in the caller's
+    transaction): after a follow whose
     definitions.db commit failed (a full disk) the objects followed the log but their rows were
     rolled back, and a later follow finds nothing to change; a restart would then recover from
     the stale file and release the messages of a durable queue it does not find. Rows of objects
@@ -295,10 +296,22 @@ def resave_definitions(broker: Broker) -> int:
     if store is None:
         return 0
     rows = 0
-    for name, vh in broker.vhosts.items():
+    for name in broker.vhosts:
         description, tags = broker.vhost_meta.get(name, ("", ()))
         store.save_vhost(name, description, tags)
         rows += 1
+    for acc in broker.access.users.values():
+        store.save_user(acc.name, acc.password_hash, acc.hashing_algorithm, acc.tags)
+        rows += 1
+    for (user, vhost), grant in broker.access.permissions.items():
+        if user in broker.access.users and vhost in broker.vhosts:
+            store.save_permission(user, vhost, grant.configure, grant.write, grant.read)
+            rows += 1
+    for policy in broker.policies.list():
+        if policy.vhost in broker.vhosts:
+            store.save_policy(policy.vhost, policy.name, policy.encode())
+            rows += 1
+    for name, vh in broker.vhosts.items():
         routing = vh.routing
         for ex in routing.exchanges():
             if ex.name and not routing.is_reserved(ex.name) and ex.durable:
