@@ -198,6 +198,16 @@ class Connection:
                     raise self._lost_reason or ConnectionClosed(0, "connection lost while "
                                                                    "draining")
 
+    async def flush(self) -> None:
+        """Have what was queued (``publish_nowait``) written soon: wait for the writer
+        (``drain``) only while more than ``high_water`` bytes are queued, else wake it and
+        return at once (the flow control ``basic_publish`` applies inline). For callers
+        outside this package, e.g. the shovel's pipeline. Raises what ``drain`` raises."""
+        if self.ready and self._proto.buffered >= self.high_water:
+            await self.drain()
+        else:
+            self._kick()
+
     async def close(self, wait: float = 5.0) -> None:
         """Connection.Close (200) and wait (at most ``wait`` seconds) for Close-Ok; no reconnect
         after."""

@@ -159,10 +159,10 @@ async def forward(consumer: Consumer, dest: Connection, dest_ch: Channel, acker:
                     conf = dest_ch.publish_nowait(msg.body, target[0], target[1],
                                                   props_raw=target[2])
                 tags.append((-1 if no_ack else msg.delivery_tag, conf))
-            if on_publish or (dest.ready and dest._proto.buffered >= dest.high_water):
-                await dest.drain()   # on-publish: written to the socket before the ack
+            if on_publish:
+                await dest.drain()   # written to the socket before the ack
             else:
-                dest._kick()
+                await dest.flush()
             for tag, conf in tags:
                 acker.add(tag, conf)
             received += len(batch)
