@@ -14,7 +14,7 @@ from .durable import DurableVote
 
 __all__ = [
     "Action", "Send", "ViewInstalled", "BecameLeader", "Replay", "ApplyReplay", "AcceptClients",
-    "StopMirrored", "ResumeMirrored", "Excluded", "Left", "Persist", "ProposeView", "Timing",
+    "Excluded", "Left", "Persist", "ProposeView", "Timing",
     "Members",
 ]
 
@@ -30,9 +30,9 @@ class Timing:
     ``missed * ping_interval`` is suspected. ``verify_timeout``: how long a proposer waits for the
     answers to its Vote requests (the leader's "verify"). ``grant_lease``: a member's grant to one
     proposer blocks grants to others for this long; it must exceed the longest message delay.
-    ``confirm_period``: the leader checks it still reaches a majority (Ping to all) this often and,
-    when it does, re-sends Membership as a confirmation. ``quorum_lease``: a member keeps serving
-    mirrored queues this long after the last confirmation, and suspects a silent leader after it.
+    ``heartbeat_interval``: the leader pings every member this often (their confirmation that it
+    leads the view). ``leader_timeout``: a member suspects a leader it has had no Ping or
+    Membership of the view from for this long.
     ``retry``: a proposer that failed (minority, split grants) or a delegated takeover that produced
     nothing is retried/escalated after this. ``join_retry``: Join and Leave are re-sent this often.
     ``recover_after``: a restarted member that heard from no serving member of its last view for
@@ -43,8 +43,8 @@ class Timing:
     missed: int = 3
     verify_timeout: float = 0.25
     grant_lease: float = 1.0
-    confirm_period: float = 1.0
-    quorum_lease: float = 2.5
+    heartbeat_interval: float = 1.0
+    leader_timeout: float = 2.5
     retry: float = 1.0
     join_retry: float = 2.0
     recover_after: float = 4.0
@@ -112,16 +112,6 @@ class AcceptClients:
 
 
 @dataclass(frozen=True, slots=True)
-class StopMirrored:
-    """No majority confirmed within ``quorum_lease``: stop serving mirrored queues (DESIGN §4)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResumeMirrored:
-    """A majority is confirmed again: mirrored queues may be served."""
-
-
-@dataclass(frozen=True, slots=True)
 class Excluded:
     """A view without us came in: drop replicated state; we re-join (a Join is already sent)."""
 
@@ -160,5 +150,5 @@ class ProposeView:
     left: tuple[str, ...] = ()
 
 
-Action = (Send | ViewInstalled | BecameLeader | Replay | ApplyReplay | AcceptClients | StopMirrored
-          | ResumeMirrored | Excluded | Left | Persist | ProposeView)
+Action = (Send | ViewInstalled | BecameLeader | Replay | ApplyReplay | AcceptClients | Excluded
+          | Left | Persist | ProposeView)

@@ -464,12 +464,6 @@ class ClusterDriver:
     def _do_Excluded(self, act: a.Excluded) -> None:
         log.warning("excluded from cluster view %#x: re-joining", act.view)
 
-    def _do_StopMirrored(self, act: a.StopMirrored) -> None:
-        log.warning("no majority confirmed: mirrored queues would stop being served")
-
-    def _do_ResumeMirrored(self, act: a.ResumeMirrored) -> None:
-        log.info("majority confirmed")
-
     def _do_Left(self, act: a.Left) -> None:
         log.info("left the cluster (view %#x)", act.view)
 

@@ -32,9 +32,10 @@ Rules (the round's majority rule is in ``rounds``, the joiner's replay order in 
   runs a recovery round and, granted by a majority of its durable view, starts the view over
   with itself; the others join it (definitions come from the metadata log, not its disk).
   Restarted members prefer a serving survivor (see ``restart``).
-- The leader checks every ``confirm_period`` that a majority answers its Ping and re-sends the
-  Membership as a confirmation; a member without one for ``quorum_lease`` stops serving mirrored
-  queues and suspects the leader.
+- Heartbeat: the leader pings every member each ``heartbeat_interval``; a member that has not
+  had its Ping or Membership for ``leader_timeout`` suspects the leader. No lease:
+  what may serve is what the Raft groups decide (the metadata log, each quorum queue's group),
+  so the membership keeps no quorum lease of its own (issue 23: the home-made leases retired).
 - A member that hears from a node with an older view, or not in its view, sends it its Membership
   (rate-limited); a node left out of a newer view re-joins (``Excluded``).
 - One agreed order (``committed_views``): with ``commit_views`` (a broker with the metadata
@@ -58,9 +59,8 @@ from . import actions as a
 from .codec import ClusterMethod, Join, Leave, Membership, Ping, Suspect, Synch, Vote
 from .committed_views import CommittedViews
 from .durable import DurableVote, view_key
-from .lease import CheckStep, LeaderCheck
 from .restart import Restarted
-from .rounds import Decision, Grants, Round, decide, majority_answered
+from .rounds import Decision, Grants, Round, decide
 from .suspicion import Suspicions
 from .syncing import JoinSync
 from .views import FIRST_VIEW, IN_VIEW, Status, next_view, ring_target
@@ -92,15 +92,12 @@ class Node(CommittedViews):
         self._last_heard: dict[str, float] = {}
         self._suspicions = Suspicions()
         self._pending_suspects: set[str] = set()
-        self._next_ping = self._next_round = self._last_confirm = 0.0
-        self._check = LeaderCheck(self.timing.confirm_period, self.timing.verify_timeout)
+        self._next_ping = self._next_round = self._last_confirm = self._next_heartbeat = 0.0
         self._round: Round | None = None
         self._round_number = 0
         self._pending_joins: dict[str, str] = {}
         self._pending_leaves: set[str] = set()
         self._grants = Grants()
-        self._quorum_until = 0.0
-        self._serving_mirrored = False
         self._informed: dict[str, tuple[int, float]] = {}
         self._seeds: list[tuple[str, str]] = []
         self._next_join = 0.0
@@ -130,10 +127,6 @@ class Node(CommittedViews):
     def is_leader(self) -> bool:
         """True when this node is in a view and first in it."""
         return self.status in IN_VIEW and self.leader == self.name
-
-    def has_quorum(self, now: float) -> bool:
-        """True while a majority of the view was confirmed within ``quorum_lease`` of ``now``."""
-        return self.status in IN_VIEW and now < self._quorum_until
 
     def address_of(self, node: str) -> str:
         """The last known ``host:port`` of ``node``, "" when unknown."""
@@ -211,8 +204,6 @@ class Node(CommittedViews):
                 return self._take(now)
             if view == self.view:
                 self._last_heard[sender] = now
-                if sender in self.names:
-                    self._check.heard(sender)
             self._maybe_inform(sender, view, now)
         handler(sender, method, now)
         return self._take(now)
@@ -240,8 +231,8 @@ class Node(CommittedViews):
                 if now - self._last_heard.get(target, now) >= t.suspect_after:
                     self._suspect(target, now)
             if self.is_leader:
-                self._tick_check(now)
-            elif now - self._last_confirm >= t.quorum_lease and self.leader is not None:
+                self._tick_heartbeat(now)
+            elif now - self._last_confirm >= t.leader_timeout and self.leader is not None:
                 self._suspect(self.leader, now)
             self._tick_suspicions(now)
             if self.status is Status.LEAVING and now >= self._next_join:
@@ -287,7 +278,6 @@ class Node(CommittedViews):
             self._install(m.view, members, now)
         elif m.view == self.view and members == self.members and sender == self.leader:
             self._last_confirm = now
-            self._quorum_until = max(self._quorum_until, now + self.timing.quorum_lease)
             self._suspicions.leader_alive(self.leader)
         elif self.status is Status.JOINING and self.name not in dict(members):
             self._seeds = [members[0], *(sd for sd in self._seeds if sd != members[0])]
@@ -320,6 +310,9 @@ class Node(CommittedViews):
     def _on_ping(self, sender: str, m: ClusterMethod, now: float) -> None:
         assert isinstance(m, Ping)
         self.peer_load[sender] = dict(m.load)
+        if sender == self.leader and m.view == self.view and self.status in IN_VIEW:
+            self._last_confirm = now   # the leader's heartbeat
+            self._suspicions.leader_alive(sender)
         if m.needs_reply:
             self._send(sender, Ping(False, self.view, self.load))
 
@@ -446,8 +439,6 @@ class Node(CommittedViews):
             if out.decision is Decision.SPLIT:   # stagger the proposers by rank
                 self._next_round += self.timing.grant_lease * names.index(self.name) / len(names)
         else:
-            if not self.commit_views or majority_answered(r):
-                self._quorum_until = now + self.timing.quorum_lease
             self._suspicions.want_takeover = False
             for n in out.joined:
                 self._pending_joins.pop(n, None)
@@ -465,17 +456,15 @@ class Node(CommittedViews):
                     self._broadcast(Membership(view, out.members), targets)
                     self._install(view, out.members, now)
 
-    # ----------------------------------------------------------------- leader's quorum check
-    def _tick_check(self, now: float) -> None:
-        step = self._check.tick(now, len(self.members))
-        if step is CheckStep.PING:
-            for n in self.names:
-                if n != self.name:
-                    self._send(n, Ping(True, self.view, self.load))
-        elif step is CheckStep.CONFIRMED:
-            self._quorum_until = now + self.timing.quorum_lease
-            if len(self.members) > 1:
-                self._broadcast(Membership(self.view, self.members), self.names)
+    # ----------------------------------------------------------------- leader's heartbeat
+    def _tick_heartbeat(self, now: float) -> None:
+        """A Ping of the view to every member each ``heartbeat_interval``: their confirmation
+        that the leader is alive and still leads this view. Not a Membership: a broker that
+        restarted without its data dir takes a Membership from the leader that lists it last
+        for the announcement of its Join."""
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.timing.heartbeat_interval
+            self._broadcast(Ping(False, self.view, self.load), self.names)
 
     # ----------------------------------------------------------------- views
     def _reset_view_state(self, now: float) -> None:
@@ -485,7 +474,7 @@ class Node(CommittedViews):
         self._next_ping = now
         self._next_round = now
         self._last_confirm = now
-        self._check.reset(now)
+        self._next_heartbeat = now + self.timing.heartbeat_interval
 
     def _install(self, view: int, members: a.Members, now: float) -> None:
         old_names, old_leader = self.names, self.leader
@@ -505,7 +494,6 @@ class Node(CommittedViews):
             else:
                 self._rejoin(members, now)
             return
-        self._quorum_until = now + self.timing.quorum_lease
         self._last_heard = dict.fromkeys(names, now)
         self._pending_joins = {n: ad for n, ad in self._pending_joins.items() if n not in names}
         added = tuple(n for n in names if n not in old_names and n != self.name)
@@ -582,10 +570,6 @@ class Node(CommittedViews):
         self._out.append(action)
 
     def _take(self, now: float) -> list[a.Action]:
-        serving = self.status is Status.MEMBER and self.has_quorum(now)
-        if serving != self._serving_mirrored:
-            self._serving_mirrored = serving
-            self._emit(a.ResumeMirrored() if serving else a.StopMirrored())
         out, self._out = self._out, []
         if self.status in IN_VIEW:
             vote = DurableVote(self.view, self.members, self._grants.last)

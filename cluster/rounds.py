@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .actions import Members
 
-__all__ = ["Round", "Outcome", "Decision", "decide", "Grants", "majority", "majority_answered"]
+__all__ = ["Round", "Outcome", "Decision", "decide", "Grants", "majority"]
 
 
 def majority(size: int) -> int:
@@ -109,12 +109,6 @@ def decide(r: Round, me: str, by_log: bool = False) -> Outcome:
     if new == r.members and not r.recovery:
         return Outcome(Decision.UNCHANGED, r.members)
     return Outcome(Decision.ANNOUNCE, new, tuple(n for n, _ in joins))
-
-
-def majority_answered(r: Round) -> bool:
-    """True when a majority of ``r``'s view (the proposer included) answered and is serving:
-    the proposer's quorum lease may be renewed on it (``membership``)."""
-    return len(r.responded - r.rejoining) + 1 >= majority(len(r.members))
 
 
 class Grants:

@@ -40,8 +40,8 @@ def test_bootstrap_is_a_leader_of_one() -> None:
     out = node.bootstrap(0.0)
     assert out == [a.Persist(DurableVote(FIRST_VIEW, (("a", "h1:1"),))),
                    a.ViewInstalled(FIRST_VIEW, (("a", "h1:1"),), (), ()),
-                   a.BecameLeader(FIRST_VIEW), a.AcceptClients(FIRST_VIEW), a.ResumeMirrored()]
-    assert node.is_leader and node.has_quorum(1.0)
+                   a.BecameLeader(FIRST_VIEW), a.AcceptClients(FIRST_VIEW)]
+    assert node.is_leader
 
 
 def test_join_is_forwarded_to_the_leader_and_other_clusters_ignored() -> None:
@@ -97,8 +97,7 @@ def test_ring_leader_pings_the_last_and_others_their_predecessor() -> None:
     for name, target in (("a", "c"), ("b", "a"), ("c", "b")):
         pings = sends(member(name).tick(0.0), Ping)
         assert pings[0] == (target, Ping(True, V)), name
-        # the leader also checks its quorum: a Ping to every member
-        assert len(pings) == (3 if name == "a" else 1)
+        assert len(pings) == 1, name   # the ring only; the leader's heartbeat comes later
 
 
 def test_silent_predecessor_is_suspected_to_the_leader() -> None:
@@ -132,13 +131,28 @@ def test_a_live_leader_aborts_a_takeover_and_never_grants_one() -> None:
     assert b.view == V and b.members == ABC and not b.is_leader
 
 
-def test_minority_changes_nothing_and_stops_mirrored_queues() -> None:
+def test_minority_changes_nothing() -> None:
     lead = member("a")
     lead.send_failed("c", 1.0)
     out = lead.tick(1.0 + lead.timing.verify_timeout)     # nobody answered: 1 of 3
     assert sends(out, Membership) == [] and lead.view == V
-    out = lead.tick(1.0 + lead.timing.quorum_lease)
-    assert a.StopMirrored() in out and not lead.has_quorum(3.5)
+
+
+def test_the_leader_heartbeats_its_view_and_a_member_suspects_a_silent_leader() -> None:
+    lead = member("a")
+    beats = [sends(lead.tick(t / 10), Ping) for t in range(10, 40)]
+    sent = [m for beat in beats for m in beat]
+    # every heartbeat_interval (1 s) a Ping of the view goes to each other member
+    assert [m for m in sent if not m[1].needs_reply] == [
+        ("b", Ping(False, V)), ("c", Ping(False, V))] * 3
+    c = member("c")   # pings b (the ring), so only the heartbeat tells it of the leader
+    c.receive("a", Ping(False, V), 1.0)
+    for t in (1.0, 2.0, 3.0):
+        c.receive("b", Ping(True, V), t)
+        assert sends(c.tick(t + 0.4), Suspect) == []
+    out = c.tick(1.0 + c.timing.leader_timeout + 0.05)
+    # the first member after the silent leader is asked to take over (proposal "Failure Analysis")
+    assert sends(out, Suspect) == [("b", Suspect("a", V))]
 
 
 def test_leader_keeps_a_suspect_that_answers() -> None:
