@@ -28,13 +28,12 @@ class Timing:
 
     ``ping_interval`` and ``missed``: ring pings (issue 5: 0.5 s and 3); a peer unheard for
     ``missed * ping_interval`` is suspected. ``verify_timeout``: how long a proposer waits for the
-    answers to its Vote requests (the leader's "verify"). ``grant_lease``: a member's grant to one
-    proposer blocks grants to others for this long; it must exceed the longest message delay.
+    answers to its Vote requests (the leader's "verify").
     ``heartbeat_interval``: the leader pings every member this often (their confirmation that it
     leads the view). ``leader_timeout``: a member suspects a leader it has had no Ping or
     Membership of the view from for this long.
-    ``retry``: a proposer that failed (minority, split grants) or a delegated takeover that produced
-    nothing is retried/escalated after this. ``join_retry``: Join and Leave are re-sent this often.
+    ``retry``: a proposal the log refused, a round without a majority (no log yet) or a delegated
+    takeover that produced nothing is retried/escalated after this. ``join_retry``: Join and Leave are re-sent this often.
     ``recover_after``: a restarted member that heard from no serving member of its last view for
     this long proposes to recover that view itself (``membership``, "Restart").
     """
@@ -42,7 +41,6 @@ class Timing:
     ping_interval: float = 0.5
     missed: int = 3
     verify_timeout: float = 0.25
-    grant_lease: float = 1.0
     heartbeat_interval: float = 1.0
     leader_timeout: float = 2.5
     retry: float = 1.0

@@ -272,16 +272,18 @@ class Ping(ClusterMethod):
 
 
 class Vote(ClusterMethod):
-    """Cluster.Vote (our addition, see the module docstring): asks for or answers a grant to change
-    the membership of ``view``.
+    """Cluster.Vote (our addition, see the module docstring): a proposer of a new view asks which
+    members of ``view`` answer (the Qpid proposal's "verify"; the metadata log then decides).
 
     A request (``request=True``) goes from the proposer ``candidate`` to every member of ``view``;
-    each answers with ``request=False`` and ``granted`` set or not, echoing ``view``, ``candidate``
-    and ``round`` (the proposer's own counter, to match answers to its latest round). An answer
-    from a member whose view differs carries that member's view. ``rejoining``: the sender restarted
-    and is not serving (its vote comes from its data dir, ``cluster.durable``): on a request, the
-    proposer is a restarted member recovering its view; on an answer, the member must be left out
-    of the new view (it re-joins) and its answer does not prove it alive as a member.
+    each answers with ``request=False``, echoing ``view``, ``candidate`` and ``round`` (the
+    proposer's own counter, to match answers to its latest round), with ``granted`` set when it is
+    a member of that view (the name is from the grant ledger issue 23 retired; the bit's place on
+    the wire is unchanged). An answer from a member whose view differs carries that member's
+    view. ``rejoining``: the sender restarted and is not serving (its view comes from its data
+    dir, ``cluster.durable``): on a request, the proposer is a restarted member recovering its
+    view; on an answer, the member must be left out of the new view (it re-joins) and its answer
+    does not prove it alive as a member.
     """
 
     __slots__: typing.ClassVar[list[str]] = ["view", "candidate", "round", "request", "granted",

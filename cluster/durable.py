@@ -1,12 +1,12 @@
 """A member's durable vote: the part of its membership state that must survive a restart.
 
-Owns the value a broker writes to its data dir before it answers (``actions.Persist``) and reads
-back when it starts, and its JSON encoding. Like Raft's currentTerm and votedFor (Raft paper §5.2,
-Figure 2 "Persistent state on all servers ... updated on stable storage before responding to
-RPCs"): the view a member is in (number and ordered member list) and the grant it last made (view,
-proposer). With them a restarted member still has its vote in its last view, and a majority that
-lost its processes at once can re-admit itself (``membership``, "Restart"). Must not know: files,
-fsync, the driver (``amqp_broker.clustering.runtime`` does the I/O).
+Owns the value a broker writes to its data dir before it acts on a view (``actions.Persist``) and
+reads back when it starts, and its JSON encoding: the view a member is in (number and ordered
+member list). With it a restarted member knows whom to re-join and answers rounds on its last view
+(``membership``, "Restart"); what the cluster agreed is in the metadata log, not here. Until
+issue 23 it also held the last grant of the vote rounds (as Raft's votedFor, paper §5.2); a file
+written then is read with its grant ignored. Must not know: files, fsync, the driver
+(``amqp_broker.clustering.runtime`` does the I/O).
 """
 
 from __future__ import annotations
@@ -29,12 +29,10 @@ FORMAT_VERSION = 1
 @dataclass(frozen=True, slots=True)
 class DurableVote:
     """``view`` and ``members`` (``((name, "host:port"), ...)``, leader first) of the last view
-    installed, empty when the member is in none (never joined, excluded, left: no vote);
-    ``grant``: the last (view, proposer) it granted, or None."""
+    installed, empty when the member is in none (never joined, excluded, left: no vote)."""
 
     view: int = 0
     members: Members = ()
-    grant: tuple[int, str] | None = None
 
     def votes_in(self, me: str) -> bool:
         """True when ``me`` is a member of ``view``: it has a vote there."""
@@ -48,29 +46,25 @@ class DurableVote:
 
 def encode(vote: DurableVote) -> bytes:
     """The JSON document for ``vote``: ``{"version": 1, "view": int, "members": [[name,
-    address], ...], "grant": [view, proposer] | null}`` (UTF-8)."""
+    address], ...], "grant": null}`` (UTF-8; ``grant`` kept, always null, so that a broker of the
+    version before can read the file)."""
     return json.dumps({"version": FORMAT_VERSION, "view": vote.view,
-                       "members": [list(m) for m in vote.members],
-                       "grant": list(vote.grant) if vote.grant is not None else None},
+                       "members": [list(m) for m in vote.members], "grant": None},
                       sort_keys=True).encode()
 
 
 def decode(data: bytes) -> DurableVote:
-    """Parse ``encode``'s output. Raises ``ValueError`` for anything else (a broker then starts
-    with no vote, which is safe: it cannot grant what it does not remember)."""
+    """Parse ``encode``'s output (a ``grant`` of the version before is read and ignored).
+    Raises ``ValueError`` for anything else (a broker then starts with no vote: it joins as a
+    new member, which is safe)."""
     try:
         doc = json.loads(data)
         if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
             raise ValueError("unknown format version")
-        view, grant = doc["view"], doc["grant"]
+        view = doc["view"]
         members = tuple((str(n), str(ad)) for n, ad in doc["members"])
         if not isinstance(view, int) or view < 0:
             raise ValueError("bad view")
-        if grant is not None:
-            gv, gc = grant
-            if not isinstance(gv, int) or not isinstance(gc, str):
-                raise ValueError("bad grant")
-            grant = (gv, gc)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"bad durable vote: {exc!r}") from exc
-    return DurableVote(view, members, grant)
+    return DurableVote(view, members)

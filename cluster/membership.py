@@ -1,12 +1,12 @@
 """Sans-IO cluster membership: one broker's view of who is in the cluster, in what order.
 
-Owns the rules of the Qpid ClusteringHA proposal ("Cluster Management", "Failure Analysis") with a
-majority rule on top: inputs are received Cluster methods (``receive``), clock ticks (``tick``), send
+Owns the rules of the Qpid ClusteringHA proposal ("Cluster Management", "Failure Analysis"), each
+view committed in the cluster metadata log (Raft) before it is installed: inputs are received Cluster methods (``receive``), clock ticks (``tick``), send
 failures (``send_failed``) and commands (``bootstrap``, ``join``, ``leave``); every call takes ``now``
 (seconds, the driver's monotonic clock) and returns a list of ``cluster.actions`` for the driver.
 Must not know: sockets, framing, the broker core, real time.
 
-Rules (the round's majority rule is in ``rounds``, the joiner's replay order in ``syncing``):
+Rules (a round's outcome is in ``rounds``, the joiner's replay order in ``syncing``):
 - A view is an ordered member list, the first member its leader; older views are ignored (view
   numbers, statuses and the ring's order: ``views``).
 - Join: a member forwards a Join to the leader, which adds the node at the end (one per view).
@@ -16,38 +16,32 @@ Rules (the round's majority rule is in ``rounds``, the joiner's replay order in 
   ``missed * ping_interval``, or a failed send, is suspected: Suspect to the leader, or, when the
   leader is the suspect, to the first member after it that we do not suspect (if that is us, we
   take over; if it does nothing within ``retry``, we pass it over too).
-- Every change (join, leave, suspicion, takeover) is a round of Vote requests to the current view;
-  the new view is the members that answered, less leavers, plus the joiner. Without the log
-  (the simulators) it takes a majority of grants: a minority never elects a leader nor changes
-  membership. With it (``commit_views``, every broker) the round only verifies who answers and
-  the log's commit decides (a majority of the log's configuration, which a view whose own
-  majority died may still have: ``rounds.decide``'s ``by_log``).
-- Restart: the view, its members and the last grant are durable (``Persist``, first in the action
-  list, written by the driver before the rest: Raft §5.2). A restarted member is JOINING but keeps
-  its vote in that view (``restart``): it answers Votes with ``rejoining`` set, and the proposer
-  leaves it out of the new view (it re-joins and gets the replay). So a survivor of a majority
-  crash re-admits the restarted members, and a surviving non-leader takes over with their grants.
+- Every change (join, leave, suspicion, takeover) is a round of Vote requests to the current view
+  (``rounds``: who answers); the new view is the members that answered, less leavers, plus the
+  joiner, and it is proposed to the metadata log (``commit_views``), whose commit decides (a
+  majority of the log's configuration, which a view whose own majority died may still have).
+  A member without the log (its replica not open yet) starts no round; no grants, no leases.
+- Restart: the view and its members are durable (``Persist``, first in the action list, written
+  by the driver before the rest). A restarted member is JOINING but answers rounds on that view
+  (``restart``) with ``rejoining`` set, and the proposer leaves it out of the new view (it re-joins
+  and gets the replay). So a survivor of a majority crash re-admits the restarted members.
   With nobody serving for ``recover_after`` (power loss), a restarted member that ``may_recover``
   (the driver's rule: the metadata log's leader, elected by a majority of the last configuration)
-  runs a recovery round and, granted by a majority of its durable view, starts the view over
-  with itself; the others join it (definitions come from the metadata log, not its disk).
-  Restarted members prefer a serving survivor (see ``restart``).
+  runs a recovery round and starts the view over with itself; the others join it (definitions
+  come from the metadata log, not its disk). With no log anywhere (a cluster upgraded from the
+  broadcast design) only the durable view's leader recovers, once a majority of that view
+  answered, and it founds the log.
 - Heartbeat: the leader pings every member each ``heartbeat_interval``; a member that has not
   had its Ping or Membership for ``leader_timeout`` suspects the leader. No lease:
   what may serve is what the Raft groups decide (the metadata log, each quorum queue's group),
   so the membership keeps no quorum lease of its own (issue 23: the home-made leases retired).
 - A member that hears from a node with an older view, or not in its view, sends it its Membership
   (rate-limited); a node left out of a newer view re-joins (``Excluded``).
-- One agreed order (``committed_views``): with ``commit_views`` (a broker with the metadata
-  log) a round's view is proposed to that log and installed, and announced, only once committed
-  there, compare-and-set on the view it replaces: a partition can no longer make two lines of
-  views (grants are leases; the log's commit is the decision). Without it (the simulators) a
-  round installs at once, and ``view_key`` (number, then member list) orders two lines so that
-  on heal the greater wins and the other side re-joins.
-- Known limits of Restart: a broker that lost its data dir (or its vote file) has no vote, so a
-  majority that lost its disks stays a frozen minority until every broker is restarted afresh; a
-  recovery starts the view over from the recovering broker's disk (its durable definitions and
-  messages); the others re-join it as any restarted broker does.
+- One agreed order (``committed_views``): a round's view is installed, and announced, only once
+  committed in the metadata log, compare-and-set on the view it replaces: a partition can no
+  longer make two lines of views. ``view_key`` (number, then member list) orders views.
+- Known limits of Restart: a broker that lost its data dir (or its vote file) re-joins as a new
+  member. An upgrade from the broadcast design needs its last view's leader back.
 """
 
 from __future__ import annotations
@@ -60,7 +54,7 @@ from .codec import ClusterMethod, Join, Leave, Membership, Ping, Suspect, Synch,
 from .committed_views import CommittedViews
 from .durable import DurableVote, view_key
 from .restart import Restarted
-from .rounds import Decision, Grants, Round, decide
+from .rounds import Decision, Round, decide
 from .suspicion import Suspicions
 from .syncing import JoinSync
 from .views import FIRST_VIEW, IN_VIEW, Status, next_view, ring_target
@@ -97,7 +91,6 @@ class Node(CommittedViews):
         self._round_number = 0
         self._pending_joins: dict[str, str] = {}
         self._pending_leaves: set[str] = set()
-        self._grants = Grants()
         self._informed: dict[str, tuple[int, float]] = {}
         self._seeds: list[tuple[str, str]] = []
         self._next_join = 0.0
@@ -160,7 +153,6 @@ class Node(CommittedViews):
         self._seeds = list(seeds)
         if self.stored.votes_in(self.name):
             self._restored = Restarted(self.stored, now)
-            self._grants.restore(self.stored.grant, now, self.timing.grant_lease)
             self._addresses.update(self.stored.members)
             self._addresses[self.name] = self.address
         self._send_join(now)
@@ -320,12 +312,13 @@ class Node(CommittedViews):
         assert isinstance(m, Vote)
         if m.request:
             rv = self._restored
-            if self.status is Status.JOINING and rv is not None:   # restarted: our durable vote
-                self._send(sender, Vote(rv.view, m.candidate, m.round, False,
-                                        self._restored_grant(rv, m, now), True))
+            if self.status is Status.JOINING and rv is not None:   # restarted: our durable view
+                if rv.answers(m):
+                    self._send(sender, Vote(rv.view, m.candidate, m.round, False, True, True))
                 return
-            granted = not m.rejoining and self._grant_to(m.candidate, m.view, now)
-            self._send(sender, Vote(self.view, m.candidate, m.round, False, granted))
+            member = (m.view == self.view and self.status in IN_VIEW
+                      and m.candidate in self.names)
+            self._send(sender, Vote(self.view, m.candidate, m.round, False, member))
             return
         r = self._round
         if r is None or m.candidate != self.name or m.round != r.number or m.view != r.view:
@@ -373,17 +366,6 @@ class Node(CommittedViews):
             self._maybe_start_round(now)
 
     # ----------------------------------------------------------------- rounds
-    def _grant_to(self, candidate: str, view: int, now: float) -> bool:
-        if view != self.view or self.status not in IN_VIEW or candidate not in self.names:
-            return False
-        if self.is_leader and candidate != self.name:
-            return False
-        return self._grants.grant(view, candidate, now, self.timing.grant_lease)
-
-    def _restored_grant(self, rv: Restarted, m: Vote, now: float) -> bool:
-        return (rv.may_grant(self.name, m, now, self.timing.recover_after)
-                and self._grants.grant(m.view, m.candidate, now, self.timing.grant_lease))
-
     def _maybe_start_round(self, now: float) -> None:
         """Start a round when one is due: the leader's (joins, leaves, suspects), a takeover, or
         a restarted member's recovery (no serving member for ``recover_after``)."""
@@ -394,19 +376,16 @@ class Node(CommittedViews):
         if self.status is Status.JOINING and rv is not None:
             if not rv.should_recover(now, self.timing.recover_after) or not self.may_recover():
                 return
+            if not self.commit_views and rv.leader != self.name:
+                return   # no log anywhere yet (an upgrade): the durable view's leader founds it
             recovery, view, members = True, rv.view, rv.members
-        elif self.status not in IN_VIEW:
-            return
+        elif self.status not in IN_VIEW or not self.commit_views:
+            return   # a view changes only through the log (a member whose replica is not open waits)
         elif not self.is_leader:
             if not self._suspicions.want_takeover:
                 return
             takeover = self.leader
         elif not (self._pending_suspects or self._pending_joins or self._pending_leaves):
-            return
-        if not self.commit_views and not (
-                self._restored_grant(rv, Vote(view, self.name, 0, True), now) if rv and recovery
-                else self._grant_to(self.name, view, now)):
-            self._next_round = self._grants.free_at(now)
             return
         self._round_number += 1
         # one joiner per view (a joiner waits for the Synch of every member before it in the view),
@@ -434,10 +413,8 @@ class Node(CommittedViews):
         if out.decision is Decision.LEADER_ALIVE:
             self._suspicions.leader_alive(self.leader)
             self._next_round = now + self.timing.retry
-        elif out.decision in (Decision.MINORITY, Decision.SPLIT):
+        elif out.decision is Decision.MINORITY:
             self._next_round = now + self.timing.retry
-            if out.decision is Decision.SPLIT:   # stagger the proposers by rank
-                self._next_round += self.timing.grant_lease * names.index(self.name) / len(names)
         else:
             self._suspicions.want_takeover = False
             for n in out.joined:
@@ -572,11 +549,11 @@ class Node(CommittedViews):
     def _take(self, now: float) -> list[a.Action]:
         out, self._out = self._out, []
         if self.status in IN_VIEW:
-            vote = DurableVote(self.view, self.members, self._grants.last)
+            vote = DurableVote(self.view, self.members)
         elif self._restored is not None:
-            vote = self._restored.vote(self._grants.last)
+            vote = self._restored.vote()
         else:
-            vote = DurableVote(self.view, (), self._grants.last)
+            vote = DurableVote(self.view, ())
         if vote != self.stored:   # durable before anything else in this list is carried out
             self.stored = vote
             out.insert(0, a.Persist(vote))

@@ -1,12 +1,13 @@
-"""A restarted member's standing while it re-joins: the vote it kept on disk, and whom it heard.
+"""A restarted member's standing while it re-joins: the view it kept on disk, and whom it heard.
 
-Owns the rules that let a majority that lost its processes at once (kill -9, power loss) re-admit
-itself without giving a restarted broker more than it had before the crash (see ``membership``,
-"Restart"): its durable vote (``cluster.durable``) counts in the view it was last in, as a frozen
-member's would; it grants per its kept ledger; it prefers a serving survivor (which has its state
-intact) over a restarted proposer; and when nobody serves, one restarted member may start its view
-over (a ``recovery`` round in ``rounds``). Must not know: sockets, files, timers (``membership``
-calls it with ``now``).
+Owns the rules that let a majority that lost its processes at once (kill -9, power loss) come back
+without giving a restarted broker more than it had before the crash (see ``membership``,
+"Restart"): it answers rounds on the view it was last in (``cluster.durable``), as a frozen member
+would, but is left out of the view they make (it re-joins and gets a replay); it tells a
+serving survivor (which has its state intact) from a restarted proposer; and when nobody serves,
+one restarted member may start its view over (a ``recovery`` round in ``rounds``: the metadata
+log's leader, or without a log anywhere the durable view's leader). Must not know: sockets,
+files, timers (``membership`` calls it with ``now``).
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ class Restarted:
     def __init__(self, vote: DurableVote, since: float) -> None:
         self.view, self.members = vote.view, vote.members
         #: the newest view number that may list our former self without a Join of ours: the
-        #: durable view, or the one a round we granted before the crash may have announced
-        self.former = max(vote.view, next_view(vote.grant[0], 0xFFFF) if vote.grant else 0)
+        #: one a round on the durable view, which we may have answered before the crash, made
+        self.former = next_view(vote.view, 0xFFFF)
         self.serving_heard = since              # when a serving member last spoke to us
-        self.leader_heard = float("-inf")       # ... and when the durable view's leader did
 
     @property
     def leader(self) -> str:
@@ -42,23 +42,11 @@ class Restarted:
         come from a serving member."""
         if isinstance(method, (Ping, Membership, Vote)) and not getattr(method, "rejoining", False):
             self.serving_heard = now
-            if sender == self.leader:
-                self.leader_heard = now
 
-    def may_grant(self, me: str, m: Vote, now: float, recover_after: float) -> bool:
-        """Whether the Vote request ``m`` may have our grant (the ledger decides next): for our
-        durable view only; to another restarted member once no serving member spoke to us for
-        ``recover_after`` s (a survivor re-admits us with its state intact, a restarted proposer
-        would start the view over from its disk); to a takeover once the view's leader was silent
-        that long (a serving leader that reaches us re-admits us; a takeover it answers fails, and
-        the grants it took would block the leader's round)."""
-        if m.view != self.view or m.candidate not in dict(self.members):
-            return False
-        if m.candidate == me:
-            return True
-        if m.rejoining:
-            return now - self.serving_heard >= recover_after
-        return m.candidate == self.leader or now - self.leader_heard >= recover_after
+    def answers(self, m: Vote) -> bool:
+        """Whether we answer the Vote request ``m`` (as a restarted member, ``rejoining``): only
+        a round on our durable view by one of its members."""
+        return m.view == self.view and m.candidate in dict(self.members)
 
     def should_recover(self, now: float, recover_after: float) -> bool:
         """True when no serving member spoke to us for ``recover_after`` s: propose recovery."""
@@ -74,6 +62,6 @@ class Restarted:
         """True when ``view``/``members`` comes after the durable view (``view_key`` order)."""
         return view_key(view, members) > view_key(self.view, self.members)
 
-    def vote(self, grant: tuple[int, str] | None) -> DurableVote:
+    def vote(self) -> DurableVote:
         """What to keep on disk now."""
-        return DurableVote(self.view, self.members, grant)
+        return DurableVote(self.view, self.members)

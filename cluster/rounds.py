@@ -1,14 +1,17 @@
-"""View-change rounds: the majority rule that keeps a minority side from changing membership.
+"""View-change rounds: a proposer learns which members of a view answer (Cluster.Vote).
 
 Owns the pure part of a round (see ``membership`` for when rounds run): a proposer of a new view (the
-leader, or a broker taking over from a suspected leader) asks every member of the current view with
-Cluster.Vote; ``Round`` collects the answers and ``decide`` turns them into an ``Outcome``. A member
-grants one proposer per view per lease (``Grants``); the leader never grants a takeover. This is our
-addition to the Qpid proposal, whose leader "verifies the failure" and whose next broker "assumes
-leadership" with no quorum rule. A restarted member (``rejoining``) still votes with the grant
-ledger it kept on disk, but is left out of the view its vote helps make: it re-joins and gets a
-replay. A restarted member may itself run a ``recovery`` round (nobody serving answered). Must not
-know: sockets, timers, the wire format.
+leader, a broker taking over from a suspected leader, or a restarted member that found nobody
+serving) asks every member of the view with Cluster.Vote; ``Round`` collects the answers and
+``decide`` turns them into an ``Outcome``: the members that answered, less leavers, plus a joiner.
+The round decides nothing by itself: the new view is proposed to the cluster metadata log, whose
+commit (a majority of its configuration, compare-and-set on the view it replaces) is the decision
+(``committed_views``; issue 23 retired the grant ledger and leases the rounds once needed).
+Only a cluster upgraded from the broadcast design, with no log anywhere yet, installs a round's view
+without it: its durable view's leader recovers once a majority of that view answered. A restarted
+member (``rejoining``) answers for the view it kept on disk, but is left out of the view its answer
+helps make: it re-joins and gets a replay. This is the Qpid proposal's "verify the failure" step.
+Must not know: sockets, timers, the wire format.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 
 from .actions import Members
 
-__all__ = ["Round", "Outcome", "Decision", "decide", "Grants", "majority"]
+__all__ = ["Round", "Outcome", "Decision", "decide", "majority"]
 
 
 def majority(size: int) -> int:
@@ -31,7 +34,8 @@ class Round:
     """One proposer's round on ``view`` (``members``): ``joins`` to add (at most one), ``leaves``
     to drop, ``takeover_of`` the suspected leader when the proposer is not the leader;
     ``recovery``: the proposer is a restarted member that found nobody serving (it will be the
-    only member of the new view). ``rejoining``: the answerers that restarted."""
+    only member of the new view). ``granted``: the answerers that are members of ``view`` (serving
+    or restarted with it on disk); ``rejoining``: the answerers that restarted."""
 
     number: int
     view: int
@@ -59,16 +63,15 @@ class Round:
 
 
 class Decision(enum.Enum):
-    """LEADER_ALIVE: a takeover found the leader answering. ANNOUNCE: a majority granted and the
-    view changes. UNCHANGED: a majority granted, nobody goes or comes (suspects all answered).
-    MINORITY: fewer than a majority answered: change nothing. SPLIT: enough answered but grants
-    went to another proposer: retry later."""
+    """LEADER_ALIVE: a takeover or recovery found a serving member answering. ANNOUNCE: the view
+    changes (to be committed in the metadata log). UNCHANGED: nobody goes or comes (suspects all
+    answered). MINORITY: without the log (an upgrade's first view), fewer than a majority of the
+    view answered: change nothing."""
 
     LEADER_ALIVE = "leader-alive"
     ANNOUNCE = "announce"
     UNCHANGED = "unchanged"
     MINORITY = "minority"
-    SPLIT = "split"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +84,13 @@ class Outcome:
 
 
 def decide(r: Round, me: str, by_log: bool = False) -> Outcome:
-    """The outcome of round ``r`` run by ``me`` (the proposer counts as granting and answering).
+    """The outcome of round ``r`` run by ``me`` (the proposer counts as a member answering).
 
     ``by_log`` (a broker whose metadata log commits every view, ``committed_views``): the round
-    only verifies who answers; it needs no majority of grants (never MINORITY or SPLIT), since
-    the log's commit, by a majority of the metadata log's configuration, is the decision. A
-    view whose majority died can so still shrink while the log has a majority (Raft §6: the
-    configuration, not the view, counts).
+    only verifies who answers (never MINORITY), since the log's commit, by a majority of the
+    metadata log's configuration, is the decision. A view whose majority died can so still
+    shrink while the log has a majority (Raft §6: the configuration, not the view, counts).
+    Without it (an upgrade's first view) a majority of ``r``'s view must have answered.
 
     The new view keeps, in order, the members that answered, less the leavers and any joiner that
     is already a member (a restarted broker: removed now, added by the next round so that every
@@ -101,7 +104,7 @@ def decide(r: Round, me: str, by_log: bool = False) -> Outcome:
     if (r.takeover_of is not None and r.takeover_of in serving) or (r.recovery and serving):
         return Outcome(Decision.LEADER_ALIVE)
     if not by_log and len(r.granted) + 1 < need:
-        return Outcome(Decision.MINORITY if len(r.responded) + 1 < need else Decision.SPLIT)
+        return Outcome(Decision.MINORITY)
     keep = [(n, ad) for n, ad in r.members
             if (n == me or n in serving) and n not in r.leaves and n not in r.joins]
     joins = tuple((n, ad) for n, ad in r.joins.items() if n not in names)
@@ -109,32 +112,3 @@ def decide(r: Round, me: str, by_log: bool = False) -> Outcome:
     if new == r.members and not r.recovery:
         return Outcome(Decision.UNCHANGED, r.members)
     return Outcome(Decision.ANNOUNCE, new, tuple(n for n, _ in joins))
-
-
-class Grants:
-    """A member's grant ledger: one proposer per view at a time, for ``lease`` seconds."""
-
-    def __init__(self) -> None:
-        self._held: tuple[int, str, float] | None = None   # view, candidate, until
-
-    def grant(self, view: int, candidate: str, now: float, lease: float) -> bool:
-        """Grant ``candidate`` for ``view`` unless another holds an unexpired grant for it."""
-        h = self._held
-        if h is not None and h[0] == view and h[2] > now and h[1] != candidate:
-            return False
-        self._held = (view, candidate, now + lease)
-        return True
-
-    def restore(self, grant: tuple[int, str] | None, now: float, lease: float) -> None:
-        """A restarted member's last grant (from its data dir) holds for a whole ``lease`` from
-        ``now``: it may have been made just before the crash."""
-        self._held = (grant[0], grant[1], now + lease) if grant is not None else None
-
-    @property
-    def last(self) -> tuple[int, str] | None:
-        """The last grant made (view, candidate), expired or not: what ``cluster.durable`` keeps."""
-        return (self._held[0], self._held[1]) if self._held is not None else None
-
-    def free_at(self, now: float) -> float:
-        """When the current grant lapses (``now`` when there is none)."""
-        return self._held[2] if self._held is not None else now

@@ -43,8 +43,11 @@ class Sim:
     #: proposer reaches a majority of the log's configuration (``config``), compare-and-set on
     #: its base. The configuration follows the committed views as the metadata leader makes it
     #: (``cluster.metadata.group``): a view's new members are added; a member the view dropped
-    #: is removed only while the proposer cannot reach it and reaches a majority without it
-    committed_log: bool = False
+    #: is removed only while the proposer cannot reach it and reaches a majority without it.
+    #: A node restarted without its disk has an empty replica: it counts toward no commit until
+    #: a committed view admits it again (Raft: a wiped voter must not vote; the broker's
+    #: ``vote_floor``). Every broker runs so; False only for the rounds alone.
+    committed_log: bool = True
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -64,6 +67,7 @@ class Sim:
         self.durable: dict[str, DurableVote] = {}
         self.log_views: list[a.ProposeView] = []   # the views the log committed, in order
         self.config: set[str] | None = None         # the log's voters (``committed_log``)
+        self.wiped: set[str] = set()                # restarted without a disk: empty replicas
         for name in self.names:
             self._new_node(name)
 
@@ -100,6 +104,7 @@ class Sim:
         through every other node in turn."""
         if lose_disk:
             self.durable.pop(name, None)
+            self.wiped.add(name)
         self.crashed.discard(name)
         self.loud.discard(name)
         node = self._new_node(name)
@@ -175,7 +180,7 @@ class Sim:
         if self.config is None:   # the founder's configuration: the view it bootstrapped
             self.config = {m for m, _ in (node.members or node.stored.members)}
         voters = self.config
-        reach = self.component(name)
+        reach = self.component(name) - self.wiped
         if len(reach & voters) * 2 <= len(voters):   # no majority: the proposal times out
             self._at(self.now + 2.0, "log_refused", (name, node, act))
             return
@@ -189,7 +194,8 @@ class Sim:
             if gone not in reach and len(rest & reach) * 2 > len(voters):
                 voters.discard(gone)
         voters |= view
-        for n in sorted(reach):
+        self.wiped -= view   # admitted again: caught up from the log first (a learner)
+        for n in sorted(reach | (view & self.component(name))):
             self._at(self.now + self.rng.uniform(*self.latency), "log_apply",
                      (n, self.nodes[n], act))
 

@@ -7,7 +7,7 @@ from cluster import actions as a
 from cluster.codec import Join, Leave, Membership, Ping, Suspect, Synch, Vote
 from cluster.durable import DurableVote
 from cluster.membership import FIRST_VIEW, Node, Status, next_view, view_key
-from cluster.rounds import Decision, Grants, Round, decide
+from cluster.rounds import Decision, Round, decide
 from cluster.syncing import JoinSync
 
 ABC = (("a", "h1:1"), ("b", "h2:1"), ("c", "h3:1"))
@@ -20,8 +20,10 @@ def sends(actions: list[a.Action], kind: type | None = None) -> list[tuple[str, 
 
 
 def member(name: str, members=ABC, view: int = V, now: float = 0.0) -> Node:
-    """A node that is already a MEMBER of ``view`` (put there directly: a test-only shortcut)."""
+    """A node that is already a MEMBER of ``view`` (put there directly: a test-only shortcut),
+    with the metadata log (its views are committed there: ``committed_views``)."""
     node = Node(name, dict(members)[name], "prod")
+    node.commit_views = True
     node._start()
     node.status = Status.MEMBER
     node._install(view, members, now)
@@ -51,7 +53,7 @@ def test_join_is_forwarded_to_the_leader_and_other_clusters_ignored() -> None:
     assert b.receive("d", Join("d", "h4:1", "other", "0.1"), 1.0) == []
 
 
-def test_leader_adds_a_joiner_after_a_majority_of_grants() -> None:
+def test_leader_adds_a_joiner_once_the_log_commits_the_view() -> None:
     lead = member("a")
     lead.receive("d", Join("d", "h4:1", "prod", "0.1"), 1.0)
     out = lead.tick(1.0)
@@ -60,6 +62,8 @@ def test_leader_adds_a_joiner_after_a_majority_of_grants() -> None:
     out = lead.receive("c", Vote(V, "a", 1, False, True), 1.02)   # all answered: no wait
     new = ABC + (("d", "h4:1"),)
     nv = next_view(V, 0)
+    assert out == [a.ProposeView(V, nv, new, ())] and lead.view == V   # the log decides
+    out = lead.view_committed(nv, new, 1.05)
     assert sends(out, Membership) == [(n, Membership(nv, new)) for n in ("b", "c", "d")]
     assert a.ViewInstalled(nv, new, ("d",), ()) in out
     assert a.Replay("d", "h4:1", nv, True) in out
@@ -118,24 +122,42 @@ def test_failed_send_to_the_leader_starts_a_takeover_at_the_next() -> None:
     assert out == []                                       # waits for the leader's silence
     out = b.tick(1.0 + b.timing.verify_timeout)
     nv = next_view(V, 1)
+    assert a.ProposeView(V, nv, ABC[1:], ()) in out
+    out = b.view_committed(nv, ABC[1:], 1.3)
     assert a.BecameLeader(nv) in out and b.members == ABC[1:]
     assert sends(out, Membership)[0] == ("a", Membership(nv, ABC[1:]))
 
 
-def test_a_live_leader_aborts_a_takeover_and_never_grants_one() -> None:
+def test_a_live_leader_aborts_a_takeover() -> None:
     lead, b = member("a"), member("b")
     b.send_failed("a", 1.0)
     answer = sends(lead.receive("b", Vote(V, "b", 1, True), 1.0), Vote)
-    assert answer == [("b", Vote(V, "b", 1, False, False))]
-    b.receive("a", answer[0][1], 1.01)
+    assert answer == [("b", Vote(V, "b", 1, False, True))]
+    out = b.receive("a", answer[0][1], 1.01)
+    assert not [x for x in out if isinstance(x, a.ProposeView)]
     assert b.view == V and b.members == ABC and not b.is_leader
 
 
-def test_minority_changes_nothing() -> None:
+def test_a_round_changes_nothing_until_the_log_commits_and_retries_when_refused() -> None:
     lead = member("a")
     lead.send_failed("c", 1.0)
     out = lead.tick(1.0 + lead.timing.verify_timeout)     # nobody answered: 1 of 3
+    nv = next_view(V, 0)
+    assert [x for x in out if isinstance(x, a.ProposeView)] == [a.ProposeView(V, nv, ABC[:1], ())]
     assert sends(out, Membership) == [] and lead.view == V
+    assert lead.view_refused(nv, ABC[:1], 3.3) == [] and lead.view == V
+    assert sends(lead.tick(3.3 + lead.timing.retry), Vote), "a new round after retry"
+
+
+def test_a_member_without_the_log_starts_no_round() -> None:
+    lead = member("a")
+    lead.commit_views = False   # its metadata replica is not open yet (a joiner just admitted)
+    lead.receive("d", Join("d", "h4:1", "prod", "0.1"), 1.0)
+    lead.send_failed("c", 1.0)
+    assert sends(lead.tick(1.0), Vote) == [] and sends(lead.tick(2.0), Vote) == []
+    lead.commit_views = True    # the replica opened
+    assert sends(lead.tick(2.1), Vote) == [("b", Vote(V, "a", 1, True)),
+                                           ("c", Vote(V, "a", 1, True))]
 
 
 def test_the_leader_heartbeats_its_view_and_a_member_suspects_a_silent_leader() -> None:
@@ -171,7 +193,9 @@ def test_leave_goes_through_the_leader() -> None:
     lead.tick(1.0)
     lead.receive("b", Vote(V, "a", 1, False, True), 1.01)
     out = lead.receive("c", Vote(V, "a", 1, False, True), 1.02)
-    (to, m), *_ = sends(out, Membership)
+    (propose,) = [x for x in out if isinstance(x, a.ProposeView)]
+    assert propose.left == ("c",)
+    (to, m), *_ = sends(lead.view_committed(propose.view, propose.members, 1.05), Membership)
     assert lead.members == ABC[:2] and isinstance(m, Membership)
     assert c.receive("a", m, 1.03) == [a.Persist(DurableVote(m.view, ())), a.Left(m.view)]
     assert c.status is Status.LEFT   # and no vote any more: a restart joins afresh
@@ -191,18 +215,12 @@ def test_stale_peer_is_sent_our_membership() -> None:
     assert ("a", Membership(V, ABC)) in sends(out)
 
 
-def test_grants_one_proposer_per_view_per_lease() -> None:
-    g = Grants()
-    assert g.grant(V, "b", 0.0, 1.0) and g.grant(V, "b", 0.5, 1.0)
-    assert not g.grant(V, "c", 1.0, 1.0)
-    assert g.grant(V, "c", 1.6, 1.0) and g.grant(V + 1, "b", 1.7, 1.0)
-
-
 def test_decide() -> None:
     r = Round(1, V, ABC, 1.0, {"d": "h4:1"}, frozenset(), None)
+    assert decide(r, "a").decision is Decision.MINORITY      # without the log: 1 of 3
+    assert decide(r, "a", by_log=True).decision is Decision.ANNOUNCE   # the log decides
+    r.answer("b", False, "a")                                # b is not in that view
     assert decide(r, "a").decision is Decision.MINORITY
-    r.answer("b", False, "a")
-    assert decide(r, "a").decision is Decision.SPLIT
     r.answer("b", True, "a")
     out = decide(r, "a")
     assert out.decision is Decision.ANNOUNCE and out.joined == ("d",)
