@@ -236,7 +236,8 @@ class MetadataRuntime:
         group: a new cluster's first broker, or the leader of a cluster restarted from the
         broadcast design's data; a member that had a replica never does, so a joiner that was
         not added yet cannot found a second group); the metadata leader adds the view's new
-        members and removes those the view lost meanwhile (``departed``); proposals stop
+        members and removes those the view lost meanwhile (``departed``), and hands its
+        leadership to the view's leader (``MetadataGroup.view_leader``); proposals stop
         waiting for members that left."""
         members = list(members)
         names = [n for n, _ in members]
@@ -248,6 +249,8 @@ class MetadataRuntime:
         self.host.view_changed(view, members)
         if self.group is None:
             self.open(found=bool(members) and members[0][0] == self.me and not self.had_log)
+        if self.group is not None:   # the log's leader hands its leadership to the view's
+            self.group.view_leader = names[0] if names else None
         self._check_all()
 
     def left_in_order(self, names: Any) -> None:

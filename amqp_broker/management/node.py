@@ -50,8 +50,12 @@ def disk_free(path: str | None) -> int:
 
 
 def cluster_view(mgmt: Management) -> dict[str, Any]:
-    """``{"cluster_name", "view", "members": [host:port...], "member_names": [...], "leader"}``:
-    this node alone when it is not clustered."""
+    """``{"cluster_name", "view", "members": [host:port...], "member_names": [...], "leader",
+    "clustered", "metadata_store"}``: this node alone when it is not clustered.
+    ``metadata_store``: this member's replica of the cluster metadata log as it knows it
+    (``{"leader", "term", "members"}``, RabbitMQ 4's ``rabbitmq-diagnostics
+    metadata_store_status`` in short; the log's leader follows the view's leader), or null
+    when there is none (not clustered, or not open yet)."""
     broker = mgmt.broker
     props = broker.cluster_properties
     names = list(props.get("cluster_member_names") or [broker.settings.node_name])
@@ -62,7 +66,16 @@ def cluster_view(mgmt: Management) -> dict[str, Any]:
     return {"cluster_name": props.get("cluster_name") or broker.settings.cluster_name,
             "view": int(props.get("cluster_view") or 0), "members": members,
             "member_names": names, "leader": names[0] if names else broker.settings.node_name,
-            "clustered": broker.cluster_hooks is not None}
+            "clustered": broker.cluster_hooks is not None, "metadata_store": _store(broker)}
+
+
+def _store(broker: Any) -> dict[str, Any] | None:
+    """The metadata log replica's leader, term and members (``cluster_view``), or None."""
+    metadata = getattr(broker, "metadata", None)
+    status = metadata.status() if metadata is not None else {}
+    if not status:
+        return None
+    return {"leader": status["leader"], "term": status["term"], "members": status["members"]}
 
 
 def node_json(mgmt: Management) -> dict[str, Any]:

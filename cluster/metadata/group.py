@@ -47,12 +47,16 @@ from .sessions import APPLY, GAP, Sessions
 from .wire import MalformedMetadata
 
 __all__ = ["MetadataGroup", "Committed", "Action", "encode_applied", "decode_applied",
-           "RESEND_MS", "SNAPSHOT_ENTRIES", "GONE_RETRY_MS"]
+           "RESEND_MS", "SNAPSHOT_ENTRIES", "GONE_RETRY_MS", "ALIGN_AFTER_MS"]
 
 #: A snapshot is taken every this many applied entries.
 SNAPSHOT_ENTRIES = 4096
 #: The leader proposes ``MemberGone`` for a member out of the view at most this often (ms).
 GONE_RETRY_MS = 1000
+#: A leader that is not the cluster view's leader hands its leadership to it after this long
+#: (ms; again after each attempt): long enough for a view change under way (an orderly stop's
+#: Cluster.Leave after its hand-over) to be committed first.
+ALIGN_AFTER_MS = 3000
 
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
@@ -115,6 +119,10 @@ class MetadataGroup(RaftGroupBase):
         #: Members of ``departed`` that left in order (Cluster.Leave): removed while they still
         #: answer, before they stop (``_may_remove``).
         self.leaving: set[str] = set()
+        #: The cluster view's leader, its first member (the driver's): the log's leader hands
+        #: its leadership to it (``leader_duties``), so that one broker leads both.
+        self.view_leader: str | None = None
+        self._align_since: int | None = None
         self._reported = 0
         self._gone_ms = -GONE_RETRY_MS
         if node.snapshot.index:
@@ -168,10 +176,13 @@ class MetadataGroup(RaftGroupBase):
         single-server change at a time -- members of the view that are not in the
         configuration are added (learners first), members out of the view removed when the
         view lost them while this member was in it (``departed``: a verified suspicion, a
-        Leave; not a member merely absent from a view restarted after a power loss); and, at
+        Leave; not a member merely absent from a view restarted after a power loss); at
         most every ``GONE_RETRY_MS``, ``MemberGone`` for members out of the view that are
-        still the home of private queues. ``wall_ms`` is unused (the quorum driver's
-        signature)."""
+        still the home of private queues; and, once the cluster view's leader (``view_leader``)
+        has been another voter for ``ALIGN_AFTER_MS`` with no change under way, a leadership
+        transfer to it (Raft thesis §3.10: TimeoutNow once it holds every entry), so that the
+        view's first member leads the log too (the Qpid proposal's one leader). ``wall_ms`` is
+        unused (the quorum driver's signature)."""
         node = self.node
         if not node.is_leader or node.commit_index < node.term_start_index or view is None:
             return []
@@ -187,6 +198,7 @@ class MetadataGroup(RaftGroupBase):
         elif extra and not learners:
             _ok, actions = node.remove_member(extra[0])
             out += actions
+        out += self._align(now_ms, view, bool(missing or extra or learners))
         if now_ms - self._gone_ms >= GONE_RETRY_MS:
             self._gone_ms = now_ms
             homes = {q.home for vh in self.machine.state.vhosts.values()
@@ -199,6 +211,21 @@ class MetadataGroup(RaftGroupBase):
         return out
 
     # ------------------------------------------------------------------ applying
+    def _align(self, now_ms: int, view: set[str], changing: bool) -> list[Action]:
+        """The leadership transfer to ``view_leader`` when it is due (``leader_duties``)."""
+        node, target = self.node, self.view_leader
+        if (changing or target is None or target == self.me or target not in view
+                or target not in node.members or node.transfer_target is not None):
+            self._align_since = None
+            return []
+        if self._align_since is None:
+            self._align_since = now_ms
+            return []
+        if now_ms - self._align_since < ALIGN_AFTER_MS:
+            return []
+        self._align_since = now_ms
+        return list(node.transfer_leadership(target))
+
     def apply(self, entries: tuple[Entry, ...], now_ms: int
               ) -> tuple[list[Committed], list[Action]]:
         """Apply committed ``entries`` in order: (the commands applied with their outcomes,

@@ -69,6 +69,28 @@ def test_a_quorum_queue_declared_right_after_a_join_has_a_replica_on_the_joiner(
     wait_for(n3.serving, 30, f"n3 does not serve:\n{n3.log_tail()}")
 
 
+def test_the_metadata_log_follows_the_view_leader_after_it_is_killed(cluster: Cluster):
+    """The view's first member leads the metadata log too (one leader, issue 23): after the
+    leader n2 is killed, whichever survivor the log elects, its leadership ends with the new
+    view's leader (``ALIGN_AFTER_MS`` then a Raft leadership transfer), as
+    ``/api/cluster-status`` shows on both survivors."""
+    n2, _ = start_with_api(cluster, 2, None)
+    n3, url3 = start_with_api(cluster, 3, n2)
+    n4, url4 = start_with_api(cluster, 4, n2)
+
+    def led_by_view_leader(url: str, names: list[str]) -> bool:
+        got = api_get(url, "/cluster-status")
+        return (isinstance(got, dict) and got.get("member_names") == names
+                and (got.get("metadata_store") or {}).get("leader") == names[0])
+
+    wait_for(lambda: led_by_view_leader(url3, ["n2", "n3", "n4"]), 30,
+             f"n2 does not lead both:\n{n3.log_tail()}")
+    cluster.kill(n2)
+    for url, m in ((url3, n3), (url4, n4)):
+        wait_for(partial(led_by_view_leader, url, ["n3", "n4"]), 30,
+                 f"{m.name}: {api_get(url, '/cluster-status')}\n{m.log_tail(20)}")
+
+
 @LONG
 def test_the_founder_killed_during_a_formation_gives_one_cluster(cluster: Cluster):
     """Power lost the moment the third broker is in the view, before the metadata leader added

@@ -14,13 +14,13 @@ import random
 
 from cluster.metadata import commands as m
 from cluster.metadata.codec import encode
-from cluster.metadata.group import Committed, MetadataGroup, decode_applied
+from cluster.metadata.group import ALIGN_AFTER_MS, Committed, MetadataGroup, decode_applied
 from cluster.metadata.outcomes import Declared, Refused
 from cluster.metadata.sessions import APPLY, DUPLICATE, GAP, STALE, Sessions
 from cluster.quorum.group import Forward, Status
 from cluster.quorum.machine import envelope
 from cluster.raft import actions as ra
-from cluster.raft.messages import AppendEntriesReply, PersistentState
+from cluster.raft.messages import AppendEntriesReply, PersistentState, TimeoutNow
 from cluster.raft.node import RaftNode
 
 
@@ -264,3 +264,34 @@ def test_force_configuration_lets_a_lone_member_of_three_commit():
     lone.submit(m.DeclareExchange("/", "after-force"))
     run(lone, lone.flush(200_000), out)
     assert lone.machine.state.vhosts["/"].routing.get_exchange("after-force") is not None
+
+
+def test_the_log_leader_hands_its_leadership_to_the_view_leader():
+    """The cluster view's first member leads the metadata log too (issue 23: one leader): the
+    log's leader transfers its leadership to the view's leader once that one has been another
+    voter for ``ALIGN_AFTER_MS`` (Raft thesis §3.10: TimeoutNow once it holds every entry), and
+    again after each attempt; never to a member outside the view or not a voter."""
+    group, out = _trio_leader()
+    node = group.node
+    view = {"a", "b", "c"}
+    group.view_leader = "d"                       # not a voter: nothing
+    assert _timeouts(group, view, 20_000, 20_000 + ALIGN_AFTER_MS + 100) == []
+    group.view_leader = "a"                       # ourselves: nothing
+    assert _timeouts(group, view, 30_000, 30_000 + ALIGN_AFTER_MS + 100) == []
+    group.view_leader = "b"
+    now = 40_000
+    assert _timeouts(group, view, now, now + ALIGN_AFTER_MS - 100) == []   # not yet
+    run(group, node.receive("b", AppendEntriesReply(node.term, True, node.log.last_index),
+                            now + ALIGN_AFTER_MS), out)
+    sent = _timeouts(group, view, now + ALIGN_AFTER_MS, now + ALIGN_AFTER_MS + 100)
+    assert sent == [("b", TimeoutNow(node.term, "a"))]
+
+
+def _timeouts(group: MetadataGroup, view: set[str], start: int, end: int) -> list:
+    """Run ``leader_duties`` every 100 ms from ``start`` to ``end`` (ms); the TimeoutNow sent."""
+    out: list = []
+    for now in range(start, end + 1, 100):   # bounded
+        group.node.now = now
+        run(group, group.leader_duties(now, 0, view), out)
+    return [(x.to, x.message) for x in out
+            if isinstance(x, ra.Send) and isinstance(x.message, TimeoutNow)]
