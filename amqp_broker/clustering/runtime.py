@@ -34,7 +34,7 @@ from ..config import Config
 from ..core import proxies, relay
 from ..core.broker import Broker
 from ..core.relay_inbox import ACK_DELAY_S
-from . import discovery
+from . import delayed, discovery
 from .metadata import MetadataRuntime
 from .replay import load_figures, replay_methods
 
@@ -263,6 +263,7 @@ def _metadata(broker: Broker, config: Config, driver: ClusterDriver,
 
     broker.peer_content = peer_content
     broker.metadata = metadata
+    delayed.install(broker, metadata)   # x-delayed-message exchanges hold in quorum queues
     broker.accepting_clients = False
 
     def admit() -> bool:

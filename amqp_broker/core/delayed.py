@@ -11,6 +11,11 @@ then marked done in the log. A message whose exchange is gone or that routes now
 is dropped (the plugin: "The plugin only performs one attempt at publishing each message"); the
 mandatory flag is not acted on (README "Limitations": "the mandatory flag is not supported").
 
+On a clustered broker ``replicated`` (``core.delayed_replicated``, set by
+``clustering.delayed``) holds them instead, in a vhost's internal quorum queue: a majority of
+the cluster holds each one and any member routes it when due; this broker's own log then only
+keeps what was held before that queue existed.
+
 Due times are wall-clock ms, so a restart keeps them: a message due while the broker was down
 is routed at the first tick after the start. Delivery is at least once across a crash: a broker
 killed after routing a message but before its done record reached the OS routes it again at
@@ -33,6 +38,7 @@ from queues.message import Message
 from routing.exchange_types.delayed import DELAYED_TYPE, delay_of, due_headers
 
 from .delayed_log import DelayedLog, HeldRecord
+from .delayed_replicated import ReplicatedDelayed
 from .timers import TimerHeap
 
 if TYPE_CHECKING:
@@ -59,6 +65,15 @@ class DelayedMessages:
         #: Messages routed when due (to at least one queue) and dropped (no exchange, no queue).
         self.routed = 0
         self.dropped = 0
+        #: A clustered broker's replicated holder (``enable_replication``); None: this log only.
+        self.replicated: ReplicatedDelayed | None = None
+
+    def enable_replication(self) -> ReplicatedDelayed:
+        """Hold delayed messages in each vhost's internal quorum queue from now on
+        (``core.delayed_replicated``; ``clustering.delayed`` declares the queues)."""
+        if self.replicated is None:
+            self.replicated = ReplicatedDelayed(self.broker, self.route, self.wall)
+        return self.replicated
 
     def __len__(self) -> int:
         """Messages held now."""
@@ -99,13 +114,17 @@ class DelayedMessages:
     def run_due(self, now: float) -> int:
         """Route every message due by ``now`` (``broker.clock`` s); returns how many fired."""
         fired = self.timers.run_due(now)
+        if self.replicated is not None:
+            fired += self.replicated.run_due(now)
         if self.log is not None:
             self.log.sync()
         return fired
 
     def next_deadline(self) -> float | None:
         """When (``broker.clock`` s) the next held message is due; None when none is held."""
-        return self.timers.next_deadline()
+        mine = self.timers.next_deadline()
+        other = self.replicated.next_deadline() if self.replicated is not None else None
+        return other if mine is None else mine if other is None else min(mine, other)
 
     def _due(self, id_: int, now: float) -> None:
         r = self.held.get(id_)
@@ -124,44 +143,55 @@ class DelayedMessages:
                 self.dropped += 1
                 self.log.append_done(id_)
                 return
-        self._route(r)
+        self.route(r.vhost, r)
         if self.log is not None:
             self.log.append_done(id_)
 
-    def _route(self, r: HeldRecord) -> None:
-        vhost = self.broker.vhosts.get(r.vhost)
+    def route(self, vhost_name: str, r: HeldRecord
+              ) -> tuple[bool, int | None, list[tuple[object, int]] | None] | None:
+        """Route the due message ``r`` in vhost ``vhost_name`` through its exchange's bindings
+        with ``x-delay`` negated: ``VirtualHost.enqueue``'s (ok, store id, waits), or None when
+        dropped (no vhost, no exchange, no queue)."""
+        vhost = self.broker.vhosts.get(vhost_name)
         if vhost is None or vhost.routing.get_exchange(r.exchange) is None:
             self.dropped += 1
             log.debug("delayed message for missing exchange %r dropped", r.exchange)
-            return
+            return None
         msg = Message(r.exchange, r.routing_key, r.header, r.body)
         try:
             headers = msg.headers or {}
             props = msg.properties
         except (ValueError, TypeError):  # checked at publish; cannot happen
             self.dropped += 1
-            return
+            return None
         fresh = cmd.Basic.Properties(**{k: getattr(props, k) for k in props.__slots__})
         fresh.headers = due_headers(headers, r.delay_ms)
         msg = msg.with_properties(fresh)
         names = vhost.route(msg)
         if not names:
             self.dropped += 1
-            return
+            return None
         self.routed += 1
-        vhost.enqueue(msg, names)
+        return vhost.enqueue(msg, names)
 
 
-def hold_delayed(vhost: VirtualHost, msg: Message) -> bool:
+def hold_delayed(vhost: VirtualHost, msg: Message) -> list[tuple[object, int]] | None:
     """Hold ``msg`` (with headers) published in ``vhost`` when its exchange is an
-    ``x-delayed-message`` exchange and it has an ``x-delay`` of 1 to 2^32-1 ms; True when held
-    (the caller then neither routes nor returns it), False to route at once.
+    ``x-delayed-message`` exchange and it has an ``x-delay`` of 1 to 2^32-1 ms. Returns None to
+    route it at once, else the ``(source, token)`` waits of its publisher confirm (the caller
+    then neither routes nor returns it): none when written to this broker's log, the internal
+    quorum queue's commit on a clustered broker (``core.delayed_replicated``).
     Raises ``OSError`` when the log cannot be written."""
     exchange = vhost.routing.get_exchange(msg.exchange)
     if exchange is None or exchange.type != DELAYED_TYPE:
-        return False
+        return None
     delay = delay_of(msg.headers)
     if delay is None:
-        return False
-    vhost.broker.delayed.hold(vhost.name, msg, delay)
-    return True
+        return None
+    delayed = vhost.broker.delayed
+    if delayed.replicated is not None:
+        waits = delayed.replicated.hold(vhost, msg, delay)
+        if waits is not None:
+            return waits
+    delayed.hold(vhost.name, msg, delay)
+    return []

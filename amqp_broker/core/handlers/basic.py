@@ -201,10 +201,11 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool, exchange: Any)
     vhost = ch.vhost
     # an x-delayed-message exchange holds a message with an x-delay: routed when due, never
     # returned (the plugin: "the mandatory flag is not supported"); confirmed once written
+    # (held: the waits of that confirm, None when not held)
     has_headers = msg.has_headers  # a property: read once
-    held = has_headers and hold_delayed(vhost, msg)
+    held = hold_delayed(vhost, msg) if has_headers else None
     try:
-        names = set() if held else vhost.route(msg)
+        names = set() if held is not None else vhost.route(msg)
     except RoutingInvalidArgument as exc:  # CC/BCC not an array
         raise ChannelException(c.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {exc}") from None
     except (ValueError, TypeError, struct.error):  # undecodable headers
@@ -224,7 +225,7 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool, exchange: Any)
         if has_headers:
             msg = _strip_bcc(msg)
         ok, sid, waits = vhost.enqueue(msg, names)
-    elif mandatory and not held:
+    elif mandatory and held is None:
         ch.n_returned += 1
         routing_raw = msg.routing_raw or encode_routing(msg.exchange, msg.routing_key)
         conn = ch.connection
@@ -232,6 +233,8 @@ def deliver_published(ch: Channel, msg: Message, mandatory: bool, exchange: Any)
                                  msg.body, conn.frame_max))
     else:
         ch.n_dropped += 1
+        if held:   # in a cluster's replicated log: confirmed once committed there
+            waits = held
     confirms = ch.confirms
     if confirms is not None:
         if waits is not None:  # streams, replicated queues: safe once their logs say so
