@@ -20,7 +20,13 @@ from typing import Any
 import aio_pika
 import aio_pika.exceptions
 
-from .clients_common import ClientSettings, IdSource, StreamPosition, record_delivery
+from .clients_common import (
+    ClientSettings,
+    IdSource,
+    StreamPosition,
+    publish_headers,
+    record_delivery,
+)
 from .history import History
 
 __all__ = ["AioConsumer", "AioLoop", "AioPublisher"]
@@ -100,7 +106,8 @@ class AioPublisher:
         pending: set[asyncio.Task[None]] = set()
         try:
             channel = await conn.channel(publisher_confirms=True, on_return_raises=True)
-            exchange = channel.default_exchange
+            exchange = (await channel.get_exchange(self.settings.exchange, ensure=False)
+                        if self.settings.exchange else channel.default_exchange)
             while not self.stop_event.is_set() and not channel.is_closed:
                 if len(pending) < self.settings.window:
                     task = asyncio.create_task(self._publish_one(exchange, self.ids.next()))
@@ -120,7 +127,8 @@ class AioPublisher:
         common = {"id": ident, "client": self.client, "broker": self.broker}
         record("publish", type="invoke", **common)
         message = aio_pika.Message(str(ident).encode(), message_id=str(ident),
-                                   delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+                                   delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                                   headers=publish_headers(self.settings))
         try:
             await asyncio.wait_for(
                 exchange.publish(message, routing_key=self.settings.queue, mandatory=True),

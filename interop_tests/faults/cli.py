@@ -3,7 +3,7 @@
     python -m interop_tests.faults [--nemesis NAME ...] [--seconds S] [--runs N]
         [--brokers 3|5] [--queue-type auto|classic|quorum|stream] [--work-dir D] [--keep]
         [--results FILE | --no-results] [--json FILE] [--broker-arg=--sync-policy=none ...]
-        [--workload messages|definitions|both]
+        [--workload messages|definitions|both] [--delay-ms MS]
 
 Prints a line per run, then exactly one last line (``report.summary_line``). Exit status: 0 when
 every run was checked, lost nothing, delivered nothing unexpected and drained, no broker logged a
@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="messages: publishers and consumers; definitions: clients declaring, "
                         "binding, deleting and changing users/permissions/policies on every "
                         "member (issue 23); both")
+    p.add_argument("--delay-ms", type=int, default=0,
+                   help="> 0: publish through an x-delayed-message exchange bound to the queue, "
+                        "each message with this x-delay (issue 25's replicated delayed "
+                        "messages); soak only, not in make test")
     p.add_argument("--rate", type=float, default=100.0, help="publishes/s per publisher")
     p.add_argument("--window", type=int, default=20, help="unconfirmed publishes per publisher")
     p.add_argument("--prefetch", type=int, default=50, help="consumer prefetch")
@@ -112,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in remove_stale():
         print(f"removed stale namespace {name}", file=sys.stderr)
     settings = ClientSettings(rate=args.rate, window=args.window, prefetch=args.prefetch,
-                              ack_delay=args.ack_delay, confirm_timeout=args.confirm_timeout)
+                              ack_delay=args.ack_delay, confirm_timeout=args.confirm_timeout,
+                              exchange="jepsen.delayed" if args.delay_ms > 0 else "",
+                              delay_ms=max(args.delay_ms, 0))
     seed = int(time.time()) if args.seed is None else args.seed
     net = Network(args.brokers)
     outcomes: list[RunOutcome] = []

@@ -15,10 +15,12 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from .history import History
 
-__all__ = ["ClientSettings", "IdSource", "StreamPosition", "parse_id", "record_delivery"]
+__all__ = ["ClientSettings", "IdSource", "StreamPosition", "parse_id", "publish_headers",
+           "record_delivery"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,9 @@ class ClientSettings:
     before acking each delivery (a slow consumer keeps relayed messages waiting at its broker);
     ``reconnect_delay``: s between connection attempts; ``max_connects``: connection attempts per
     client per run; ``heartbeat``: s offered to the broker; ``stream``: the queue is a stream
-    (consumers subscribe with ``x-stream-offset``, :class:`StreamPosition`)."""
+    (consumers subscribe with ``x-stream-offset``, :class:`StreamPosition`); ``exchange``: where
+    publishers publish ("": the default exchange; else an ``x-delayed-message`` exchange bound to
+    the queue by its name, issue 25's delayed messages) with ``x-delay: delay_ms`` when > 0."""
 
     queue: str = "jepsen.queue"
     queue_args: dict[str, str] = field(default_factory=dict)
@@ -45,6 +49,13 @@ class ClientSettings:
     max_connects: int = 500
     heartbeat: int = 5
     stream: bool = False
+    exchange: str = ""
+    delay_ms: int = 0
+
+
+def publish_headers(settings: ClientSettings) -> dict[str, Any] | None:
+    """The headers of a workload publish: ``x-delay`` when ``settings.delay_ms`` > 0."""
+    return {"x-delay": settings.delay_ms} if settings.delay_ms > 0 else None
 
 
 class IdSource:

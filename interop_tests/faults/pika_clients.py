@@ -22,7 +22,14 @@ import pika
 import pika.exceptions
 from pika.spec import Basic
 
-from .clients_common import ClientSettings, IdSource, StreamPosition, parse_id, record_delivery
+from .clients_common import (
+    ClientSettings,
+    IdSource,
+    StreamPosition,
+    parse_id,
+    publish_headers,
+    record_delivery,
+)
 from .history import History
 
 __all__ = ["PikaConsumer", "PikaPublisher", "connection_parameters"]
@@ -168,8 +175,9 @@ class PikaPublisher(threading.Thread):
             self._seq += 1
             self._outstanding[self._seq] = (ident, now)
             channel.basic_publish(
-                "", self.settings.queue, str(ident).encode(),
-                pika.BasicProperties(delivery_mode=2, message_id=str(ident)), mandatory=True)
+                self.settings.exchange, self.settings.queue, str(ident).encode(),
+                pika.BasicProperties(delivery_mode=2, message_id=str(ident),
+                                     headers=publish_headers(self.settings)), mandatory=True)
         conn.ioloop.call_later(1.0 / self.settings.rate, self._tick)
 
 

@@ -35,7 +35,8 @@ class QueueRefused(RuntimeError):
 
 
 def declare_queue(url: str, settings: ClientSettings) -> None:
-    """Declare the durable workload queue with ``settings.queue_args`` on broker ``url``.
+    """Declare the durable workload queue with ``settings.queue_args`` on broker ``url`` (and
+    ``settings.exchange``, an ``x-delayed-message`` exchange bound to it, when set).
     Raises ``QueueRefused`` when the broker closes the channel (e.g. 406 for ``x-queue-type:
     quorum`` on a broker without replicated queues), ``pika.exceptions.AMQPError`` otherwise."""
     conn = pika.BlockingConnection(connection_parameters(url, 10))
@@ -44,6 +45,10 @@ def declare_queue(url: str, settings: ClientSettings) -> None:
         try:
             channel.queue_declare(settings.queue, durable=True,
                                   arguments=dict(settings.queue_args) or None)
+            if settings.exchange:   # delayed messages (issue 25): routed to it when due
+                channel.exchange_declare(settings.exchange, "x-delayed-message", durable=True,
+                                         arguments={"x-delayed-type": "direct"})
+                channel.queue_bind(settings.queue, settings.exchange, settings.queue)
         except pika.exceptions.ChannelClosedByBroker as exc:
             raise QueueRefused(f"{exc.reply_code} {exc.reply_text}") from None
     finally:
