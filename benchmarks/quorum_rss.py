@@ -8,10 +8,14 @@ its log). Then the backlog is consumed and its bodies checked. RabbitMQ keeps a 
 bodies in its log segments and a small record per message in memory ("Quorum Queues", memory
 usage, at least 32 bytes a message in RabbitMQ 4); the aim (issue 25) is at most 64 bytes of RSS
 per ready message ("per message (max)": the largest growth of a broker over the messages). For
-1 KiB messages: ``--backlog-mib 100 --size-kib 1`` (102,400 messages).
+1 KiB messages: ``--backlog-mib 100 --size-kib 1`` (102,400 messages), ``--count N`` for N
+messages of ``--size-kib``. The restarted broker's peak RSS (``VmHWM`` of /proc/<pid>/status: its
+highest RSS since it started, i.e. during the replay of its log) is given beside its RSS once
+the backlog is back. ``--queue-type stream``: the same with a stream (``x-queue-type: stream``;
+consumed from ``x-stream-offset: first``, no ack).
 
-    python -m benchmarks.quorum_rss [--backlog-mib 1024] [--size-kib 64] [--brokers 1 3]
-                                    [--results]
+    python -m benchmarks.quorum_rss [--backlog-mib 1024] [--size-kib 64] [--count N]
+                                    [--brokers 1 3] [--queue-type quorum|stream] [--results]
 
 ``--results`` adds the figures to ``benchmarks/RESULTS.md`` (History). No assertion: figures.
 Run it with ``AMQP_BROKER_PURE=1`` while the compiled build may be stale.
@@ -54,14 +58,16 @@ async def _publish(url: str, count: int, size: int) -> None:
             await ch.wait_confirmations(batch)
 
 
-async def _consume(url: str, count: int) -> int:
-    """Consume ``count`` messages (acked); returns how many had the body published for them."""
+async def _consume(url: str, count: int, stream: bool = False) -> int:
+    """Consume ``count`` messages (acked; a stream's from its first offset); returns how many
+    had the body published for them."""
     from clients.aio import connect
 
     good = 0
     async with connect(url, reconnect=False, operation_timeout=120) as conn:
         ch = await conn.channel(prefetch=200)
-        consumer = await ch.basic_consume(QUEUE)
+        consumer = await ch.basic_consume(
+            QUEUE, arguments={"x-stream-offset": "first"} if stream else None)
         it = consumer.__aiter__()
         for k in range(count):
             msg = await asyncio.wait_for(it.__anext__(), 60)
@@ -86,10 +92,19 @@ def _rss(members: list[Member]) -> dict[str, int]:
     return {m.name: psutil.Process(m.proc.pid).memory_info().rss for m in members}  # type: ignore[union-attr]
 
 
-def run(brokers: int, backlog_mib: int, size_kib: int) -> dict:
-    """One run on ``brokers`` brokers: RSS (bytes) before, with the backlog, after a restart."""
+def _peak(member: Member) -> int:
+    """The highest RSS of ``member``'s process since it started (bytes; ``VmHWM``, Linux)."""
+    status = Path(f"/proc/{member.proc.pid}/status").read_text()  # type: ignore[union-attr]
+    line = next(x for x in status.splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def run(brokers: int, backlog_mib: int, size_kib: int, count: int = 0,
+        queue_type: str = "quorum") -> dict:
+    """One run on ``brokers`` brokers: RSS (bytes) before, with the backlog, after a restart
+    and its peak during the restart; ``count`` messages (0: ``backlog_mib`` MiB of them)."""
     size = size_kib * 1024
-    count = backlog_mib * 1024 // size_kib
+    count = count or backlog_mib * 1024 // size_kib
     with tempfile.TemporaryDirectory(prefix="quorum-rss-") as tmp:
         cluster = Cluster.create(Path(tmp))
         try:
@@ -97,8 +112,9 @@ def run(brokers: int, backlog_mib: int, size_kib: int) -> dict:
                 members = [cluster.start(2)]
             else:
                 members = list(cluster.start_three())
-            declare(members[0], QUEUE)
-            wait_leader(cluster, QUEUE)
+            declare(members[0], QUEUE, **{"x-queue-type": queue_type})
+            if queue_type == "quorum":
+                wait_leader(cluster, QUEUE)
             time.sleep(1.0)
             before = _rss(members)
             t0 = time.monotonic()
@@ -121,10 +137,13 @@ def run(brokers: int, backlog_mib: int, size_kib: int) -> dict:
             wait_for(lambda: message_count(first, QUEUE) >= count, slow, "backlog lost")
             time.sleep(2.0)
             restarted = _rss([first])[first.name]
-            good = asyncio.run(_consume(first.uri, count))
+            peak = _peak(first)
+            print(f"after kill -9 + restart: RSS {restarted / 2**20:,.0f} MiB, peak "
+                  f"{peak / 2**20:,.0f} MiB", flush=True)
+            good = asyncio.run(_consume(first.uri, count, queue_type == "stream"))
             return {"brokers": brokers, "count": count, "size": size, "seconds": seconds,
                     "before": before, "loaded": loaded, "restarted": restarted,
-                    "good": good}
+                    "peak": peak, "good": good, "type": queue_type}
         finally:
             cluster.stop_all()
 
@@ -138,6 +157,7 @@ def _line(r: dict) -> str:
             + ", ".join(f"{g / 2**20:,.0f}" for g in grown) + " MiB | "
             f"{max(grown) / r['count']:,.0f} B | "
             f"{(r['restarted'] - r['before'][first]) / 2**20:,.0f} MiB | "
+            f"{r['restarted'] / 2**20:,.0f} MiB (peak {r['peak'] / 2**20:,.0f} MiB) | "
             f"{r['good']:,} of {r['count']:,} |")
 
 
@@ -145,14 +165,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backlog-mib", type=int, default=1024)
     p.add_argument("--size-kib", type=int, default=64)
+    p.add_argument("--count", type=int, default=0,
+                   help="messages (default: --backlog-mib of them)")
     p.add_argument("--brokers", type=int, nargs="+", default=[1, 3])
+    p.add_argument("--queue-type", choices=("quorum", "stream"), default="quorum")
     p.add_argument("--results", action="store_true")
     args = p.parse_args(argv)
-    lines = ["| brokers | backlog | published (confirmed) | RSS growth per broker | per message "
-             "(max) | RSS growth after kill -9 + restart (first broker) | bodies consumed "
-             "intact |", "|---|---|---|---|---|---|---|"]
+    lines = [f"| brokers ({args.queue_type}) | backlog | published (confirmed) | RSS growth per "
+             "broker | per message (max) | RSS growth after kill -9 + restart (first broker) | "
+             "its RSS after restart (peak during it, VmHWM) | bodies consumed intact |",
+             "|---|---|---|---|---|---|---|---|"]
     for n in args.brokers:
-        lines.append(_line(run(n, args.backlog_mib, args.size_kib)))
+        lines.append(_line(run(n, args.backlog_mib, args.size_kib, args.count,
+                               args.queue_type)))
         print(lines[-1], flush=True)
     table = "\n".join(lines)
     print(table)

@@ -36,7 +36,7 @@ import shutil
 import struct
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ from cluster.raft import actions as ra
 from cluster.raft import codec as raft_codec
 from cluster.raft.disklog import DiskLog
 from cluster.raft.fifo import FifoConfig
+from cluster.raft.messages import Entry
 from cluster.raft.node import RaftNode
 from cluster.raftgroup import encode_forward
 from queues.dead_letter import make_dead_letter
@@ -289,7 +290,7 @@ class QuorumRuntime(QuorumWire, ReplicaManagement, QuorumTimers):
         leader's commit index: its files were deleted if it was a member before)."""
         disk = DiskLog(rep.directory, fsync=self.fsync, lazy=True)
         state = disk.load()
-        empty = not state.entries and not state.snapshot.index
+        empty = not state.entries and not state.snapshot.index and state.dry is None
         stored = state.term
         if term > stored:
             state = replace(state, term=term, voted_for=None)
@@ -381,15 +382,17 @@ class QuorumRuntime(QuorumWire, ReplicaManagement, QuorumTimers):
                 message = paging.outgoing(group, act.message)  # type: ignore[union-attr,arg-type]
                 self._send(rep, act.to, QUORUM_RAFT, raft_codec.encode(message))  # type: ignore[union-attr]
             elif kind is ra.AppendLog:
-                disk.append(act.first_index, act.entries)  # type: ignore[union-attr]
+                disk.append(act.first_index, act.entries)  # type: ignore[union-attr,arg-type]
                 self._mark_dirty(rep)
             elif kind is ra.Apply:
-                for batch in paging.batches(group, act.entries):  # type: ignore[union-attr]
-                    effects, more = group.apply(batch, self.now_ms())
-                    paging.applied(group, disk)
-                    if rep.queue is not None and not rep.queue.deleted:
-                        rep.queue.on_effects(effects)
-                    todo.extend(more)
+                entries = act.entries  # type: ignore[union-attr]
+                parts = paging.batches(group, entries)
+                for batch in parts:
+                    self._apply_part(rep, group, disk, batch, todo)
+                    if self._tg is not None and type(entries) is not tuple:   # a replay
+                        self._hold(rep)
+                        self._tg.start_soon(self._replay_rest, rep, group, disk, parts, todo)
+                        return
             elif kind is Forward:
                 self._forward(rep, act)  # type: ignore[arg-type]
             elif kind is Ship:   # deliveries for consumers outside the group: kept for the link
@@ -426,6 +429,36 @@ class QuorumRuntime(QuorumWire, ReplicaManagement, QuorumTimers):
                 rep.backlog = todo
                 self._tg.start_soon(self._persist_async, rep, act)
                 return
+
+    def _apply_part(self, rep: _Replica, group: QuorumGroup, disk: DiskLog,
+                    batch: Sequence[Entry], todo: deque[Action]) -> None:
+        """Apply committed ``batch`` to ``group``'s machine; its effects to the queue object,
+        the actions it makes to ``todo``."""
+        effects, more = group.apply(batch, self.now_ms())
+        paging.applied(group, disk)
+        if rep.queue is not None and not rep.queue.deleted:
+            rep.queue.on_effects(effects)
+        todo.extend(more)
+
+    async def _replay_rest(self, rep: _Replica, group: QuorumGroup, disk: DiskLog,
+                           parts: Iterator[Sequence[Entry]], todo: deque[Action]) -> None:
+        """The rest of a replay (an ``Apply`` of entries loaded without their objects: a
+        restart's backlog, ``quorum_paging.batches``), a part at a time with the event loop
+        run between parts: the broker serves other queues, connections and its management API
+        meanwhile. The replica is held (``_hold``) until done: its Raft actions wait in its
+        backlog (publishes to it are confirmed, and its consumers served, once replayed), while
+        a passive declare counts the messages replayed so far. Then ``todo`` (what followed the
+        ``Apply``) runs, then what waited."""
+        try:
+            for batch in parts:
+                await anyio.sleep(0)
+                if rep.closed:
+                    break
+                self._apply_part(rep, group, disk, batch, todo)
+        finally:
+            todo.extend(rep.backlog)
+            rep.backlog = todo
+            self._release(rep)
 
     def _forward(self, rep: _Replica, act: Forward) -> None:
         self._send(rep, act.to, QUORUM_FORWARD, encode_forward(act.envelopes), hold=True)

@@ -9,7 +9,9 @@ segments on delivery; rabbit_fifo keeps the Raft index of a message and reads it
   Raft index of its Enqueue: from the node's in-memory log when still there, else from the
   segment, ``DiskLog.read``), and the node's log reads back entries it dropped;
 * ``batches``: an ``Apply`` batch gets the data of entries loaded without it back (the log
-  is opened ``lazy``: a restart does not read the backlog into memory);
+  is opened ``lazy``: a restart reads neither the backlog nor an object per entry into
+  memory; its entries are runs of terms, ``PersistentState.dry``, and the replay's ``Apply``
+  builds an ``Entry`` only per part of ``BATCH_ENTRIES``);
 * ``applied``: after an ``Apply``, the entries applied and written leave memory but for their
   terms (``RaftLog.dry``: runs of terms): a follower that lags is sent them from the segments;
 * ``persisting``: before a snapshot is persisted, the log is told its floor (the oldest live
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from cluster.quorum.group import QuorumGroup
@@ -39,12 +41,14 @@ from cluster.raft.disklog import DiskLog
 from cluster.raft.messages import Entry, EntryKind, InstallSnapshot, Message
 from cluster.raft.raftlog import RaftLog
 
-__all__ = ["page", "batches", "BATCH_BYTES", "LOST", "applied", "persisting", "outgoing",
+__all__ = ["page", "batches", "BATCH_BYTES", "BATCH_ENTRIES", "LOST", "applied", "persisting", "outgoing",
            "body_reader"]
 
 log = logging.getLogger(__name__)
-#: Bytes of entry data read back for one part of a replayed ``Apply`` batch.
+#: Bytes of entry data read back for one part of a replayed ``Apply`` batch, and its most
+#: entries (the runtime yields to the event loop between parts of a replay).
 BATCH_BYTES = 4 << 20
+BATCH_ENTRIES = 1024
 #: (header, body) of a message the log lost: no exchange, no routing key, then a content
 #: header of class 60 (basic), body size 0, no property (``cluster.quorum.queue.join_header``'s
 #: layout), and no body.
@@ -97,10 +101,12 @@ def page(group: QuorumGroup, disk: DiskLog, name: str) -> None:
         group.snapshot_min_entries = int(entries)
 
 
-def batches(group: QuorumGroup, batch: tuple[Entry, ...]) -> Iterator[tuple[Entry, ...]]:
+def batches(group: QuorumGroup, batch: Sequence[Entry]) -> Iterator[Sequence[Entry]]:
     """An ``Apply`` batch, as is or -- when it holds entries loaded without their data
-    (``DiskLog.lazy``: after a restart) -- in parts of at most ``BATCH_BYTES`` of data read
-    back, so that replaying a backlog does not read it all into memory at once."""
+    (``DiskLog.lazy``: after a restart; ``RaftLog.held`` gives them as ``DryEntries``, an
+    ``Entry`` built as each is read) -- in parts of at most ``BATCH_BYTES`` of data read back
+    and ``BATCH_ENTRIES`` entries, so that replaying a backlog holds neither its data nor an
+    object per entry in memory beyond one part."""
     raft_log = group.node.log
     read = raft_log.reader
     if read is None or not batch or batch[0].index > raft_log.dry_to:
@@ -114,7 +120,7 @@ def batches(group: QuorumGroup, batch: tuple[Entry, ...]) -> Iterator[tuple[Entr
             e = Entry(e.index, e.term, e.kind, read(e.index))
         part.append(e)
         size += len(e.data)
-        if size >= BATCH_BYTES:
+        if size >= BATCH_BYTES or len(part) >= BATCH_ENTRIES:
             yield tuple(part)
             part, size = [], 0
     if part:

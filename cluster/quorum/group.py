@@ -26,7 +26,7 @@ the stream and metadata groups), re-exported here.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from cluster.raft import actions as ra
@@ -334,7 +334,7 @@ class QuorumGroup(RaftGroup):
         return [Ship(member, encode_ship(ds)) for member, ds in per.items()]
 
     # ------------------------------------------------------------------ applying
-    def apply(self, entries: tuple[Entry, ...], now_ms: int) -> tuple[list[Effect], list[Action]]:
+    def apply(self, entries: Sequence[Entry], now_ms: int) -> tuple[list[Effect], list[Action]]:
         """Apply committed ``entries``: (effects for the queue object, actions to run). Dead
         letters are kept only on a leader applying entries of its own term (one member acts on
         them: at most once, as RabbitMQ's default dead-lettering of quorum queues)."""

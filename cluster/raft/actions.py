@@ -14,6 +14,7 @@ immutable all the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -112,11 +113,13 @@ class PersistSnapshot:
 class Apply:
     """Committed entries, consecutive and in index order, each exactly once per node incarnation
     (paper §5.3 "apply to state machine"). Feed the COMMAND ones to the state machine; NOOP and
-    CONFIG ones only advance the applied index."""
+    CONFIG ones only advance the applied index. A tuple, or -- entries of a log loaded without
+    their objects (``RaftLog.held``, ``dryentries.DryEntries``) -- a sequence that builds each
+    ``Entry`` as it is read, without its data (read it back with ``RaftLog.reader``)."""
 
-    entries: tuple[Entry, ...]
+    entries: Sequence[Entry]
 
-    def __init__(self, entries: tuple[Entry, ...]) -> None:
+    def __init__(self, entries: Sequence[Entry]) -> None:
         self.entries = entries
 
 

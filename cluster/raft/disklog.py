@@ -54,6 +54,7 @@ files, recovery cuts at the first invalid record); etcd's WAL (CRC per record, t
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 import zlib
@@ -65,6 +66,7 @@ from queues.store.dirs import make_durable_dirs
 from queues.store.fds import append_all, take_sync_fds
 from queues.store.values import PendingSync
 
+from .dryentries import DryRuns
 from .entrypos import EntryPositions
 from .marks import TAIL, Mark, MarksFile, judge, tail_crc
 from .messages import EMPTY_SNAPSHOT, Entry, EntryKind, PersistentState, Snapshot
@@ -94,6 +96,20 @@ _STATE = "state"
 _SNAPSHOT = "snapshot"
 
 
+#: A lazy open scans its segments mapped, giving back each this many bytes once scanned: a
+#: restart of a large log holds no more than that of it in memory (a multiple of the page size).
+_DROP_BYTES = 8 << 20
+
+
+def _map(path: Path) -> mmap.mmap | None:
+    """``path`` mapped read-only; None when it is shorter than a file header (read it
+    instead)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size < fmt.FILE_HEADER_SIZE:
+            return None
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
 class _LogSync(PendingSync):
     """The fsync half of a ``DiskLog`` group commit: the log's files, then its marks (``changes``
     to the mark: the durable position and entry, a cleared floor), in that order."""
@@ -118,8 +134,10 @@ class _LogSync(PendingSync):
 class DiskLog:
     """``RaftStorage`` in ``directory`` (created if missing). ``segment_bytes``: a segment is
     rolled once it exceeds this size; ``fsync``: False skips fsyncs (tests; survives kill -9 but
-    not power loss); ``lazy``: ``load`` leaves the data of command entries on disk (``read``). Raises ``FormatError`` on segment files of another format or a newer version
-    (a header of ours with a few flipped bits is rewritten: ``format.header_damage``), ``OSError``
+    not power loss); ``lazy``: ``load`` gives no entry object: the entries after the snapshot
+    come as runs of terms (``PersistentState.dry``), their data left on disk (``read``).
+    Raises ``FormatError`` on segment files of another format or a newer version (a header of
+    ours with a few flipped bits is rewritten: ``format.header_damage``), ``OSError``
     on I/O errors (after a failed fsync treat the replica as failed: fail-stop, as the message
     store). ``lost``: why this replica lost entries it had acknowledged (None: nothing lost; see
     the module docstring), found when it opened."""
@@ -186,8 +204,9 @@ class DiskLog:
             log.error("raft log: %s is damaged (%s); renamed %s.damaged", path, exc, _SNAPSHOT)
             os.replace(path, path.with_name(_SNAPSHOT + ".damaged"))
             snapshot_ok = False
-        entries, held, has_data = self._replay_segments(snapshot, mark)
-        last_index = snapshot.index + len(entries)
+        dry = DryRuns(snapshot.index) if self.lazy else None
+        entries, held, has_data = self._replay_segments(snapshot, mark, dry)
+        last_index = dry.last if dry is not None else snapshot.index + len(entries)
         verdict = judge(status, mark, state=state, state_ok=state_ok, snapshot_ok=snapshot_ok,
                         snapshot_index=snapshot.index, held=held, last_index=last_index,
                         has_entries=has_data or state is not None or not snapshot_ok)
@@ -208,16 +227,19 @@ class DiskLog:
                                                     _name(verdict.voted_for or "")))
         if entries:
             self._last = (entries[-1].index, entries[-1].term)
+        elif dry is not None and dry.last_term is not None:
+            self._last = (dry.last, dry.last_term)
         else:
             self._last = (snapshot.index, snapshot.term)
         return PersistentState(verdict.term, verdict.voted_for, snapshot, tuple(entries),
-                               verdict.floor)
+                               verdict.floor, dry.done() if dry is not None else None)
 
-    def _replay_segments(self, snapshot: Snapshot, mark: Mark
+    def _replay_segments(self, snapshot: Snapshot, mark: Mark, dry: DryRuns | None
                          ) -> tuple[list[Entry], bool, bool]:
-        """Replay every segment after ``snapshot`` (cutting bad tails); returns the entries,
-        whether the ``mark``'s durable position is still held byte for byte, and whether any
-        segment held a record."""
+        """Replay every segment after ``snapshot`` (cutting bad tails); returns the entries
+        (none when ``dry``: they go there as runs of terms, no object each), whether the
+        ``mark``'s durable position is still held byte for byte, and whether any segment held
+        a record."""
         held = has_data = False
         entries: list[Entry] = []
         base = snapshot.index
@@ -225,7 +247,9 @@ class DiskLog:
                       if s is not None)
         for i, seq in enumerate(seqs):
             path = self.directory / fmt.segment_name(seq)
-            data = path.read_bytes()
+            mapped = _map(path) if dry is not None else None
+            data: bytes | memoryview = path.read_bytes() if mapped is None else memoryview(mapped)
+            dropped = 0
             high = 0
             if len(data) < fmt.FILE_HEADER_SIZE:
                 log.warning("raft log: %s has a torn header; rewriting it", path)
@@ -249,6 +273,8 @@ class DiskLog:
             for offset, _total, kind, flags, index, payload in fmt.scan(data, result,
                                                                       kinds=_SEGMENT_KINDS):
                 if kind == KIND_TRUNCATE:
+                    if dry is not None:
+                        dry.truncate(index)
                     del entries[max(0, index - base - 1):]
                     self._positions.truncate(index)
                     continue
@@ -256,13 +282,20 @@ class DiskLog:
                     high = max(high, index)
                     self._positions.add(index, seq, offset)
                     continue
-                if index != base + len(entries) + 1 or flags > max(EntryKind) or len(payload) < 8:
-                    result.problem = f"entry {index} out of order after {base + len(entries)}"
+                last = dry.last if dry is not None else base + len(entries)
+                if index != last + 1 or flags > max(EntryKind) or len(payload) < 8:
+                    result.problem = f"entry {index} out of order after {last}"
                     result.valid_end = offset
                     break
-                lazy = self.lazy and flags == EntryKind.COMMAND
-                entries.append(Entry(index, _U64.unpack_from(payload)[0], EntryKind(flags),
-                                     b"" if lazy else bytes(payload[8:])))
+                if dry is not None:   # lazy: a run of terms, the data left on disk
+                    dry.add(index, _U64.unpack_from(payload)[0], flags, payload[8:])
+                    if mapped is not None and offset - dropped >= _DROP_BYTES:
+                        # the pages scanned leave this process's RSS (the page cache keeps them)
+                        mapped.madvise(mmap.MADV_DONTNEED, dropped, _DROP_BYTES)
+                        dropped += _DROP_BYTES
+                else:
+                    entries.append(Entry(index, _U64.unpack_from(payload)[0], EntryKind(flags),
+                                         bytes(payload[8:])))
                 self._positions.add(index, seq, offset)
                 high = max(high, index)
             end = result.valid_end

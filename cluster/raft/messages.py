@@ -22,7 +22,7 @@ from enum import IntEnum
 __all__ = [
     "EntryKind", "Entry", "Snapshot", "encode_members", "decode_members",
     "Message", "RequestVote", "RequestVoteReply", "AppendEntries", "AppendEntriesReply",
-    "InstallSnapshot", "TimeoutNow", "PersistentState", "EMPTY_SNAPSHOT",
+    "InstallSnapshot", "TimeoutNow", "PersistentState", "EMPTY_SNAPSHOT", "DryLog",
 ]
 
 
@@ -83,9 +83,23 @@ EMPTY_SNAPSHOT = Snapshot(0, 0, (), b"")
 
 
 @dataclass(frozen=True, slots=True)
+class DryLog:
+    """Entries ``snapshot.index + 1 .. to`` of a log loaded without an object each (issue 25:
+    a quorum queue's restart; ``DiskLog(lazy=True)``): ``runs`` of (first index, term, kind),
+    oldest first, one per stretch of entries of one term and kind; ``configs`` the (index,
+    members) of the CONFIG entries among them. Their data stays in storage (``RaftLog.reader``,
+    as ``RaftLog.dry`` leaves entries)."""
+
+    to: int
+    runs: tuple[tuple[int, int, EntryKind], ...]
+    configs: tuple[tuple[int, tuple[str, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PersistentState:
     """What a node reads back from stable storage at start (paper figure 2 "persistent state on all
-    servers", plus the newest snapshot of §7): ``entries`` follow ``snapshot.index`` consecutively.
+    servers", plus the newest snapshot of §7): ``entries`` follow ``snapshot.index`` consecutively
+    (after ``dry.to`` when ``dry``: the entries before them are held as runs of terms).
     ``floor`` > 0: the storage lost entries it had acknowledged (a damaged or truncated file, an
     older copy put back: ``disklog``/``marks``), up to this index at least; the node may not
     vote or stand for election until its log matches a leader's up to ``floor``."""
@@ -95,6 +109,7 @@ class PersistentState:
     snapshot: Snapshot = EMPTY_SNAPSHOT
     entries: tuple[Entry, ...] = ()
     floor: int = 0
+    dry: DryLog | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,7 +81,7 @@ class RaftNode(LeaderRole):
         self.role = a.Role.FOLLOWER
         self.leader: str | None = None
         self.snapshot = state.snapshot
-        self.log = RaftLog(state.snapshot, list(state.entries))
+        self.log = RaftLog(state.snapshot, list(state.entries), state.dry)
         self.commit_index = state.snapshot.index
         self.applied_index = state.snapshot.index
         self.persisted_index = self.log.last_index

@@ -18,9 +18,10 @@ of what its segments hold).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from .messages import Entry, EntryKind, Snapshot, decode_members
+from .dryentries import DryEntries, runs_between
+from .messages import DryLog, Entry, EntryKind, Snapshot, decode_members
 
 __all__ = ["RaftLog"]
 
@@ -34,11 +35,14 @@ class RaftLog:
 
     ``configs`` is a list of (index, members), oldest first: the snapshot's configuration at the
     snapshot index, then each CONFIG entry in the log.
+    ``dry``: entries ``snapshot.index + 1 .. dry.to`` loaded as runs (``DiskLog(lazy=True)``),
+    held dry from the start; ``entries`` then follow ``dry.to``.
     """
 
     __slots__ = ("snapshot", "entries", "configs", "reader", "dry_to", "_runs", "_starts")
 
-    def __init__(self, snapshot: Snapshot, entries: list[Entry]) -> None:
+    def __init__(self, snapshot: Snapshot, entries: list[Entry],
+                 dry: DryLog | None = None) -> None:
         self.snapshot = snapshot
         self.entries: list[Entry] = []
         #: Reads an entry's data back by index (see the module docstring); None: never dry.
@@ -48,6 +52,11 @@ class RaftLog:
         self._runs: list[tuple[int, int, EntryKind]] = []
         self._starts: list[int] = []
         self.configs: list[tuple[int, tuple[str, ...]]] = [(snapshot.index, snapshot.members)]
+        if dry is not None and dry.runs:
+            self._runs = list(dry.runs)
+            self._starts = [r[0] for r in dry.runs]
+            self.dry_to = dry.to
+            self.configs.extend(dry.configs)
         self.append(entries)
 
     @property
@@ -118,24 +127,16 @@ class RaftLog:
         del self.entries[:n]
         self.dry_to += n
 
-    def held(self, lo: int, hi: int) -> tuple[Entry, ...]:
+    def held(self, lo: int, hi: int) -> Sequence[Entry]:
         """Entries ``lo .. hi`` (inclusive, held: not compacted), the dry ones without their
-        data (b""; read them with ``reader``): a batch to apply."""
+        data (b""; read them with ``reader``): a batch to apply. A tuple when none is dry, else
+        a ``DryEntries`` (an ``Entry`` built as each is read: a restart's replay of a backlog
+        holds no object per entry)."""
         d = self.dry_to
         if lo > d:
             return tuple(self.entries[lo - d - 1:hi - d])
-        out: list[Entry] = []
-        runs, starts = self._runs, self._starts
-        i = bisect_right(starts, lo) - 1
-        end = min(hi, d)
-        while lo <= end:   # run by run
-            _start, term, kind = runs[i]
-            stop = min(end, starts[i + 1] - 1 if i + 1 < len(runs) else d)
-            out.extend([Entry(k, term, kind, b"") for k in range(lo, stop + 1)])
-            lo = stop + 1
-            i += 1
-        out += self.entries[:max(0, hi - d)]
-        return tuple(out)
+        return DryEntries(lo, hi, d, runs_between(self._runs, self._starts, lo, min(hi, d)),
+                          tuple(self.entries[:max(0, hi - d)]))
 
     def slice(self, lo: int, hi: int, max_bytes: int) -> tuple[Entry, ...]:
         """Entries ``lo .. hi`` (inclusive) that fit in ``max_bytes`` of data, at least one.
