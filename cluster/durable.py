@@ -1,4 +1,4 @@
-"""A member's durable vote: the part of its membership state that must survive a restart.
+"""A member's durable view: the part of its membership state that must survive a restart.
 
 Owns the value a broker writes to its data dir before it acts on a view (``actions.Persist``) and
 reads back when it starts, and its JSON encoding: the view a member is in (number and ordered
