@@ -31,7 +31,9 @@ base u64`` (the segment's sequence number; 0 in ``state`` and ``snapshot``), the
 
 Replay reads the snapshot, then every segment in sequence order: an ENTRY at or below the snapshot
 index is skipped, any other must follow the previous one (index = last + 1); a TRUNCATE drops the
-entries at and after its index. A torn or corrupt record ends a segment; it is cut there
+entries at and after its index. A ``lazy`` log (a quorum queue's) maps each segment instead of
+reading it, gives back every 8 MiB scanned, and keeps only runs of terms of the entries
+(``PersistentState.dry``): a restart holds neither the backlog nor an object per entry. A torn or corrupt record ends a segment; it is cut there
 (``os.truncate``; logged as a warning in the newest segment, as an error in an older one, where
 synced data was lost). A segment whose entries are all at or below the snapshot index, with every
 older one, is deleted once the snapshot is durable.
