@@ -166,3 +166,37 @@ def test_a_paged_backlog_is_integers_in_the_machine_and_comes_back_whole() -> No
         assert [held[i].expires_at for i in (1, 2)] == [None, 10 ** 9]
         # RabbitMQ 4's two priorities: high ones (every third) go 2 for 1 normal
         assert [d.msg_id % 3 == 0 for d in got[:6]] == [True, True, False] * 2
+
+
+def test_a_lazy_open_gives_runs_of_terms_that_answer_as_the_entries_would(tmp_path: Path) -> None:
+    """A log opened ``lazy`` (a quorum queue's restart) holds runs of terms instead of an entry
+    object each, CONFIG entries and a truncated suffix included; a ``RaftLog`` built on them
+    answers as one built on the entries, and the batch to apply reads back the same entries."""
+    log = DiskLog(tmp_path, fsync=False, segment_bytes=2000)
+    entries = [Entry(1, 1, EntryKind.CONFIG, b"n1\nn2"), Entry(2, 1, EntryKind.NOOP, b"")]
+    entries += [cmd(i) for i in range(3, 30)]
+    log.append(1, tuple(entries[:10]))
+    log.append(11, tuple(entries[10:]))
+    # a new leader (term 3) rewrote the suffix from 20 on, with a configuration
+    rewritten = [Entry(20, 3, EntryKind.NOOP, b""), Entry(21, 3, EntryKind.CONFIG, b"n1")]
+    rewritten += [Entry(i, 3, EntryKind.COMMAND, b"new %d" % i) for i in range(22, 26)]
+    log.append(20, tuple(rewritten))
+    log.close()
+    full_state = DiskLog(tmp_path, fsync=False).load()
+    lazy = DiskLog(tmp_path, fsync=False, lazy=True)
+    state = lazy.load()
+    assert state.entries == () and state.dry is not None and len(state.dry.runs) == 6
+    full = RaftLog(state.snapshot, list(full_state.entries))
+    dry = RaftLog(state.snapshot, [], state.dry)
+    dry.reader = lazy.read
+    assert (dry.last_index, dry.last_term, dry.configs) == (full.last_index, full.last_term,
+                                                            full.configs) == \
+        (25, 3, [(0, ()), (1, ("n1", "n2")), (21, ("n1",))])
+    assert [dry.term_at(i) for i in range(27)] == [full.term_at(i) for i in range(27)]
+    batch = dry.held(1, 25)
+    assert not isinstance(batch, tuple) and len(batch) == 25
+    assert [(e.index, e.term, e.kind) for e in batch] == \
+        [(e.index, e.term, e.kind) for e in full.held(1, 25)]
+    assert (batch[-1].index, batch[3].index, [e.index for e in batch[20:22]]) == (25, 4, [21, 22])
+    assert [dry.entry(i) for i in range(1, 26)] == [full.entry(i) for i in range(1, 26)]
+    lazy.close()
