@@ -101,6 +101,7 @@ _SNAPSHOT = "snapshot"
 #: A lazy open scans its segments mapped, giving back each this many bytes once scanned: a
 #: restart of a large log holds no more than that of it in memory (a multiple of the page size).
 _DROP_BYTES = 8 << 20
+_MAX_KIND = int(max(EntryKind))
 
 
 def _map(path: Path) -> mmap.mmap | None:
@@ -281,11 +282,11 @@ class DiskLog:
                     self._positions.truncate(index)
                     continue
                 if index <= base:
-                    high = max(high, index)
+                    high = index if index > high else high
                     self._positions.add(index, seq, offset)
                     continue
                 last = dry.last if dry is not None else base + len(entries)
-                if index != last + 1 or flags > max(EntryKind) or len(payload) < 8:
+                if index != last + 1 or flags > _MAX_KIND or len(payload) < 8:
                     result.problem = f"entry {index} out of order after {last}"
                     result.valid_end = offset
                     break
@@ -299,7 +300,7 @@ class DiskLog:
                     entries.append(Entry(index, _U64.unpack_from(payload)[0], EntryKind(flags),
                                          bytes(payload[8:])))
                 self._positions.add(index, seq, offset)
-                high = max(high, index)
+                high = index if index > high else high
             end = result.valid_end
             has_data = has_data or end > fmt.FILE_HEADER_SIZE
             if seq == mark.segment:
