@@ -9,7 +9,8 @@
 - Under pytest-xdist (``make test`` runs ``pytest -n 2 --dist loadgroup``), ``xdist_group`` keeps
   each test file on one worker (its module fixtures start brokers and clusters once) and the Spark
   tests together (one Spark session, one JVM); the fault harness's tests (each its own cluster in
-  network namespaces, waiting most of its time) go to whichever worker is free, one by one.
+  network namespaces, waiting most of its time) go to whichever worker is free, one by one, and
+  before the other tests (handed out last, they left one worker idle at the end: ``first_scopes``).
 """
 
 import atexit
@@ -48,7 +49,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     """With ``--dist loadgroup``: xdist's scheduler by scope, its scopes ``xdist_group(nodeid)``
     (or the test alone). pytest 9's node ids cannot carry the ``@group`` suffix that xdist's own
     loadgroup puts on marked tests, so its marks group nothing; groups come from paths here.
-    Scopes with more tests are handed out first (xdist's ``--loadscope-reorder``)."""
+    Scopes with more tests are handed out first (xdist's ``--loadscope-reorder``), except that
+    after the first two the ``XDIST_ONE_BY_ONE`` tests come before every other (``first_scopes``):
+    they are whole harness runs of 20-40 s, one test a scope, and so came last; and xdist hands a
+    worker a new scope whenever it has two tests or fewer pending, so at the end one worker ran
+    the last two or three runs while the other had nothing left to do."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -57,4 +62,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         def _split_scope(self, nodeid: str) -> str:
             return xdist_group(nodeid) or nodeid
 
+        def schedule(self) -> None:
+            initial = self.collection is None
+            super().schedule()
+            if initial and self.workqueue:
+                reordered = first_scopes(list(self.workqueue.items()))
+                self.workqueue.clear()
+                self.workqueue.update(reordered)
+
     return PathGroupScheduling(config, log)  # type: ignore[arg-type]
+
+
+def first_scopes(units: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """xdist's work units ``[(scope, {nodeid: done}), ...]`` (``LoadScopeScheduling.workqueue``,
+    pytest-xdist 3.8) in the order to hand them out: the ``XDIST_ONE_BY_ONE`` scopes first, each
+    part in its order before. Never raises."""
+    return sorted(units, key=lambda unit: not unit[0].startswith(XDIST_ONE_BY_ONE))
