@@ -78,6 +78,7 @@ from queues.store.dirs import fsync_dir
 from ..core.vhost import send_cancel
 from .metadata_commands import command_of, connection_id, definitions_commands
 from .metadata_follow import (
+    follow_binding,
     follow_names,
     reconcile,
     reconcile_access,
@@ -482,10 +483,9 @@ class MetadataRuntime:
             queues.add(command.name)
         elif isinstance(command, m.DeclareExchange | m.DeleteExchange):
             exchanges.add(command.name)
-        else:
-            exchanges.add(command.source)
-            (queues if command.destination_kind == m.QUEUE else exchanges).add(
-                command.destination)
+        else:   # a binding: the pair it names (and the auto-delete exchanges it took along)
+            return follow_binding(self.broker, st, self.me, self.origin, command, exchanges,
+                                  cancels)
         return follow_names(self.broker, st, self.me, self.origin, queues, exchanges, cancels)
 
     def follow_parameters(self) -> None:
