@@ -77,14 +77,7 @@ from queues.store.dirs import fsync_dir
 
 from ..core.vhost import send_cancel
 from .metadata_commands import command_of, connection_id, definitions_commands
-from .metadata_follow import (
-    follow_binding,
-    follow_names,
-    reconcile,
-    reconcile_access,
-    reconcile_vhost,
-    resave_definitions,
-)
+from .metadata_follow import follow_committed, reconcile, resave_definitions
 from .quorum import QuorumRuntime
 
 __all__ = ["MetadataRuntime", "METADATA_GROUP", "TIMING", "Done"]
@@ -455,38 +448,11 @@ class MetadataRuntime:
         return orphans
 
     def _follow(self, c: Committed, cancels: list | None) -> list:
-        """The broker follows what ``c`` changed: the queues, exchanges and bindings it named
-        (and the auto-delete exchanges that went with it), access and policies, or everything
-        (a vhost deleted, a member gone). Returns the orphaned private queues."""
-        group = self.group
-        assert group is not None
-        state, command = group.machine.state, c.command
-        if isinstance(command, InstallView):   # the membership's (``on_view``), no definitions
-            return []
-        if isinstance(command, m.SetParameter | m.ClearParameter | m.DeleteVhost):
-            self.follow_parameters()
-            if not isinstance(command, m.DeleteVhost):
-                return []
-        if isinstance(command, m.MemberGone | m.DeleteVhost | m.AddVhost | m.PutUser
-                      | m.DeleteUser | m.SetPermission | m.ClearPermission):
-            return reconcile(self.broker, state, self.me, self.origin)
-        if isinstance(command, m.SetPolicy | m.ClearPolicy):
-            reconcile_access(self.broker, state)
-            st = state.vhosts.get(command.vhost)
-            return reconcile_vhost(self.broker, st, self.me, self.origin) if st else []
-        st = state.vhosts.get(command.vhost)
-        if st is None:
-            return []
-        queues: set[str] = set()
-        exchanges = set(getattr(c.outcome, "cascade", ()))
-        if isinstance(command, m.DeclareQueue | m.DeleteQueue):
-            queues.add(command.name)
-        elif isinstance(command, m.DeclareExchange | m.DeleteExchange):
-            exchanges.add(command.name)
-        else:   # a binding: the pair it names (and the auto-delete exchanges it took along)
-            return follow_binding(self.broker, st, self.me, self.origin, command, exchanges,
-                                  cancels)
-        return follow_names(self.broker, st, self.me, self.origin, queues, exchanges, cancels)
+        """The broker follows what ``c`` changed (``metadata_follow.follow_committed``);
+        runtime parameters go to ``follow_parameters``. Returns the orphaned private queues."""
+        assert self.group is not None
+        return follow_committed(self.broker, self.group.machine.state, self.me, self.origin,
+                                c.command, c.outcome, cancels, self.follow_parameters)
 
     def follow_parameters(self) -> None:
         """Tell ``on_parameters`` the applied runtime parameters (nothing before this member

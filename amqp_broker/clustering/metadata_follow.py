@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from amqp_broker.core import access_store, policy_store, proxies
@@ -30,6 +31,7 @@ from amqp_broker.core import declare_rules as rules
 from amqp_broker.core.access import Account
 from amqp_broker.core.policies import Policy
 from amqp_broker.protocol.errors import AMQPException
+from cluster.metadata import commands as m
 from cluster.metadata.commands import QUEUE as QUEUE_KIND
 from cluster.quorum.config import GROUP_ARG
 from queues.arguments import parse_arguments
@@ -43,8 +45,8 @@ if TYPE_CHECKING:
     from amqp_broker.core.vhost import VirtualHost
     from cluster.metadata.state import MetadataState, QueueRecord, VhostState
 
-__all__ = ["reconcile", "reconcile_vhost", "follow_names", "follow_binding", "reconcile_access",
-           "Orphan"]
+__all__ = ["reconcile", "reconcile_vhost", "follow_names", "follow_binding", "follow_committed",
+           "reconcile_access", "Orphan"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,41 @@ def follow_names(broker: Broker, st: VhostState, me: str, origin: str, queues: s
                 and want.get_exchange(name) is None:
             vh.delete_exchange(name)
     return orphans
+
+
+def follow_committed(broker: Broker, state: MetadataState, me: str, origin: str, command: Any,
+                     outcome: Any, cancels: list[tuple[Any, str]] | None,
+                     parameters: Callable[[], None]) -> list[Orphan]:
+    """The broker follows what one committed ``command`` (``cluster.metadata.commands``, with
+    the machine's ``outcome``) changed: the queues, exchanges and bindings it named (and the
+    auto-delete exchanges that went with it, ``outcome.cascade``), access and policies, or
+    everything (a vhost deleted, a member gone); ``parameters()`` is called when runtime
+    parameters changed. Returns the orphaned private queues."""
+    if isinstance(command, m.InstallView):   # the membership's (``on_view``), no definitions
+        return []
+    if isinstance(command, m.SetParameter | m.ClearParameter | m.DeleteVhost):
+        parameters()
+        if not isinstance(command, m.DeleteVhost):
+            return []
+    if isinstance(command, m.MemberGone | m.DeleteVhost | m.AddVhost | m.PutUser
+                  | m.DeleteUser | m.SetPermission | m.ClearPermission):
+        return reconcile(broker, state, me, origin)
+    if isinstance(command, m.SetPolicy | m.ClearPolicy):
+        reconcile_access(broker, state)
+        st = state.vhosts.get(command.vhost)
+        return reconcile_vhost(broker, st, me, origin) if st else []
+    st = state.vhosts.get(command.vhost)
+    if st is None:
+        return []
+    queues: set[str] = set()
+    exchanges = set(getattr(outcome, "cascade", ()))
+    if isinstance(command, m.DeclareQueue | m.DeleteQueue):
+        queues.add(command.name)
+    elif isinstance(command, m.DeclareExchange | m.DeleteExchange):
+        exchanges.add(command.name)
+    else:   # a binding: the pair it names (and the auto-delete exchanges it took along)
+        return follow_binding(broker, st, me, origin, command, exchanges, cancels)
+    return follow_names(broker, st, me, origin, queues, exchanges, cancels)
 
 
 def follow_binding(broker: Broker, st: VhostState, me: str, origin: str, command: Any,
