@@ -256,10 +256,18 @@ class MetadataRuntime:
             self.departed.update(names)
 
     def awaiting_removal(self) -> bool:
-        """Whether the configuration in force on this replica still names this member beside
-        others (a leaving member waits for its removal; the only member is never removed)."""
+        """Whether this member must still wait before it stops after a Leave: the
+        configuration in force on this replica names it beside others, or it leads the log
+        (it removes itself, ``MetadataGroup.leader_duties``, and steps down once that
+        commits: stopping before would leave the others a configuration that needs it). The
+        only member is never removed."""
         group = self.group
-        members = group.node.members if group is not None else ()
+        if group is None:
+            return False
+        node = group.node
+        members = node.members
+        if node.is_leader and members != (self.me,):
+            return True
         return self.me in members and len(members) > 1
 
     @property

@@ -176,7 +176,10 @@ class MetadataGroup(RaftGroupBase):
         single-server change at a time -- members of the view that are not in the
         configuration are added (learners first), members out of the view removed when the
         view lost them while this member was in it (``departed``: a verified suspicion, a
-        Leave; not a member merely absent from a view restarted after a power loss); at
+        Leave; not a member merely absent from a view restarted after a power loss), this
+        leader itself first when it left in order (``leaving``: Raft thesis §4.2.2, it steps
+        down once its removal commits; else, stopping, it would leave a configuration that
+        names it, which the others alone may never be a majority of); at
         most every ``GONE_RETRY_MS``, ``MemberGone`` for members out of the view that are
         still the home of private queues; and, once the cluster view's leader (``view_leader``)
         has been another voter for ``ALIGN_AFTER_MS`` with no change under way, a leadership
@@ -192,6 +195,9 @@ class MetadataGroup(RaftGroupBase):
         missing = sorted(view - members - learners)
         extra = [x for x in sorted((members - view - {self.me}) & self.departed)
                  if _may_remove(node, members, x, x in self.leaving)]
+        if self.me in self.leaving and len(members) > 1 and _may_remove(node, members, self.me,
+                                                                         leaving=True):
+            extra.insert(0, self.me)   # §4.2.2: it steps down once its removal commits
         if missing and not learners:
             _ok, actions = node.add_member(missing[0])
             out += actions

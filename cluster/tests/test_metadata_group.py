@@ -246,6 +246,32 @@ def test_a_member_that_left_in_order_is_removed_while_it_still_answers():
     assert node.members == ("a", "b")
 
 
+def test_a_log_leader_that_left_in_order_removes_itself_and_steps_down():
+    """Cluster.Leave of the log's own leader when its hand-over failed (its transfer target was
+    killed at that moment; seen in the membership nemesis): the leader takes itself out of the
+    configuration (Raft thesis §4.2.2) and steps down once that commits, telling the up-to-date
+    member to stand at once. Before, it only removed others and stopped while still named in
+    the configuration: the member left could never be a majority (no commit, for good)."""
+    group, out = _trio_leader()
+    node = group.node
+    group.departed.add("b")                        # b was killed: the view lost it
+    now = _periods(group, out, ("c",), 20_000)
+    run(group, group.leader_duties(now, 0, {"a", "c"}), out)
+    run(group, node.receive("c", AppendEntriesReply(node.term, True, node.log.last_index),
+                            now), out)
+    assert node.members == ("a", "c") and node.committed_config[1] == ("a", "c")
+    group.departed.add("a")                        # then "a" leaves: the view is (c)
+    group.leaving.add("a")
+    out.clear()
+    run(group, group.leader_duties(now + 100, 0, {"c"}), out)
+    assert node.members == ("c",) and node.is_leader   # appended, not committed yet
+    run(group, node.receive("c", AppendEntriesReply(node.term, True, node.log.last_index),
+                            now + 150), out)
+    assert not node.is_leader and node.committed_config[1] == ("c",)
+    assert [x.to for x in out if isinstance(x, ra.Send)
+            and isinstance(x.message, TimeoutNow)] == ["c"]
+
+
 def test_force_configuration_lets_a_lone_member_of_three_commit():
     """``ctl force_boot``: a member of (a, b, c) whose peers are gone appends a configuration
     of itself alone, is elected by itself and commits."""
