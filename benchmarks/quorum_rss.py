@@ -2,7 +2,7 @@
 
 On one broker, then on a 3-broker cluster (127.0.0.2-4), one quorum queue gets a backlog of
 ``--backlog-mib`` MiB of ``--size-kib`` KiB persistent messages (default 1 GiB of 64 KiB),
-published with confirms (window 32) and no consumer; each broker's RSS is measured before and
+published with confirms (``--window``, default 32) and no consumer; each broker's RSS is measured before and
 after (psutil), and after a kill -9 and restart of the first broker (the backlog read back from
 its log). Then the backlog is consumed and its bodies checked. RabbitMQ keeps a quorum queue's
 bodies in its log segments and a small record per message in memory ("Quorum Queues", memory
@@ -15,7 +15,8 @@ the backlog is back. ``--queue-type stream``: the same with a stream (``x-queue-
 consumed from ``x-stream-offset: first``, no ack).
 
     python -m benchmarks.quorum_rss [--backlog-mib 1024] [--size-kib 64] [--count N]
-                                    [--brokers 1 3] [--queue-type quorum|stream] [--results]
+                                    [--brokers 1 3] [--queue-type quorum|stream]
+                                    [--window 32] [--results]
 
 ``--results`` adds the figures to ``benchmarks/RESULTS.md`` (History). No assertion: figures.
 Run it with ``AMQP_BROKER_PURE=1`` while the compiled build may be stale.
@@ -39,7 +40,7 @@ WINDOW = 32
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
-async def _publish(url: str, count: int, size: int) -> None:
+async def _publish(url: str, count: int, size: int, window: int = WINDOW) -> None:
     from clients.aio import connect
     from clients.message import Properties
 
@@ -52,7 +53,7 @@ async def _publish(url: str, count: int, size: int) -> None:
             bodies = [(b"%09d" % (start + i)).ljust(size, b".") for i in range(n)]
             pending.append(await ch.publish_batch(bodies, routing_key=QUEUE,
                                                   properties=props))
-            while len(pending) * 8 > WINDOW:
+            while len(pending) * 8 > window:
                 await ch.wait_confirmations(pending.pop(0))
         for batch in pending:
             await ch.wait_confirmations(batch)
@@ -100,9 +101,10 @@ def _peak(member: Member) -> int:
 
 
 def run(brokers: int, backlog_mib: int, size_kib: int, count: int = 0,
-        queue_type: str = "quorum") -> dict:
+        queue_type: str = "quorum", window: int = WINDOW) -> dict:
     """One run on ``brokers`` brokers: RSS (bytes) before, with the backlog, after a restart
-    and its peak during the restart; ``count`` messages (0: ``backlog_mib`` MiB of them)."""
+    and its peak during the restart; ``count`` messages (0: ``backlog_mib`` MiB of them),
+    published with ``window`` unconfirmed messages at most."""
     size = size_kib * 1024
     count = count or backlog_mib * 1024 // size_kib
     with tempfile.TemporaryDirectory(prefix="quorum-rss-") as tmp:
@@ -118,7 +120,7 @@ def run(brokers: int, backlog_mib: int, size_kib: int, count: int = 0,
             time.sleep(1.0)
             before = _rss(members)
             t0 = time.monotonic()
-            asyncio.run(_publish(members[0].uri, count, size))
+            asyncio.run(_publish(members[0].uri, count, size, window))
             seconds = time.monotonic() - t0
             wait_for(lambda: all(message_count(m, QUEUE) >= count for m in members), 300,
                      "backlog not on every member")
@@ -169,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="messages (default: --backlog-mib of them)")
     p.add_argument("--brokers", type=int, nargs="+", default=[1, 3])
     p.add_argument("--queue-type", choices=("quorum", "stream"), default="quorum")
+    p.add_argument("--window", type=int, default=WINDOW,
+                   help="unconfirmed messages at most while publishing (default 32)")
     p.add_argument("--results", action="store_true")
     args = p.parse_args(argv)
     lines = [f"| brokers ({args.queue_type}) | backlog | published (confirmed) | RSS growth per "
@@ -177,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|---|---|---|---|"]
     for n in args.brokers:
         lines.append(_line(run(n, args.backlog_mib, args.size_kib, args.count,
-                               args.queue_type)))
+                               args.queue_type, args.window)))
         print(lines[-1], flush=True)
     table = "\n".join(lines)
     print(table)
