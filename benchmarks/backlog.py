@@ -11,10 +11,18 @@ and the order, and reports the peak RSS while draining. Prints a report and, wit
 a markdown section to append to ``benchmarks/RESULTS.md``. The temp dir (data, broker log) is
 removed at the end unless ``--keep`` or ``--data-dir``.
 
+``--queue-type quorum`` or ``stream`` (issue 25) declares the queue with that ``x-queue-type``
+(a quorum queue of one member, a stream on one broker): bodies live in the Raft log / the
+stream's segments, and the RSS per message is what the queue keeps in memory for each. A quorum
+queue is drained as a classic one (no-ack); a stream with manual acks, prefetch 1,000 and
+``x-stream-offset: first`` (RabbitMQ's rules for stream consumers), and it keeps its messages
+after the drain (the check is then every body in order, not an empty queue).
+
 Usage (a few minutes for the default 2 million 1 KiB messages; not part of the test suite)::
 
     python -m benchmarks.backlog
     python -m benchmarks.backlog --count 200000 --our-args "--queue-memory-budget 1048576"
+    python -m benchmarks.backlog --queue-type quorum --count 10000000
 
 Sources: issue 4 ("A backlog of 2 million 1 KiB persistent messages keeps the broker's RSS under
 500 MB"); AMQP 0-9-1 §2.3.5 / §4.2.3 (frame layout).
@@ -45,6 +53,8 @@ QUEUE = "backlog"
 FRAME_END = b"\xce"
 _FRAME_HEAD = struct.Struct(">BHI")
 BATCH = 2000  # messages per socket write
+STREAM_PREFETCH = 1000   # a stream consumer's prefetch (RabbitMQ requires one)
+_DELIVER = struct.pack(">HH", 60, 60)
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -168,12 +178,14 @@ class Report:
     drained_ok: bool | None = None
     disk_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    queue_type: str = "classic"
 
     def lines(self) -> list[str]:
         """The report as plain text lines."""
         per_msg = (self.backlog_rss - self.baseline_rss) / self.count
         out = [
-            f"backlog: {self.count:,} persistent messages of {self.size} B "
+            f"backlog: {self.count:,} persistent messages of {self.size} B in a "
+            f"{self.queue_type} queue "
             f"({mib(self.count * self.size)} of bodies; {mib(self.disk_bytes)} on disk)",
             f"broker args: {self.our_args or '(defaults)'}",
             f"RSS empty: {mib(self.baseline_rss)}",
@@ -237,10 +249,12 @@ class BacklogBroker:
             self.proc = None
 
 
-def publish_backlog(broker: BacklogBroker, count: int, size: int, report: Report) -> None:
+def publish_backlog(broker: BacklogBroker, count: int, size: int, report: Report,
+                    queue_type: str = "classic") -> None:
     """Publish the backlog and wait until the queue holds all of it, sampling RSS."""
     client = RawClient(broker.port)
-    client.send(1, commands.Queue.Declare(queue=QUEUE, durable=True))
+    client.send(1, commands.Queue.Declare(queue=QUEUE, durable=True,
+                                          arguments={"x-queue-type": queue_type}))
     client.expect(commands.Queue.DeclareOk)
     time.sleep(0.5)
     report.baseline_rss = broker.status().get("VmRSS", 0)
@@ -265,13 +279,19 @@ def publish_backlog(broker: BacklogBroker, count: int, size: int, report: Report
     report.backlog_rss, report.backlog_peak_rss = st.get("VmRSS", 0), st.get("VmHWM", 0)
 
 
-def drain(broker: BacklogBroker, count: int, size: int, report: Report) -> None:
-    """Consume everything (no-ack), checking each body and the order; sample the peak RSS."""
+def drain(broker: BacklogBroker, count: int, size: int, report: Report,
+          queue_type: str = "classic") -> None:
+    """Consume everything (no-ack; a stream's from its first offset with manual acks, as
+    RabbitMQ requires), checking each body and the order; sample the peak RSS."""
+    stream = queue_type == "stream"
     client = RawClient(broker.port)
-    client.send(1, commands.Basic.Qos(prefetch_count=0))
+    client.send(1, commands.Basic.Qos(prefetch_count=STREAM_PREFETCH if stream else 0))
     client.expect(commands.Basic.QosOk)
-    client.send(1, commands.Basic.Consume(queue=QUEUE, consumer_tag="drain", no_ack=True))
+    client.send(1, commands.Basic.Consume(
+        queue=QUEUE, consumer_tag="drain", no_ack=not stream,
+        arguments={"x-stream-offset": "first"} if stream else {}))
     client.expect(commands.Basic.ConsumeOk)
+    tag = 0
     t0 = time.monotonic()
     ok = True
     got = 0
@@ -280,7 +300,11 @@ def drain(broker: BacklogBroker, count: int, size: int, report: Report) -> None:
     peak = 0
     while got < count:
         ftype, _ch, payload = client._read_frame()
-        if ftype == 2:
+        if ftype == 1 and stream and payload[:4] == _DELIVER:   # Basic.Deliver: its tag
+            tag = struct.unpack_from(">Q", payload, 5 + payload[4])[0]
+            if tag % (STREAM_PREFETCH // 2) == 0:
+                client.send(1, commands.Basic.Ack(delivery_tag=tag, multiple=True))
+        elif ftype == 2:
             want = struct.unpack_from(">Q", payload, 4)[0]
             body.clear()
             if want == 0:
@@ -296,7 +320,9 @@ def drain(broker: BacklogBroker, count: int, size: int, report: Report) -> None:
                     peak = max(peak, broker.status().get("VmRSS", 0))
                     print(f"  drained {got:,}, RSS {mib(peak)}", flush=True)
     report.drain_seconds = time.monotonic() - t0
-    report.drained_ok = ok and client.depth() == 0
+    if stream:   # a stream keeps what was read: every body in order is the check
+        client.send(1, commands.Basic.Ack(delivery_tag=tag, multiple=True))
+    report.drained_ok = ok and (stream or client.depth() == 0)
     report.drain_peak_rss = max(peak, broker.status().get("VmRSS", 0))
     client.close()
 
@@ -318,7 +344,7 @@ def markdown(report: Report) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [f"## Backlog larger than RAM (issue 4): run of {when}", "",
              "`python -m benchmarks.backlog` "
-             f"(`--count {report.count} --size {report.size}`"
+             f"(`--count {report.count} --size {report.size} --queue-type {report.queue_type}`"
              + (f", broker args `{report.our_args}`" if report.our_args else "") + "): "
              "the broker's RSS while one durable queue holds the backlog with no consumer.", ""]
     lines += [f"- {line}" for line in report.lines()]
@@ -336,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-restart", action="store_true", help="skip the restart/recovery step")
     p.add_argument("--no-consume", action="store_true", help="skip draining the queue")
     p.add_argument("--markdown", action="store_true", help="print a RESULTS.md section too")
+    p.add_argument("--queue-type", choices=("classic", "quorum", "stream"), default="classic",
+                   help="x-queue-type of the queue (issue 25; default classic)")
     p.add_argument("--keep", action="store_true",
                    help="keep the temp dir (data and broker log) instead of removing it")
     args = p.parse_args(argv)
@@ -344,11 +372,11 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="amqp-backlog-"))
     data_dir = args.data_dir or workdir / "data"
     broker = BacklogBroker(data_dir, shlex.split(args.our_args), workdir / "broker.log")
-    report = Report(args.count, args.size, args.our_args)
+    report = Report(args.count, args.size, args.our_args, queue_type=args.queue_type)
     try:
         broker.start()
         print(f"broker pid {broker.pid} on port {broker.port}, data in {data_dir}", flush=True)
-        publish_backlog(broker, args.count, args.size, report)
+        publish_backlog(broker, args.count, args.size, report, args.queue_type)
         report.disk_bytes = disk_usage(data_dir)
         print("\n".join(report.lines()), flush=True)
         if not args.no_restart:
@@ -359,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             report.recovered_rss, report.recovered_peak_rss = st.get("VmRSS"), st.get("VmHWM")
             print(report.lines()[-1], flush=True)
         if not args.no_consume:
-            drain(broker, args.count, args.size, report)
+            drain(broker, args.count, args.size, report, args.queue_type)
     finally:
         broker.stop()
         if args.keep or args.data_dir is not None:
