@@ -240,23 +240,43 @@ class StreamLog:
             self._cache_size -= len(old.body) + len(old.header_payload)
             self._cache_start += 1
         if len(self._buf) >= self.write_buffer_bytes:
-            self._write_out()
+            try:
+                self._write_out()
+            except OSError:   # a full disk: kept in the buffer; the next flush tries again
+                pass
         if not self._pending:
             self._pending = True
             if self.on_dirty is not None:
                 self.on_dirty()
 
     def _write_out(self) -> None:
+        """Write the buffer to the active segment, whole or not at all: when a write fails
+        (ENOSPC, EDQUOT, EIO) after part of it went out, the file is cut back and the buffer
+        kept, so a later call writes each record once (``write(2)``: a write that runs out of
+        space writes less, then fails). Raises that ``OSError``."""
         buf = self._buf
         if not buf:
             return
-        view = memoryview(buf)
         done = 0
-        while done < len(buf):
-            done += os.write(self._wfd, view[done:])
-        view.release()
+        with memoryview(buf) as view:
+            try:
+                while done < len(view):
+                    done += os.write(self._wfd, view[done:])
+            except OSError:
+                if done:
+                    os.ftruncate(self._wfd, os.fstat(self._wfd).st_size - done)
+                raise
         self._buf = bytearray()
         self._dirty = True
+
+    def _write_for_read(self) -> None:
+        """Before a read of the active segment from disk: its buffer to the OS, so that the
+        read sees it. On a full disk (ENOSPC) what is on disk is read; the rest once the syncer
+        could write it (a read never fails for want of space)."""
+        try:
+            self._write_out()
+        except OSError:
+            pass
 
     def _roll(self, base: int) -> Segment:
         self._write_out()
@@ -274,11 +294,17 @@ class StreamLog:
         """Hand buffered records to the OS; returns (descriptors to fdatasync, directory descriptor
         to fsync or -1). The caller owns them (fsync, then close; any thread) and a record
         appended before this call is durable once that is done."""
-        self._pending = False
         if self._closed:
             return [], -1
         self._write_out()
+        self._pending = False
         return take_sync_fds(self)
+
+    def write_out(self) -> None:
+        """Hand buffered records to the OS, whole or not at all (``StreamManager.flush`` does
+        this for every log before it takes any descriptor). Raises ``OSError`` (ENOSPC)."""
+        if not self._closed:
+            self._write_out()
 
     # -- retention -------------------------------------------------------------------------------
     def apply_retention(self, now: float | None = None) -> int:
@@ -404,7 +430,7 @@ class StreamLog:
         offset = cursor.offset
         seg = self._segment_of(offset)
         if seg is self._segments[-1] and self._buf:
-            self._write_out()
+            self._write_for_read()
         if cursor.segment_base == seg.base:
             pos, at = cursor.position, offset
         else:
@@ -449,7 +475,7 @@ class StreamLog:
         if seg.first_ts >= timestamp_ms:
             return seg.base
         if seg is segs[-1] and self._buf:
-            self._write_out()
+            self._write_for_read()
         return seg.offset_at_time(self._read_fd(seg), timestamp_ms)
 
     def read_records(self, offset: int, max_bytes: int) -> list[fmt.Record]:
@@ -461,7 +487,7 @@ class StreamLog:
             return []
         seg = self._segment_of(offset)
         if seg is self._segments[-1] and self._buf:
-            self._write_out()
+            self._write_for_read()
         pos, at = seg.position_of(offset)
         fd = self._read_fd(seg)
         out: list[fmt.Record] = []

@@ -151,7 +151,10 @@ class StreamManager:
 
     def flush(self) -> StreamSync:
         """Hand every log's buffered records to the OS; returns the fsync to do. Waiters registered
-        so far ride on it. Raises ``OSError``."""
+        so far ride on it. Raises ``OSError``: when a write fails (ENOSPC) every log keeps what it
+        did not write and nothing is marked synced, so the next call covers it all."""
+        for stream in self.logs.values():   # a write that fails (ENOSPC) takes nothing yet
+            stream.write_out()
         self.dirty = False
         fds: list[int] = []
         dir_fds: list[int] = []
