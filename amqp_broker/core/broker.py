@@ -411,7 +411,7 @@ class Broker:
     def queue_memory(cls, q: Any) -> int:
         """One queue's share of ``message_memory``, bytes (0 for an empty or deleted queue)."""
         in_memory = getattr(q, "in_memory", None)
-        if in_memory is None:  # a stream queue: its log is on disk
+        if in_memory is None:  # a queue type that says nothing: every message in memory
             return int(q.message_bytes + q.message_count * cls.MESSAGE_OVERHEAD)
         count, nbytes = in_memory()
         return int(nbytes + count * cls.MESSAGE_OVERHEAD

@@ -188,6 +188,19 @@ class QuorumQueue:
         """Body bytes of ready messages in this member's replica."""
         return self.group.machine.message_bytes
 
+    def in_memory(self) -> tuple[int, int]:
+        """(ready messages held in RAM as objects, their body bytes at most): what the memory
+        alarm counts (``Broker.queue_memory``), the rest of ``message_count`` at its per-message
+        overhead. Paging (bodies in the Raft log, ``amqp_broker.clustering.quorum_paging``):
+        the heads of the priorities and the returned messages, whose bodies stay in memory up
+        to ``FifoQueue.page_bytes``; the paged rest is columns of integers. Without paging
+        every ready body is in memory. O(1): the alarm polls it every tick."""
+        fifo = self.group.machine.fifo
+        if fifo.read is None:
+            return self.message_count, self.message_bytes
+        held = len(fifo.ready) + len(fifo.high) + len(fifo.returns)
+        return held, min(fifo.ready_bytes, fifo.page_bytes)
+
     @property
     def unacked_count(self) -> int:
         """Deliveries of this member's consumers not settled yet."""

@@ -207,6 +207,13 @@ class StreamQueue:
         """0: the log is on disk (the memory alarm counts in-memory queues only)."""
         return 0
 
+    def in_memory(self) -> tuple[int, int]:
+        """(0, 0): no message is held in RAM as an object (the log is on disk, read through a
+        cache of a few MiB), so the memory alarm counts each at the paged overhead
+        (``Broker.queue_memory``), not as a message in memory: a stream of any length does not
+        raise it."""
+        return 0, 0
+
     @property
     def length(self) -> int:
         """Messages in the log now (first_offset .. next_offset)."""
