@@ -113,6 +113,11 @@ class LinkError(Exception):
     """The link could not be opened or broke (handshake refused, socket closed)."""
 
 
+def _key(node: str, address: str) -> str:
+    """The key of ``node``'s link: its name, or ``"@host:port"`` for a node of unknown name."""
+    return node if node else "@" + address
+
+
 class _Link:
     __slots__ = ("node", "address", "queue", "inflight", "wake", "closed", "task_running",
                  "connected", "flusher")
@@ -271,12 +276,17 @@ class PeerLinks:
 
     def send(self, node: str, address: str, method: Any, on_reply: OnReply | None = None) -> None:
         """Queue ``method`` to ``node`` (opened to ``address`` "host:port" when needed).
-        ``on_reply`` gets the member's answer: None, or (reply code, text); 320 if the link broke."""
-        link = self._links.get(node)
+        ``on_reply`` gets the member's answer: None, or (reply code, text); 320 if the link broke.
+        A node of unknown name (``""``: a seed) gets a link per address: else a Join meant for
+        one seed went over the link open to another (two restarted brokers seeding each other
+        sent their Joins only to each other, for good; found by the power-loss-majority
+        nemesis)."""
+        key = _key(node, address)
+        link = self._links.get(key)
         if link is None or (address and link.address != address and not link.task_running):
             if link is not None:
                 _seal_all(link.queue)  # not written: its transfers come back with the link
-            link = self._links[node] = _Link(node, address or (link.address if link else ""))
+            link = self._links[key] = _Link(node, address or (link.address if link else ""))
         _seal_open(link.queue)
         link.queue.append((method, on_reply))
         link.kick()
@@ -287,11 +297,12 @@ class PeerLinks:
     def connect(self, node: str, address: str) -> None:
         """Open the link to ``node`` at ``address`` unless it is open or opening (a relay waits
         for it: a link that broke is reopened when the next message is due)."""
-        link = self._links.get(node)
+        key = _key(node, address)
+        link = self._links.get(key)
         if link is not None and link.task_running:
             return
         if link is None:
-            link = self._links[node] = _Link(node, address)
+            link = self._links[key] = _Link(node, address)
         if self._tg is not None and link.address:
             link.task_running = True
             self._tg.start_soon(self._run, link)
@@ -370,8 +381,9 @@ class PeerLinks:
             link.connected = False
             failed = not link.closed
             self._fail(link)
-            if self._links.get(link.node) is link:
-                del self._links[link.node]
+            key = _key(link.node, link.address)
+            if self._links.get(key) is link:
+                del self._links[key]
             if self.on_down is not None:
                 self.on_down(link.node)
             if failed:

@@ -161,3 +161,39 @@ def test_a_member_closing_the_link_channel_makes_the_sender_take_back_its_relays
     anyio.run(main)
     assert replies == [(406, "PRECONDITION_FAILED - no")]
     assert reopened == [True]
+
+
+async def _recording_member(stream, got: list) -> None:
+    """Handshake as a broker would, then record every method the link sends."""
+    next_method = await _open_as_member(stream)
+    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+        while True:
+            got.append(await next_method())
+
+
+def test_sends_to_seeds_of_unknown_name_go_to_each_seed_s_address() -> None:
+    """A joiner knows its seeds by address only (node name ``""``): a method sent to one seed
+    must reach that seed, not another seed whose link is still open. Before, both went over one
+    link keyed ``""``: two brokers restarted after a power loss, each seeding the other and the
+    leader, sent every Join to each other (a joiner ignores Joins) and never joined again."""
+    got_a: list = []
+    got_b: list = []
+
+    async def main() -> None:
+        async with _member(lambda s: _recording_member(s, got_a)) as (tg, a), \
+                _member(lambda s: _recording_member(s, got_b)) as (_tg, b):
+            links = PeerLinks("me", SECRET, on_failure=lambda n: None)
+            links.start(tg)
+            links.send("", a, cmd.Queue.Declare(queue="to-a"))
+            with anyio.fail_after(10):
+                while not got_a:
+                    await anyio.sleep(0.02)
+            links.send("", b, cmd.Queue.Declare(queue="to-b"))
+            with anyio.fail_after(10):
+                while not got_b:
+                    await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert [m.queue for m in got_a] == ["to-a"]
+    assert [m.queue for m in got_b] == ["to-b"]
