@@ -1,4 +1,4 @@
-"""Replicated streams with real brokers and pika (issue 25): one 3-broker cluster shared by the
+"""Replicated streams with real brokers and pika, aio-pika and kombu (issue 25): one 3-broker cluster shared by the
 module (n2, n3, n4 on 127.0.0.2-4). A stream declared on one member is one log: what is
 published on n3 is read at the same offsets with the same bodies on n2 and n4; a kill -9 of the
 broker a publisher is connected to loses no confirmed message; a restarted member catches up
@@ -10,13 +10,18 @@ Source: RabbitMQ "Streams" (replication, offsets), DESIGN.md §4 (replicated que
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 
+import aio_pika
+import kombu
 import pika
 import pytest
 
@@ -260,3 +265,54 @@ def test_add_replica_catches_up_and_delete_replica_leaves_the_stream_serving(thr
     for member in members:
         assert _read(member, "grown", 62) == expected, member.name
     assert _replicas(api, "grown") == kept
+
+
+def test_aio_pika_and_kombu_read_a_replicated_stream_through_other_members(three):
+    """The clients issue 25 names beside pika: aio-pika publishes with confirms on n3 and reads
+    from the first offset on n4 (``x-stream-offset`` as a consume argument, prefetch set, as
+    RabbitMQ requires for a stream consumer); kombu (py-amqp) reads the same records at the same
+    offsets on n2. Source: RabbitMQ "Streams" (consuming over AMQP 0-9-1)."""
+    _cluster, (n2, n3, n4), _api = three
+    name = "stream-clients"
+    _declare(n2, name)
+    bodies = [f"m{i}".encode() for i in range(20)]
+
+    async def aio() -> list[tuple[int, bytes]]:
+        pub = await aio_pika.connect(n3.uri)
+        async with pub:
+            ch = await pub.channel(publisher_confirms=True)
+            for body in bodies:
+                await ch.default_exchange.publish(aio_pika.Message(body), routing_key=name)
+        con = await aio_pika.connect(n4.uri)
+        got: list[tuple[int, bytes]] = []
+        async with con:
+            ch = await con.channel()
+            await ch.set_qos(prefetch_count=50)
+            queue = await ch.get_queue(name, ensure=False)
+            async with queue.iterator(arguments={"x-stream-offset": "first"}) as it:
+                async for message in it:
+                    got.append((message.headers["x-stream-offset"], message.body))
+                    await message.ack()
+                    if len(got) == len(bodies):
+                        break
+        return got
+
+    by_aio = asyncio.run(asyncio.wait_for(aio(), 60))
+    assert by_aio == list(enumerate(bodies))
+
+    got: list[tuple[int, bytes]] = []
+    with kombu.Connection(n2.uri, transport="pyamqp") as conn:
+        queue = kombu.Queue(name, no_declare=True,
+                            consumer_arguments={"x-stream-offset": "first"})
+
+        def on_message(body, message):
+            got.append((message.headers["x-stream-offset"], message.body))
+            message.ack()
+
+        with conn.Consumer(queue, callbacks=[on_message], accept=None,
+                           prefetch_count=50):
+            deadline = time.monotonic() + 30
+            while len(got) < len(bodies) and time.monotonic() < deadline:
+                with contextlib.suppress(TimeoutError, socket.timeout):
+                    conn.drain_events(timeout=0.5)
+    assert got == list(enumerate(bodies))
