@@ -27,7 +27,8 @@ from .definitions.store import DefinitionsStore
 from .management import persist
 from .management import server as management_server
 from .server.amqps import TlsServer
-from .server.listener import STORE_RETRY_SECONDS, run_broker
+from .server.group_commit import WriteRetry
+from .server.listener import run_broker
 from .server.malloc_tuning import tune_malloc
 from .server.tls import TlsOptions, server_context
 
@@ -187,8 +188,8 @@ async def _stream_syncer(broker: Broker) -> None:
     the publisher confirms that sync covers. One fsync serves everything appended before it. A
     write that fails (ENOSPC: a full disk, before the disk alarm stopped the publishers) leaves
     the segment files whole and the records buffered (``StreamLog.flush``): no confirm goes out
-    for them, and the write is tried again every ``STORE_RETRY_SECONDS`` until it succeeds. A
-    failed fsync stops the broker."""
+    for them, and the write is tried again (``server.group_commit.WriteRetry``). A failed fsync
+    stops the broker."""
     manager = getattr(broker, "streams", None)
     if manager is None:
         return
@@ -201,29 +202,16 @@ async def _stream_syncer(broker: Broker) -> None:
     manager.syncing = True
     if manager.dirty:
         wake.set()
-    failing = False
+    writes = WriteRetry("streams")
     try:
         while True:
             await wake.wait()
             wake = anyio.Event()
-            try:
-                sync = manager.flush()
-            except OSError as exc:   # ENOSPC: the logs stay whole, their buffers kept
-                if not failing:
-                    log.error("streams: cannot write (%s); confirms wait, trying again every "
-                              "%g s", exc, STORE_RETRY_SECONDS)
-                failing = True
-                await anyio.sleep(STORE_RETRY_SECONDS)
+            sync = await writes.flush(manager.flush)
+            if sync is None:   # ENOSPC: the logs stay whole, their buffers kept
                 wake.set()
                 continue
-            if failing:
-                log.warning("streams: writing again")
-                failing = False
-            try:
-                await anyio.to_thread.run_sync(sync.run)
-            except OSError as exc:   # fail-stop, as the message store's (``_store_syncer``)
-                log.critical("streams: fsync failed: %s; stopping the broker", exc)
-                raise
+            await writes.fsync(sync.run)
             manager.synced(sync)  # the publishers watching it get their confirms
             broker.run_dispatch()
     finally:

@@ -98,3 +98,59 @@ def test_a_write_failing_for_space_is_confirmed_once_space_is_back(tmp_path: Pat
             assert b.process.poll() is None
         finally:
             b.stop()
+
+
+def test_a_stream_write_failing_for_space_is_confirmed_once_space_is_back(tmp_path: Path,
+                                                                          broker_factory) -> None:
+    """The same for a stream (found by the ``disk-full`` nemesis on streams: the stream logs'
+    group commit let the ENOSPC out and the broker exited): no confirm while the write fails,
+    the broker up, then the confirm and every record once, in order, from the first offset."""
+    data = tmp_path / "data"
+    with small_fs(data / "streams", 4 << 20) as streams:
+        b = broker_factory("--disk-free-limit", "0", data_dir=data)
+        try:
+            conn = pika.BlockingConnection(pika.URLParameters(b.uri))
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("s", durable=True, arguments={"x-queue-type": "stream"})
+            ch.basic_publish("", "s", b"before", PERSISTENT)
+            fill(streams)
+            big = b"x" * 20_000
+            confirmed: list[bool] = []
+            errors: list[BaseException] = []
+
+            def publish() -> None:
+                try:
+                    c2 = pika.BlockingConnection(pika.URLParameters(b.uri))
+                    ch2 = c2.channel()
+                    ch2.confirm_delivery()
+                    ch2.basic_publish("", "s", big, PERSISTENT)   # returns once confirmed
+                    confirmed.append(True)
+                    c2.close()
+                except BaseException as exc:    # noqa: BLE001 - reported by the main thread
+                    errors.append(exc)
+
+            publisher = threading.Thread(target=publish, daemon=True)
+            publisher.start()
+            assert b.log_path is not None
+            _wait_for(lambda: "streams: cannot write" in b.log_path.read_text()
+                      or b.process.poll() is not None, 30, "the stream's write failed")
+            assert b.process.poll() is None, "the broker exited"
+            assert confirmed == [] and not errors      # no confirm for what is not written
+            free(streams)
+            publisher.join(30)
+            assert confirmed == [True] and not errors
+            ch.basic_qos(prefetch_count=10)
+            got: list[bytes] = []
+            for _m, _p, body in ch.consume("s", arguments={"x-stream-offset": "first"},
+                                           inactivity_timeout=5):
+                if body is None:
+                    break
+                got.append(body)
+                if len(got) == 2:
+                    break
+            assert got == [b"before", big]
+            conn.close()
+            assert b.process.poll() is None
+        finally:
+            b.stop()

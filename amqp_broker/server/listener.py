@@ -27,6 +27,7 @@ from ..core.broker import TICK_SECONDS, Broker
 from . import bind_errors
 from .amqps import TlsServer, listen_tls
 from .connection_io import serve_plain
+from .group_commit import WriteRetry
 from .plain_socket import PlainSocket, listen_plain
 from .read_pacing import ReadPacer
 
@@ -35,8 +36,6 @@ __all__ = ["run_broker", "rss_bytes"]
 log = logging.getLogger(__name__)
 
 DISK_CHECK_SECONDS = 1.0
-#: Seconds between tries to write the message store's buffer while its writes fail (ENOSPC).
-STORE_RETRY_SECONDS = 0.5
 #: Seconds the ticker wakes after a deadline it was woken for (the loop's clock counts in ms).
 WAKE_MARGIN = 0.002
 
@@ -115,7 +114,7 @@ async def _store_syncer(broker: Broker) -> None:
     the sync covers. One fsync serves every message appended since the previous one. A write
     that fails (ENOSPC: a full disk, before the disk alarm stopped the publishers) leaves the
     store's files whole and its buffer kept (``queues.store.store``): no confirm goes out for
-    it, and the write is tried again every ``STORE_RETRY_SECONDS`` until it succeeds. A failed
+    it, and the write is tried again every ``group_commit.RETRY_SECONDS`` until it succeeds. A failed
     fsync stops the broker (fail-stop, see below)."""
     durability = broker.durability
     store = durability.store
@@ -128,32 +127,17 @@ async def _store_syncer(broker: Broker) -> None:
     durability.on_dirty = on_dirty
     if durability.dirty:
         wake.set()
-    failing = False
+    writes = WriteRetry("message store")
     try:
         while True:
             await wake.wait()
             wake = anyio.Event()
             durability.begin_sync()
-            try:
-                pending = store.flush()
-            except OSError as exc:
-                if not failing:
-                    log.error("message store: cannot write (%s); confirms wait, trying again "
-                              "every %g s", exc, STORE_RETRY_SECONDS)
-                failing = True
-                await anyio.sleep(STORE_RETRY_SECONDS)
+            pending = await writes.flush(store.flush)
+            if pending is None:
                 wake.set()
                 continue
-            if failing:
-                log.warning("message store: writing again")
-                failing = False
-            try:
-                await anyio.to_thread.run_sync(pending.run)
-            except OSError as exc:
-                # Fail-stop: a failed fsync may have lost written data (the page cache is not to
-                # be trusted after it), so no further confirm may go out.
-                log.critical("message store write/fsync failed: %s; stopping the broker", exc)
-                raise
+            await writes.fsync(pending.run)
             durable_id = store.synced(pending)
             durability.synced(durable_id)
             broker.run_dispatch()
