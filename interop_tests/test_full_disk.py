@@ -37,6 +37,29 @@ def _wait_for(check, timeout: float, what: str) -> None:
     raise AssertionError(f"not within {timeout:g} s: {what}")
 
 
+def _publisher(uri: str, queues: list[str], body: bytes, confirmed: list[str],
+               errors: list[BaseException]) -> threading.Thread:
+    """A started thread that publishes ``body`` (persistent, with confirms) to each of ``queues``
+    in turn on a connection of its own, appending a queue to ``confirmed`` once its publish is
+    confirmed and an error to ``errors``."""
+
+    def publish() -> None:
+        try:
+            c2 = pika.BlockingConnection(pika.URLParameters(uri))
+            ch2 = c2.channel()
+            ch2.confirm_delivery()
+            for q in queues:
+                ch2.basic_publish("", q, body, PERSISTENT)   # returns once confirmed
+                confirmed.append(q)
+            c2.close()
+        except BaseException as exc:    # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_write_failing_for_space_is_confirmed_once_space_is_back(tmp_path: Path,
                                                                     broker_factory) -> None:
     data = tmp_path / "data"
@@ -57,23 +80,10 @@ def test_a_write_failing_for_space_is_confirmed_once_space_is_back(tmp_path: Pat
             confirmed: list[str] = []
             errors: list[BaseException] = []
 
-            def publish() -> None:
-                try:
-                    c2 = pika.BlockingConnection(pika.URLParameters(b.uri))
-                    ch2 = c2.channel()
-                    ch2.confirm_delivery()
-                    for q in ("classic", "qq"):
-                        ch2.basic_publish("", q, big, PERSISTENT)   # returns once confirmed
-                        confirmed.append(q)
-                    c2.close()
-                except BaseException as exc:    # noqa: BLE001 - reported by the main thread
-                    errors.append(exc)
-
             def exited() -> bool:
                 return b.process.poll() is not None
 
-            publisher = threading.Thread(target=publish, daemon=True)
-            publisher.start()
+            publisher = _publisher(b.uri, ["classic", "qq"], big, confirmed, errors)
             assert b.log_path is not None
             _wait_for(lambda: STORE_FAILS in b.log_path.read_text() or exited(), 30,
                       "the message store's write failed")
@@ -116,22 +126,9 @@ def test_a_stream_write_failing_for_space_is_confirmed_once_space_is_back(tmp_pa
             ch.basic_publish("", "s", b"before", PERSISTENT)
             fill(streams)
             big = b"x" * 20_000
-            confirmed: list[bool] = []
+            confirmed: list[str] = []
             errors: list[BaseException] = []
-
-            def publish() -> None:
-                try:
-                    c2 = pika.BlockingConnection(pika.URLParameters(b.uri))
-                    ch2 = c2.channel()
-                    ch2.confirm_delivery()
-                    ch2.basic_publish("", "s", big, PERSISTENT)   # returns once confirmed
-                    confirmed.append(True)
-                    c2.close()
-                except BaseException as exc:    # noqa: BLE001 - reported by the main thread
-                    errors.append(exc)
-
-            publisher = threading.Thread(target=publish, daemon=True)
-            publisher.start()
+            publisher = _publisher(b.uri, ["s"], big, confirmed, errors)
             assert b.log_path is not None
             _wait_for(lambda: "streams: cannot write" in b.log_path.read_text()
                       or b.process.poll() is not None, 30, "the stream's write failed")
@@ -139,7 +136,7 @@ def test_a_stream_write_failing_for_space_is_confirmed_once_space_is_back(tmp_pa
             assert confirmed == [] and not errors      # no confirm for what is not written
             free(streams)
             publisher.join(30)
-            assert confirmed == [True] and not errors
+            assert confirmed == ["s"] and not errors
             ch.basic_qos(prefetch_count=10)
             got: list[bytes] = []
             for _m, _p, body in ch.consume("s", arguments={"x-stream-offset": "first"},
