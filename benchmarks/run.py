@@ -32,6 +32,7 @@ from benchmarks.amqbench import (
     CASES_BY_KEY,
     OUT_DIR,
     WARMUP,
+    Case,
     Result,
     build_amqbench,
     build_manyqueues,
@@ -66,9 +67,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--no-warmup", action="store_true", help="skip the 1 s warm-up run per broker"
     )
     parser.add_argument("--no-write", action="store_true", help=f"do not rewrite {RESULTS_MD.name}")
+    parser.add_argument(
+        "--rounds", type=int, default=1,
+        help="run every case this many times, alternating which broker goes first from round to "
+             "round; the table gives each broker's median run (default 1)")
     args = parser.parse_args(argv)
     if not 1 <= args.seconds <= 60:
         parser.error("--seconds must be between 1 and 60 (amqbench's limit)")
+    if not 1 <= args.rounds <= 20:
+        parser.error("--rounds must be between 1 and 20")
     keys = [k.strip() for k in args.cases.split(",") if k.strip()]
     unknown = [k for k in keys if k not in CASES_BY_KEY]
     if unknown or not keys:
@@ -94,6 +101,34 @@ def describe(result: Result) -> str:
     )
 
 
+def median_result(results: Sequence[Result]) -> Result:
+    """The run of median consumed msg/s among those that printed figures (the lower of the two
+    middle ones for an even count); the last run when none did."""
+    ok = sorted((r for r in results if r.ok), key=lambda r: r.figures["consumed_per_s"])
+    return ok[(len(ok) - 1) // 2] if ok else results[-1]
+
+
+def _run_case(tools: dict[str, Path], broker: Broker, ours: OurBroker, case: Case,
+              seconds: int, odd: list[str]) -> Result | None:
+    """One run of ``case`` against ``broker`` (our broker restarted first if it had exited; None
+    when RabbitMQ is not running), its progress line printed."""
+    if not broker.alive():
+        if broker is not ours:
+            odd.append(f"{broker.label} was not running for {case.title}")
+            return None
+        odd.append(f"our broker had exited (see its log); restarted before {case.title}")
+        print(f"our broker exited:\n{tail(ours.log_path)}\nrestarting", flush=True)
+        ours.stop()
+        ours.start()
+    print(f"{case.title}, {broker.label} ...", end=" ", flush=True)
+    r = run_amqbench(tools[case.tool], broker, case, seconds)
+    if not broker.alive():
+        r.error = (r.error + "; " if r.error else "") + f"{broker.label} exited during the run"
+    print(describe(r), flush=True)
+    time.sleep(1)
+    return r
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; returns the exit status (0 also when skipped for lack of amqbench)."""
     args = parse_args(argv)
@@ -112,7 +147,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours = OurBroker(workdir, shlex.split(args.our_args))
     rabbit: RabbitMQ | None = None
     odd: list[str] = []
-    results: dict[tuple[str, str], Result] = {}
     try:
         ours.start()
         print(f"our broker: pid {ours.proc.pid}, port {ours.port}", flush=True)
@@ -143,28 +177,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 r = run_amqbench(binary, broker, WARMUP, 1)
                 print(f"warm-up, {broker.label}: {describe(r)}", flush=True)
 
-        for i, case in enumerate(args.case_list):
-            order = brokers if i % 2 == 0 else brokers[::-1]
-            for broker in order:
-                if not broker.alive():
-                    if broker is not ours:
-                        odd.append(f"{broker.label} was not running for {case.title}")
-                        continue
-                    odd.append(
-                        f"our broker had exited (see its log); restarted before {case.title}"
-                    )
-                    print(f"our broker exited:\n{tail(ours.log_path)}\nrestarting", flush=True)
-                    ours.stop()
-                    ours.start()
-                print(f"{case.title}, {broker.label} ...", end=" ", flush=True)
-                r = run_amqbench(tools[case.tool], broker, case, args.seconds)
-                if not broker.alive():
-                    r.error = (
-                        r.error + "; " if r.error else ""
-                    ) + f"{broker.label} exited during the run"
-                results[(case.key, broker.label)] = r
-                print(describe(r), flush=True)
-                time.sleep(1)
+        runs: dict[tuple[str, str], list[Result]] = {}
+        for rnd in range(args.rounds):
+            if args.rounds > 1:
+                print(f"round {rnd + 1} of {args.rounds}", flush=True)
+            for i, case in enumerate(args.case_list):
+                order = brokers if (i + rnd) % 2 == 0 else brokers[::-1]
+                for broker in order:
+                    r = _run_case(tools, broker, ours, case, args.seconds, odd)
+                    if r is not None:
+                        runs.setdefault((case.key, broker.label), []).append(r)
+        results = {key: median_result(rs) for key, rs in runs.items()}
+        if args.rounds > 1:
+            odd.append(f"each figure is the median of {args.rounds} rounds (by consumed msg/s); "
+                       "the brokers alternated going first from round to round")
 
         table = markdown_table(args.case_list, results)
         odd = notes(args.case_list, results, odd)
