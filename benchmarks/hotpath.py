@@ -6,10 +6,10 @@ A core ``Broker`` (no sockets: ``amqp_broker.core``) with one publishing and one
 connection; the publisher's frames (Basic.Publish + header + body of ``--size`` bytes, default
 1024, in body frames of at most frame_max 131072, as amqbench sends them) are fed to
 ``Connection.receive_data`` in chunks of 100 messages (fewer of bodies over 82 KiB: ``per_chunk``),
-each chunk cut into reads of at most 256 KiB, memoryviews of a buffer
+each chunk cut into reads of at most 256 KiB
 (what the I/O layer's socket reads hand over: ``server.connection_io.READ_SIZE``), so a large
 frame straddles two reads as it does on a socket. The consumer's output is taken after each chunk
-(``Connection.take_output_parts``: the buffers a plain socket's ``writev`` would carry; when output credit stopped deliveries, the I/O layer's
+(the bytes a socket write would carry; when output credit stopped deliveries, the I/O layer's
 ``output_drained`` lets them go on and the rest is taken too) and, for ``ack``, a Basic.Ack
 multiple every 100 deliveries is fed back. ``persistent`` adds delivery-mode 2, a durable queue over a
 message store in a temporary directory, publisher confirms and the store's sync. ``many``: 100
@@ -59,12 +59,9 @@ def per_chunk(size: int) -> int:
     return max(1, min(CHUNK, CHUNK_BYTES // max(size, 1)))
 
 
-def _reads(data: bytes) -> list[memoryview]:
-    """``data`` cut into the pieces socket reads of ``READ_SIZE`` bytes would return: views of
-    one ``bytearray``, as the plain listener's reads into its receive buffer
-    (``server.read_buffer``) are handed to ``Connection.receive_data``."""
-    view = memoryview(bytearray(data))
-    return [view[i:i + READ_SIZE] for i in range(0, len(data), READ_SIZE)]
+def _reads(data: bytes) -> list[bytes]:
+    """``data`` cut into the pieces socket reads of ``READ_SIZE`` bytes would return."""
+    return [data[i:i + READ_SIZE] for i in range(0, len(data), READ_SIZE)]
 
 
 def run(messages: int, case: str, size: int = 1024) -> float:
@@ -108,11 +105,11 @@ def run(messages: int, case: str, size: int = 1024) -> float:
             sync = store.flush()
             sync.run()
             durability.synced(store.synced(sync))  # type: ignore[union-attr]
-            pub.conn.take_output_parts()
-        out = con.conn.take_output_parts()
+            pub.conn.take_output()
+        out = con.conn.take_output()
         while out:
             con.conn.output_drained()
-            out = con.conn.take_output_parts()
+            out = con.conn.take_output()
         delivered = channel.next_delivery_tag - 1
         if case != "noack":
             con.conn.receive_data(frame.marshal(commands.Basic.Ack(delivered, True), 1))
@@ -160,7 +157,7 @@ def run_many(messages: int, size: int = 1024, queues: int = 100, producers: int 
             for data in reads:
                 pubs[p].conn.receive_data(data)
         for c in cons:
-            while c.conn.take_output_parts():
+            while c.conn.take_output():
                 c.conn.output_drained()
     elapsed = time.perf_counter() - started
     delivered = sum(ch.next_delivery_tag - 1 for ch in channels)

@@ -9,10 +9,7 @@ keeps only an incomplete tail between calls (as views of the chunks it came in, 
 ``body_views`` (the broker's connections) a full-size body frame (frame_max - 8 payload bytes: a
 body of several frames) is not copied out of its chunks: it comes as ``FRAME_BODY_VIEW`` (one per
 read it spans) and its payload, memoryviews, waits in ``views``; the assembler joins a body's views
-once. A chunk fed as a ``memoryview`` (the plain listener's receive buffer, which it never writes
-over while a view of it lives) gives every body frame of at least ``VIEW_MIN`` bytes as a view too,
-and copies the other frames out of it once; while its frames are small (under ``VIEW_AVG`` bytes
-on average) it is copied whole and split as bytes (what a read into a new ``bytes`` cost).
+once.
 """
 
 from __future__ import annotations
@@ -24,18 +21,11 @@ from typing import Final
 from . import constants as c
 from .errors import ConnectionException
 
-__all__ = ["FRAME_BODY_VIEW", "VIEW_AVG", "VIEW_MIN", "FrameSplitter", "encode_frame",
-           "encode_body_frames"]
+__all__ = ["FRAME_BODY_VIEW", "FrameSplitter", "encode_frame", "encode_body_frames"]
 
 #: The frame type ``feed`` gives a body frame whose payload waits in ``FrameSplitter.views``
 #: (never on the wire: frame types are one octet).
 FRAME_BODY_VIEW: Final = 0x103
-#: Payload bytes from which a body frame in a chunk fed as a memoryview stays a view (8 KiB: the
-#: size from which deliveries keep a body as its own output piece, ``core.consumer.LARGE_BODY``).
-VIEW_MIN: Final = 8192
-#: Average bytes per frame of a memoryview chunk from which the next such chunk is split for views
-#: (4 KiB); below, a chunk is copied whole into bytes (one copy, no per-frame overhead).
-VIEW_AVG: Final = 4096
 _METHOD: Final = c.FRAME_METHOD
 _HEADER: Final = c.FRAME_HEADER
 _BODY: Final = c.FRAME_BODY
@@ -62,7 +52,7 @@ class FrameSplitter:
     Source: AMQP 0-9-1 §4.2.3.
     """
 
-    __slots__ = ("frame_max", "_tail", "_tail_len", "body_views", "views", "_large")
+    __slots__ = ("frame_max", "_tail", "_tail_len", "body_views", "views")
 
     def __init__(self, frame_max: int = c.FRAME_MIN_SIZE, body_views: bool = False) -> None:
         self.frame_max = frame_max
@@ -73,8 +63,6 @@ class FrameSplitter:
         self.body_views = body_views
         #: The payloads of the ``FRAME_BODY_VIEW`` frames of the last ``feed``, in order.
         self.views: deque[memoryview] = deque()
-        #: The last memoryview chunk's frames averaged ``VIEW_AVG`` bytes or more.
-        self._large = False
 
     def set_frame_max(self, frame_max: int) -> None:
         """Negotiated frame_max in bytes (0 means no limit, which we never grant)."""
@@ -85,22 +73,18 @@ class FrameSplitter:
         """Bytes held for an incomplete frame."""
         return self._tail_len
 
-    def feed(self, data: bytes | memoryview) -> list[tuple[int, int, bytes]]:
+    def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
         """Append ``data`` and return every complete frame in order (see class docstring).
 
         A frame split across reads is kept as pieces of the chunks (views where large) until its
         last byte arrives, then joined straight into its payload: a 64 KiB body straddling two
         256 KiB reads costs one to two copies of itself, not three. With body views a full body
-        frame is not joined: its pieces come as views (class docstring). ``data`` as a
-        memoryview: the caller must not write over it while ``views`` or a held tail refer to it
-        (the module docstring); payloads still come as ``bytes``."""
+        frame is not joined: its pieces come as views (class docstring)."""
         if self.views:
             self.views.clear()
         tail = self._tail
         if not tail:
-            if isinstance(data, bytes):
-                return self._split(data, 0)
-            return self._split_chunk(data, 0)
+            return self._split(data, 0)
         held = self._tail_len
         if held < 7:  # not even the frame header yet: a few bytes, join and parse afresh
             self._tail = []
@@ -130,54 +114,7 @@ class FrameSplitter:
         self._tail = []
         self._tail_len = 0
         if need < len(data):
-            frames += (self._split(data, need) if isinstance(data, bytes)
-                       else self._split_chunk(data, need))
-        return frames
-
-    def _split_chunk(self, data: memoryview, pos: int) -> list[tuple[int, int, bytes]]:
-        """``_split`` for a memoryview chunk from ``pos``: copied whole into bytes while frames are
-        small, else split for views (``_split_views``); notes which for the next chunk."""
-        if self.body_views and self._large:
-            frames = self._split_views(data, pos)
-        else:
-            frames = self._split(bytes(data[pos:]), 0)
-        self._large = len(data) - pos >= VIEW_AVG * (len(frames) + 1)
-        return frames
-
-    def _split_views(self, data: memoryview, pos: int) -> list[tuple[int, int, bytes]]:
-        """Every body frame of ``VIEW_MIN`` payload bytes or more in ``data`` (from ``pos``) as a
-        ``FRAME_BODY_VIEW`` (its payload a view in ``views``), each run of other frames between
-        them copied once into bytes and split by ``_split``; an incomplete frame at the end is
-        kept as a view when large (as ``_split`` does). Raises as ``_split``."""
-        frames: list[tuple[int, int, bytes]] = []
-        views = self.views
-        end = len(data)
-        full = self.frame_max - c.FRAME_OVERHEAD
-        run = pos  # the start of the run of other frames not yet split
-        while end - pos >= 7:
-            ftype, channel, size = _unpack_head(data, pos)
-            if size > full:  # as soon as its header is in (not buffered until complete)
-                raise _too_large(size, self.frame_max)
-            if ftype != _BODY or size < VIEW_MIN:
-                if pos + 8 + size > end:
-                    break
-                pos += 8 + size  # checked by ``_split`` with its run
-                continue
-            stop = pos + 7 + size
-            if stop >= end:
-                break
-            _check_frame(data[stop], ftype)
-            if run < pos:
-                frames += self._split(bytes(data[run:pos]), 0)
-            frames.append((FRAME_BODY_VIEW, channel, b""))
-            views.append(data[pos + 7:stop])
-            pos = run = stop + 1
-        if run < pos:
-            frames += self._split(bytes(data[run:pos]), 0)
-        if pos < end:
-            held = end - pos
-            self._tail = [data[pos:] if held >= 7 and 4 * held >= end else bytes(data[pos:])]
-            self._tail_len = held
+            frames += self._split(data, need)
         return frames
 
     def _split(self, data: bytes, pos: int) -> list[tuple[int, int, bytes]]:
@@ -192,7 +129,10 @@ class FrameSplitter:
                     | data[pos + 6])
             if size >= full:  # a full frame (a body's: a view, not a copy) or one too large
                 if size > full:
-                    raise _too_large(size, self.frame_max)
+                    raise ConnectionException(
+                        c.FRAME_ERROR,
+                        f"FRAME_ERROR - frame size {size + c.FRAME_OVERHEAD} > frame_max "
+                        f"{self.frame_max}")
                 stop = pos + 7 + size
                 if stop >= end:
                     break
@@ -223,12 +163,6 @@ class FrameSplitter:
                           else data[pos:]]
             self._tail_len = held
         return frames
-
-
-def _too_large(size: int, frame_max: int) -> ConnectionException:
-    """The 501 FRAME_ERROR for a frame of ``size`` payload bytes over ``frame_max`` (§4.2.3)."""
-    return ConnectionException(
-        c.FRAME_ERROR, f"FRAME_ERROR - frame size {size + c.FRAME_OVERHEAD} > frame_max {frame_max}")
 
 
 def _check_frame(end_octet: int, ftype: int) -> None:

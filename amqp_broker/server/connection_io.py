@@ -2,7 +2,7 @@
 
 A reader task receives large chunks (256 KiB) and hands each to ``Connection.receive_data``
 synchronously (every frame in the chunk handled, no task per message). Output goes out in one
-write per turn of the loop: on a plain socket (``serve_plain``, over ``plain_socket.BufferedSocket``)
+write per turn of the loop: on a plain socket (``serve_plain``, over ``plain_socket.PlainSocket``)
 by callback, one flush scheduled when the connection gets output; on a TLS stream
 (``serve_connection``, anyio's stream) by a writer task that sleeps until there is output. Back
 pressure: the reader does not read while the connection's own output is above the high-water mark
@@ -28,7 +28,7 @@ from anyio.abc import ByteStream
 from ..core.broker import Broker
 from ..core.connection import LINGER_TIMEOUT, Connection
 from ..core.external import TlsPeer
-from .plain_socket import BufferedSocket
+from .plain_socket import PlainSocket
 from .read_pacing import ReadPacer
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ READ_SIZE = 262144
 
 
 class _Receiver(Protocol):
-    async def receive(self, max_bytes: int = ...) -> bytes | memoryview: ...
+    async def receive(self, max_bytes: int = ...) -> bytes: ...
 
 
 class _Link:
@@ -75,15 +75,14 @@ class _Link:
 
 class _Flusher:
     """A plain socket's writer, by callback: ``on_writable`` schedules one ``flush`` for the next
-    turn of the loop, which writes everything queued in one ``writev`` of the connection's
-    buffers (``Connection.take_output_parts``: large bodies as they are, not joined); while the
-    kernel has not taken it all (``BufferedSocket.writing_paused``) output waits in the
-    connection, and the socket's drain flushes again. Once the connection is closed and its output written, the socket closes
+    turn of the loop, which writes everything queued in one ``write``; while the kernel has not
+    taken it all (``PlainSocket.writing_paused``) output waits in the connection, and the socket's
+    drain flushes again. Once the connection is closed and its output written, the socket closes
     (unless it lingers after the client's own Close)."""
 
     __slots__ = ("conn", "sock", "link", "loop", "scheduled")
 
-    def __init__(self, conn: Connection, sock: BufferedSocket, link: _Link) -> None:
+    def __init__(self, conn: Connection, sock: PlainSocket, link: _Link) -> None:
         self.conn = conn
         self.sock = sock
         self.link = link
@@ -113,9 +112,9 @@ class _Flusher:
             return
         if sock.writing_paused:
             return   # the socket's drain calls this again
-        parts = conn.take_output_parts()
-        if parts:
-            sock.write_parts(parts)
+        data = conn.take_output()
+        if data:
+            sock.write(data)
             if sock.writing_paused:
                 return
         if conn.closed:
@@ -167,7 +166,6 @@ async def _reader(conn: Connection, stream: _Receiver, link: _Link,
         prev, last = last, clock()
         size = len(data)
         conn.receive_data(data)
-        data = b""   # a view of the receive buffer: not held while waiting (``read_buffer``)
     if conn.linger:
         await _discard_until_peer_closes(stream)
 
@@ -226,9 +224,8 @@ async def serve_connection(broker: Broker, stream: ByteStream, tls: TlsPeer | No
             await stream.aclose()
 
 
-async def serve_plain(broker: Broker, sock: BufferedSocket,
-                      pacer: ReadPacer | None = None) -> None:
-    """Run one client connection on a plain TCP socket (``plain_socket.BufferedSocket``, from
+async def serve_plain(broker: Broker, sock: PlainSocket, pacer: ReadPacer | None = None) -> None:
+    """Run one client connection on a plain TCP socket (``plain_socket.PlainSocket``, from
     ``listen_plain``) until either side closes it; ``pacer`` as for ``serve_connection``."""
     try:
         conn = broker.open_connection(sock.peer)

@@ -28,7 +28,7 @@ from . import bind_errors
 from .amqps import TlsServer, listen_tls
 from .connection_io import serve_plain
 from .group_commit import WriteRetry
-from .plain_socket import BufferedSocket, listen_plain
+from .plain_socket import PlainSocket, listen_plain
 from .read_pacing import ReadPacer
 
 __all__ = ["run_broker", "rss_bytes"]
@@ -181,13 +181,13 @@ async def run_broker(broker: Broker, host: str, port: int,
     pacer = ReadPacer()
     group: list[TaskGroup] = []   # the task group serving, once it runs
 
-    async def handle(sock: BufferedSocket) -> None:
+    async def handle(sock: PlainSocket) -> None:
         try:
             await serve_plain(broker, sock, pacer=pacer)
         except Exception:
             log.exception("connection task failed")
 
-    def on_open(sock: BufferedSocket) -> None:
+    def on_open(sock: PlainSocket) -> None:
         if not group:
             sock.close()   # not serving any more
             return

@@ -1,7 +1,6 @@
 """A plain-TCP client socket for ``connection_io``: reads on demand, writes by callback.
 
-``BufferedSocket`` is the asyncio protocol of one accepted socket (``PlainSocket``: the same for
-the cluster's outgoing peer links, with ``bytes`` chunks). It replaces anyio's socket stream
+``PlainSocket`` is the asyncio protocol of one accepted socket. It replaces anyio's socket stream
 on the plain listener (TLS keeps anyio's stream) for what idleness costs (issue 14: 10,000 idle
 connections with heartbeats): anyio woke the connection's writer task, made events and two
 checkpoints for every frame written, and woke the reader task for every heartbeat received.
@@ -9,16 +8,11 @@ checkpoints for every frame written, and woke the reader task for every heartbea
 * **Reading** is what anyio's stream does, so busy connections read in the same batches: the
   socket is read only while the reader waits in ``receive`` (reading paused otherwise, so a reader
   held back by back pressure leaves the data in the kernel and TCP slows the client), a chunk at a
-  time, up to ``max_bytes``; a chunk already there is returned after one checkpoint. The socket is
-  read straight into the listener's shared ``read_buffer.ReadBuffer`` (a ``BufferedProtocol``:
-  ``recv_into``) and a chunk is a memoryview of it, valid for as long as it is referenced (issue
-  28: no copy into a new ``bytes`` per read); it reads at most ``PENDING_MAX`` chunks ahead of
-  the reader (the event loop would read on while the kernel has more). One
+  time, up to ``max_bytes``; a chunk already there is returned after one checkpoint. One
   exception: a heartbeat frame arriving alone while the reader waits is offered to
   ``on_heartbeat`` at once and, when taken, the reader sleeps on (a heartbeat is all an idle
   client sends).
-* **Writing** is ``write`` / ``write_parts`` (several buffers, one ``writev``): straight to the
-  transport, whose high-water mark is 0 (as anyio's), so
+* **Writing** is ``write``: straight to the transport, whose high-water mark is 0 (as anyio's), so
   ``writing_paused`` is set as soon as the kernel does not take everything; ``on_drained`` runs when
   the transport's buffer is empty again.
 
@@ -34,34 +28,25 @@ import asyncio
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, cast
+from typing import cast
 
 import anyio
 
 from ..protocol.constants import HEARTBEAT_FRAME
-from .read_buffer import ReadBuffer
 
-__all__ = ["PENDING_MAX", "BufferedSocket", "PlainSocket", "listen_plain"]
-
-#: Chunks a ``BufferedSocket`` reads ahead of its reader at most (2: the reader finds the next
-#: one waiting; the rest stays in the kernel, whose window slows the client).
-PENDING_MAX = 2
-
-#: What a chunk received is: ``bytes`` (``PlainSocket``) or a view of the receive buffer
-#: (``BufferedSocket``).
-B = TypeVar("B", bytes, memoryview)
+__all__ = ["PlainSocket", "listen_plain"]
 
 
-class _Socket(asyncio.BaseProtocol, Generic[B]):
-    """What ``PlainSocket`` and ``BufferedSocket`` share (the module docstring): ``on_open(sock)``
-    is called once the socket is connected (TCP_NODELAY on) and starts serving it; ``peer`` is
-    the client's (host, port), ("?", 0) when the OS does not say."""
+class PlainSocket(asyncio.Protocol):
+    """One accepted plain-TCP socket (see the module docstring). ``on_open(sock)`` is called once
+    the socket is connected (TCP_NODELAY on) and starts serving it; ``peer`` is the client's
+    (host, port), ("?", 0) when the OS does not say."""
 
-    def __init__(self, on_open: Callable[[Any], None]) -> None:
+    def __init__(self, on_open: Callable[[PlainSocket], None]) -> None:
         self._on_open = on_open
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[str, int] = ("?", 0)
-        self._chunks: deque[B] = deque()
+        self._chunks: deque[bytes] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._eof = False
         self.lost = False
@@ -91,14 +76,11 @@ class _Socket(asyncio.BaseProtocol, Generic[B]):
         t.pause_reading()
         self._on_open(self)
 
-    def _lone_heartbeat(self, data: B) -> bool:
-        """``data`` is a heartbeat frame arriving alone while the reader waits, and was taken
-        by ``on_heartbeat`` (module docstring)."""
-        return (self._waiter is not None and not self._chunks and len(data) == 8
-                and data == HEARTBEAT_FRAME and self.on_heartbeat is not None
-                and self.on_heartbeat())
-
-    def _push(self, data: B) -> None:
+    def data_received(self, data: bytes) -> None:
+        """Buffer ``data`` for the reader, or hand a lone heartbeat on (module docstring)."""
+        if (self._waiter is not None and not self._chunks and data == HEARTBEAT_FRAME
+                and self.on_heartbeat is not None and self.on_heartbeat()):
+            return
         self._chunks.append(data)
         self._wake()
 
@@ -132,7 +114,7 @@ class _Socket(asyncio.BaseProtocol, Generic[B]):
             waiter.set_result(None)
 
     # ---------------------------------------------------------------------- the reader
-    async def receive(self, max_bytes: int = 65536) -> B:
+    async def receive(self, max_bytes: int = 65536) -> bytes:
         """The next chunk the client sent, at most ``max_bytes`` bytes (the rest stays buffered).
         Raises ``anyio.EndOfStream`` when the client closed its side and nothing is buffered,
         ``anyio.BrokenResourceError`` when the socket is gone."""
@@ -165,17 +147,6 @@ class _Socket(asyncio.BaseProtocol, Generic[B]):
         if t is not None and not self.lost and not t.is_closing():
             t.write(data)
 
-    def write_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Hand ``parts`` to the transport as one write, in order (dropped once the socket is
-        gone): uvloop sends them with one ``writev`` and keeps what the kernel did not take as
-        the same buffers, uncopied (asyncio's own transport joins them on Python 3.11)."""
-        t = self.transport
-        if t is not None and not self.lost and not t.is_closing():
-            if len(parts) == 1:
-                t.write(parts[0])
-            else:
-                t.writelines(parts)
-
     def close(self) -> None:
         """Close the socket once what was written is sent (idempotent)."""
         t = self.transport
@@ -183,57 +154,12 @@ class _Socket(asyncio.BaseProtocol, Generic[B]):
             t.close()
 
 
-class PlainSocket(_Socket[bytes], asyncio.Protocol):
-    """A plain-TCP socket whose chunks are ``bytes`` (the event loop reads each into a new one):
-    the cluster's outgoing peer links. ``on_open``, ``peer`` as ``_Socket``."""
-
-    def __init__(self, on_open: Callable[[PlainSocket], None]) -> None:
-        super().__init__(on_open)
-
-    def data_received(self, data: bytes) -> None:
-        """Buffer ``data`` for the reader, or hand a lone heartbeat on (module docstring)."""
-        if not self._lone_heartbeat(data):
-            self._push(data)
-
-
-class BufferedSocket(_Socket[memoryview], asyncio.BufferedProtocol):
-    """An accepted plain-TCP socket read straight into ``buffers`` (``recv_into``), shared with
-    the other sockets of its listener (one of its own when not given): its chunks are views of
-    it, valid while referenced (module docstring). ``on_open``, ``peer`` as ``_Socket``."""
-
-    def __init__(self, on_open: Callable[[BufferedSocket], None],
-                 buffers: ReadBuffer | None = None) -> None:
-        super().__init__(on_open)
-        self._buffers = ReadBuffer() if buffers is None else buffers
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        """Where the transport reads to next: a region of the shared receive buffer."""
-        return self._buffers.region()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        """``nbytes`` arrived: buffer them for the reader as a view, or hand a lone heartbeat on
-        (module docstring; its 8 bytes are given back to the buffer)."""
-        data = self._buffers.commit(nbytes)
-        if self._lone_heartbeat(data):
-            data.release()
-            self._buffers.rewind(nbytes)
-            return
-        self._push(data)
-        if len(self._chunks) >= PENDING_MAX and self.transport is not None:
-            # uvloop reads on (up to 32 times) while the kernel has more: without this, chunks
-            # waiting for the reader would pin buffer after buffer (``read_buffer``)
-            self.transport.pause_reading()
-
-
-async def listen_plain(host: str, port: int, on_open: Callable[[BufferedSocket], None]
+async def listen_plain(host: str, port: int, on_open: Callable[[PlainSocket], None]
                        ) -> asyncio.Server:
     """Bind ``host``:``port`` (0: any free port; backlog 1,024, SO_REUSEADDR) with a
-    ``BufferedSocket`` per accepted socket, all reading into one ``ReadBuffer``; accepting starts
-    with ``await server.start_serving()``.
+    ``PlainSocket`` per accepted socket; accepting starts with ``await server.start_serving()``.
     A host name that resolves to several addresses gets a socket each (with port 0, each its own
     port). Raises ``OSError`` when the address is taken."""
     loop = asyncio.get_running_loop()
-    buffers = ReadBuffer()   # one for the listener's sockets: idle ones hold none
-    return await loop.create_server(lambda: BufferedSocket(on_open, buffers), host, port,
-                                    backlog=1024,
+    return await loop.create_server(lambda: PlainSocket(on_open), host, port, backlog=1024,
                                     reuse_address=True, start_serving=False)

@@ -21,29 +21,24 @@ FRAME_MAX = 4096
 STEP = FRAME_MAX - c.FRAME_OVERHEAD
 
 
-def publish_frames(body: bytes, step: int = STEP) -> bytes:
-    """The frames of a Basic.Publish of ``body`` on channel 1, in body frames of ``step`` bytes."""
+def _publish_frames(body: bytes) -> bytes:
     parts = [frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), 1),
              frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), 1)]
-    parts += [frame.marshal(pbody.ContentBody(body[i:i + step]), 1)
-              for i in range(0, len(body), step)]
+    parts += [frame.marshal(pbody.ContentBody(body[i:i + STEP]), 1)
+              for i in range(0, len(body), STEP)]
     return b"".join(parts)
 
 
-def assemble(stream: bytes, cuts: list[int], frame_max: int = FRAME_MAX,
-             as_views: bool = False) -> tuple[list[int], list[bytes]]:
-    """Feed ``stream`` cut at ``cuts`` to a splitter with body views (``as_views``: each piece a
-    view of its own bytearray, as the listener's reads, and every payload checked to be bytes);
-    the frame types seen and the bodies the assembler made."""
-    splitter = FrameSplitter(frame_max, body_views=True)
+def _assemble(stream: bytes, cuts: list[int]) -> tuple[list[int], list[bytes]]:
+    """Feed ``stream`` cut at ``cuts`` to a splitter with body views; the frame types seen and the
+    bodies the assembler made."""
+    splitter = FrameSplitter(FRAME_MAX, body_views=True)
     asm: ContentAssembler[str] = ContentAssembler()
     types, bodies = [], []
     bounds = [0, *sorted(set(cuts)), len(stream)]
     for lo, hi in zip(bounds, bounds[1:], strict=False):
-        piece = memoryview(bytearray(stream[lo:hi])) if as_views else stream[lo:hi]
-        for ftype, _channel, payload in splitter.feed(piece):
+        for ftype, _channel, payload in splitter.feed(stream[lo:hi]):
             types.append(ftype)
-            assert type(payload) is bytes   # nothing but body views refers to the chunk
             if ftype == c.FRAME_METHOD:
                 asm.start("publish")
                 continue
@@ -63,7 +58,7 @@ def assemble(stream: bytes, cuts: list[int], frame_max: int = FRAME_MAX,
 
 def test_full_body_frames_come_as_views_and_the_body_is_joined_intact() -> None:
     body = os.urandom(3 * STEP + 100)
-    types, bodies = assemble(publish_frames(body) * 2, [])
+    types, bodies = _assemble(_publish_frames(body) * 2, [])
     one = [c.FRAME_METHOD, c.FRAME_HEADER, FRAME_BODY_VIEW, FRAME_BODY_VIEW, FRAME_BODY_VIEW,
            c.FRAME_BODY]
     assert types == one * 2
@@ -72,7 +67,7 @@ def test_full_body_frames_come_as_views_and_the_body_is_joined_intact() -> None:
 
 def test_without_body_views_every_body_frame_is_bytes() -> None:
     body = os.urandom(2 * STEP)
-    frames = FrameSplitter(FRAME_MAX).feed(publish_frames(body))
+    frames = FrameSplitter(FRAME_MAX).feed(_publish_frames(body))
     assert [t for t, _, _ in frames] == [c.FRAME_METHOD, c.FRAME_HEADER, c.FRAME_BODY, c.FRAME_BODY]
     assert b"".join(p for t, _, p in frames if t == c.FRAME_BODY) == body
 
@@ -81,8 +76,8 @@ def test_without_body_views_every_body_frame_is_bytes() -> None:
 @given(st.integers(0, 4 * STEP), st.lists(st.integers(1, 6 * FRAME_MAX), max_size=8))
 def test_any_cut_of_the_stream_gives_the_bodies_sent(size: int, cuts: list[int]) -> None:
     first, second = os.urandom(size), os.urandom(STEP)
-    stream = publish_frames(first) + publish_frames(second)
-    _types, bodies = assemble(stream, [x for x in cuts if x < len(stream)])
+    stream = _publish_frames(first) + _publish_frames(second)
+    _types, bodies = _assemble(stream, [x for x in cuts if x < len(stream)])
     assert bodies == [first, second]
 
 
