@@ -49,7 +49,8 @@ _HEADER: Final = c.FRAME_HEADER
 _BODY: Final = c.FRAME_BODY
 #: Bytes ``take_output`` hands over at a time while large pieces wait (1 MiB).
 TAKE_MAX: Final = 1 << 20
-#: Average bytes per queued piece above which output counts as large pieces (``take_output``).
+#: Average bytes per queued piece above which output counts as large pieces, and bytes from which
+#: a piece is written as its own buffer, not joined (``take_output_parts``).
 LARGE_PIECE: Final = 4096
 #: Heartbeats (s) from which ours are sent on whole seconds (``Connection._heartbeat_due``):
 #: at 4 s, one every 1-2 s, while the peer waits two intervals (8 s) before it gives up.
@@ -152,31 +153,46 @@ class Connection:
         self.write(encode_method(channel, method))
 
     def take_output(self) -> bytes:
-        """The queued bytes (the caller writes them): all of them, or while more than the
-        high-water mark (``high_water``, 4 MiB) and ``TAKE_MAX`` (1 MiB) of large pieces (over
-        4 KiB a piece on average: only a delivery over 1 MiB gets there, deliveries stop at the
-        mark) wait, the first ``TAKE_MAX`` or so,
-        and ``on_writable`` is called for the rest. So a 64 MiB delivery goes out in 1 MiB writes
-        as the socket takes them, not joined whole (a copy of the body) and buffered whole again by
-        the transport. Everything when the connection is closed."""
+        """``take_output_parts`` joined into one bytes object (for a writer that takes one
+        buffer: TLS streams, cluster links, the management API's in-process connections)."""
+        parts = self.take_output_parts()
+        if len(parts) == 1:
+            first = parts[0]
+            return first if isinstance(first, bytes) else bytes(first)
+        return b"".join(parts)
+
+    def take_output_parts(self) -> list[bytes | memoryview]:
+        """The queued output as buffers to write in order with one ``sendmsg``/``writev`` (the
+        caller writes them; empty list: nothing queued). Small pieces are joined into one buffer
+        (a run of frames costs one iovec); a large piece (``LARGE_PIECE``, 4 KiB, or more: a
+        delivery's body, or a view of one) is its own buffer, not copied, so a large body leaves
+        as it was assembled (issue 28). All of it, or while more than the high-water mark
+        (``high_water``, 4 MiB) and ``TAKE_MAX`` (1 MiB) of large pieces wait (over 4 KiB a piece
+        on average: only a delivery over 1 MiB gets there, deliveries stop at the mark), the first
+        ``TAKE_MAX`` or so, and ``on_writable`` is called for the rest: a 64 MiB delivery goes out
+        in 1 MiB writes as the socket takes them. Everything when the connection is closed."""
         out = self._out
         if not out:
-            return b""
+            return []
         size = self.output_size
-        if size > self.high_water + TAKE_MAX and len(out) * LARGE_PIECE < size and not self.closed:
-            return self._take_some(out)
-        if len(out) == 1:
-            first = out[0]
-            data = first if isinstance(first, bytes) else bytes(first)
-        else:
-            data = b"".join(out)
+        if len(out) * LARGE_PIECE < size:   # large pieces on average: keep them apart
+            if size > self.high_water + TAKE_MAX and not self.closed:
+                out = self._take_some(out)
+            else:
+                self._out = []
+                self.output_size = 0
+            self.last_sent = self.broker.clock()
+            return _coalesce(out)
         self._out = []
         self.output_size = 0
         self.last_sent = self.broker.clock()
-        return data
+        if len(out) == 1:
+            return out
+        return [b"".join(out)]
 
-    def _take_some(self, out: list[bytes | memoryview]) -> bytes:
-        """``take_output``'s first ``TAKE_MAX`` bytes or so (whole pieces, at least one)."""
+    def _take_some(self, out: list[bytes | memoryview]) -> list[bytes | memoryview]:
+        """``take_output_parts``'s first ``TAKE_MAX`` bytes or so (whole pieces, at least one),
+        removed from ``out``."""
         taken = 0
         n = 0
         for piece in out:
@@ -184,13 +200,12 @@ class Connection:
             n += 1
             if taken >= TAKE_MAX:
                 break
-        data = b"".join(out[:n])
+        first = out[:n]
         del out[:n]
         self.output_size -= taken
-        self.last_sent = self.broker.clock()
         if out and self.on_writable is not None:
             self.on_writable()
-        return data
+        return first
 
     def output_drained(self) -> None:
         """The I/O layer wrote everything: consumers blocked on output credit may go on."""
@@ -482,3 +497,21 @@ class Connection:
                 if send is None or not send(c.HEARTBEAT_FRAME):
                     self.write(c.HEARTBEAT_FRAME)
                 self.last_sent = now   # the next one is due hb/2 from now, not at once
+
+
+def _coalesce(pieces: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    """``pieces`` with every run of pieces under ``LARGE_PIECE`` bytes joined into one bytes
+    object and the larger ones kept as they are (uncopied): the buffers of one ``writev``."""
+    parts: list[bytes | memoryview] = []
+    run: list[bytes | memoryview] = []
+    for piece in pieces:
+        if len(piece) < LARGE_PIECE:
+            run.append(piece)
+            continue
+        if run:
+            parts.append(run[0] if len(run) == 1 else b"".join(run))
+            run = []
+        parts.append(piece)
+    if run:
+        parts.append(run[0] if len(run) == 1 else b"".join(run))
+    return parts

@@ -75,8 +75,9 @@ class _Link:
 
 class _Flusher:
     """A plain socket's writer, by callback: ``on_writable`` schedules one ``flush`` for the next
-    turn of the loop, which writes everything queued in one ``write``; while the kernel has not
-    taken it all (``PlainSocket.writing_paused``) output waits in the connection, and the socket's
+    turn of the loop, which writes everything queued in one ``writev`` of the connection's buffers
+    (``Connection.take_output_parts``: large bodies as they are, not joined); while the kernel has
+    not taken it all (``PlainSocket.writing_paused``) output waits in the connection, and the socket's
     drain flushes again. Once the connection is closed and its output written, the socket closes
     (unless it lingers after the client's own Close)."""
 
@@ -112,9 +113,9 @@ class _Flusher:
             return
         if sock.writing_paused:
             return   # the socket's drain calls this again
-        data = conn.take_output()
-        if data:
-            sock.write(data)
+        parts = conn.take_output_parts()
+        if parts:
+            sock.write_parts(parts)
             if sock.writing_paused:
                 return
         if conn.closed:

@@ -12,7 +12,8 @@ checkpoints for every frame written, and woke the reader task for every heartbea
   exception: a heartbeat frame arriving alone while the reader waits is offered to
   ``on_heartbeat`` at once and, when taken, the reader sleeps on (a heartbeat is all an idle
   client sends).
-* **Writing** is ``write``: straight to the transport, whose high-water mark is 0 (as anyio's), so
+* **Writing** is ``write`` / ``write_parts`` (several buffers, one ``writev``): straight to the
+  transport, whose high-water mark is 0 (as anyio's), so
   ``writing_paused`` is set as soon as the kernel does not take everything; ``on_drained`` runs when
   the transport's buffer is empty again.
 
@@ -146,6 +147,17 @@ class PlainSocket(asyncio.Protocol):
         t = self.transport
         if t is not None and not self.lost and not t.is_closing():
             t.write(data)
+
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Hand ``parts`` to the transport as one write, in order (dropped once the socket is
+        gone): uvloop sends them with one ``writev`` and keeps what the kernel did not take as
+        the same buffers, uncopied (asyncio's own transport joins them on Python 3.11)."""
+        t = self.transport
+        if t is not None and not self.lost and not t.is_closing():
+            if len(parts) == 1:
+                t.write(parts[0])
+            else:
+                t.writelines(parts)
 
     def close(self) -> None:
         """Close the socket once what was written is sent (idempotent)."""

@@ -43,3 +43,33 @@ def test_a_large_delivery_is_taken_in_bounded_writes(make_client) -> None:
         if value.name == "ContentBody":
             got += value.value
     assert got == body
+
+
+def test_output_parts_keep_large_bodies_apart_and_join_the_small_frames(make_client) -> None:
+    """``take_output_parts`` (what the plain socket writes with one ``writev``): three deliveries
+    of 64 KiB bodies come as the bodies themselves, each a buffer of its own (not copied into one
+    joined write), between buffers of the small frames around them; in order they are the bytes
+    ``take_output`` would have joined."""
+    cl: Client = make_client()
+    conn = cl.conn
+    assert conn is not None
+    cl.declare_queue(1, "parts")
+    bodies = [os.urandom(65536) for _ in range(3)]
+    for body in bodies:
+        cl.publish(1, "", "parts", body)
+    cl.frames()
+    cl.send(1, cmd.Basic.Consume(queue="parts", consumer_tag="t", no_ack=True))
+    parts = conn.take_output_parts()
+    large = [bytes(p) for p in parts if len(p) >= 4096]
+    assert large == bodies
+    assert all(len(p) < 4096 for p in parts if len(p) < 65536)
+    assert len(parts) <= 2 * len(bodies) + 1   # small frames joined between the bodies
+    data = b"".join(parts)
+    got = []
+    while data:
+        consumed, _channel, value = frame.unmarshal(data)
+        data = data[consumed:]
+        if value.name == "ContentBody":
+            got.append(value.value)
+    assert got == bodies
+    assert conn.take_output_parts() == [] and conn.take_output() == b""
