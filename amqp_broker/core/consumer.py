@@ -9,12 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from ..protocol.delivery import (
-    deliver_prefix,
-    encode_deliver,
-    encode_deliver_parts,
-    encode_routing,
-)
+from ..protocol.delivery import DeliverEncoder, encode_deliver_parts, encode_routing
 from .stats import ACKED, CONSUME_AUTO, CONSUME_MANUAL, REDELIVERED, queue_cell, typed_slot
 
 if TYPE_CHECKING:
@@ -38,7 +33,7 @@ class ChannelConsumer:
     """
 
     __slots__ = ("tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "channel", "queue",
-                 "_prefix", "arguments", "_slot", "_redelivered_slot", "acked_slot", "n_delivered",
+                 "_encoder", "arguments", "_slot", "_redelivered_slot", "acked_slot", "n_delivered",
                  "n_acked", "folded", "counts")
 
     def __init__(self, channel: Channel, queue: QueueType, tag: str, *, no_ack: bool, exclusive: bool,
@@ -52,7 +47,9 @@ class ChannelConsumer:
         self.priority = priority
         self.unacked = 0
         self.arguments = arguments or {}
-        self._prefix = deliver_prefix(tag)
+        #: Basic.Deliver + content in one pack (``protocol.delivery``); the channel and the
+        #: frame size are fixed by the time a consumer exists (Tune-Ok comes before any channel)
+        self._encoder = DeliverEncoder(channel.id, tag, channel.connection.frame_max)
         # the channel's counters this consumer's deliveries go to (``core.stats``)
         self._slot = typed_slot(CONSUME_AUTO if no_ack else CONSUME_MANUAL, queue)
         self._redelivered_slot = typed_slot(REDELIVERED, queue)
@@ -119,9 +116,9 @@ class ChannelConsumer:
         conn = ch.connection
         body = msg.body
         if len(body) > LARGE_BODY:
-            conn.write_parts(encode_deliver_parts(ch.id, self._prefix, tag, entry.redelivered,
-                                                  routing_raw, msg.header_payload, body,
-                                                  conn.frame_max))
+            conn.write_parts(encode_deliver_parts(ch.id, self._encoder.prefix, tag,
+                                                  entry.redelivered, routing_raw,
+                                                  msg.header_payload, body, conn.frame_max))
         else:
-            conn.write(encode_deliver(ch.id, self._prefix, tag, entry.redelivered, routing_raw,
-                                      msg.header_payload, body, conn.frame_max))
+            conn.write(self._encoder.encode(tag, entry.redelivered, routing_raw, msg.header_payload,
+                                            body))

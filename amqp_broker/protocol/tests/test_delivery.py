@@ -9,6 +9,7 @@ from pamqp import body, commands, frame, header
 
 from amqp_broker.protocol import constants as c
 from amqp_broker.protocol.delivery import (
+    DeliverEncoder,
     deliver_prefix,
     encode_deliver,
     encode_get_ok,
@@ -96,6 +97,48 @@ def test_encode_deliver_matches_pamqp(channel, consumer_tag, delivery_tag, redel
     decoded = frame.unmarshal(got)[2]
     assert (decoded.consumer_tag, decoded.delivery_tag, decoded.redelivered, decoded.exchange,
             decoded.routing_key) == (consumer_tag, delivery_tag, redelivered, exchange, routing_key)
+
+
+@given(channels, shortstrs, st.lists(st.tuples(tags, st.booleans(), shortstrs, shortstrs,
+                                               st.sampled_from([0, 1, 2])), min_size=1, max_size=12),
+       st.data())
+@settings(max_examples=200, deadline=None)
+def test_deliver_encoder_matches_pamqp_over_a_sequence(channel, consumer_tag, deliveries,
+                                                       data) -> None:
+    """One consumer's encoder over a run of deliveries whose routing, header and body lengths
+    repeat or change (the one-pack formats are built, reused and rebuilt): every delivery the
+    bytes pamqp marshals, which is also what ``encode_deliver`` gives."""
+    frame_max = data.draw(frame_maxes)
+    enc = DeliverEncoder(channel, consumer_tag, frame_max)
+    payloads = [b"", b"a", b"hello", bytes(range(40)), b"z" * (frame_max - 8), b"y" * frame_max]
+    for delivery_tag, redelivered, exchange, routing_key, pick in deliveries:
+        payload = data.draw(st.sampled_from(payloads))
+        header_payload = header.ContentHeader(0, len(payload), commands.Basic.Properties(
+            content_type=[None, "text/plain", "application/json"][pick])).marshal()
+        routing_raw = encode_routing(exchange, routing_key)
+        for _ in range(data.draw(st.integers(1, 3))):   # a length that repeats
+            got = enc.encode(delivery_tag, redelivered, routing_raw, header_payload, payload)
+            want = frame.marshal(_Deliver(consumer_tag, delivery_tag, redelivered, exchange,
+                                          routing_key), channel) + _pamqp_content(
+                channel, header_payload, payload, frame_max)
+            assert got == want
+            assert got == encode_deliver(channel, deliver_prefix(consumer_tag), delivery_tag,
+                                         redelivered, routing_raw, header_payload, payload, frame_max)
+
+
+def test_deliver_encoder_same_lengths_new_contents() -> None:
+    """Once its format is built, the encoder packs each message's own bytes, not the first
+    message's (the lengths match, the contents differ)."""
+    enc = DeliverEncoder(5, "ctag", 131072)
+    routing = [encode_routing("ex", "k1"), encode_routing("ey", "k2"), encode_routing("ez", "k3")]
+    for i, payload in enumerate([b"aaaa", b"bbbb", b"cccc"]):
+        header_payload = header.ContentHeader(0, 4).marshal()
+        got = enc.encode(i + 1, bool(i % 2), routing[i], header_payload, payload)
+        decoded = FrameSplitter().feed(got)
+        method = frame.unmarshal(got)[2]
+        assert (method.delivery_tag, method.redelivered, method.exchange, method.routing_key) == (
+            i + 1, bool(i % 2), ["ex", "ey", "ez"][i], ["k1", "k2", "k3"][i])
+        assert decoded[-1][2] == payload
 
 
 @given(channels, tags, st.booleans(), shortstrs, shortstrs, st.integers(0, 2**32 - 1), contents())
