@@ -27,6 +27,7 @@ from .definitions.store import DefinitionsStore
 from .management import persist
 from .management import server as management_server
 from .server.amqps import TlsServer
+from .server.gc_tuning import tune_gc
 from .server.group_commit import WriteRetry
 from .server.listener import run_broker
 from .server.malloc_tuning import tune_malloc
@@ -242,6 +243,7 @@ def run(config: Config) -> None:
                  config.data_dir)
 
     tune_malloc()
+    tune_gc()
     backend_options = {}
     try:
         import uvloop  # noqa: F401
