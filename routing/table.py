@@ -380,11 +380,11 @@ class RoutingTable:
             if hdrs and ("CC" in hdrs or "BCC" in hdrs):
                 keys = dict.fromkeys((routing_key, *sender_selected_keys(hdrs)))
                 return self._route_walk(x, tuple(keys), hdrs)
+        if exchange == "":   # the default exchange: direct to the queue of that name
+            return {routing_key} if routing_key in self._queues else set()
         m = x.matcher
         if m.needs_headers:
             return self._route_walk(x, (routing_key,), hdrs)
-        if exchange == "":
-            return {routing_key} if routing_key in self._queues else set()
         t = m.targets(routing_key)
         if t.only_queues and (t.queue_names or x.alternate_exchange is None):
             return set(t.queue_names)

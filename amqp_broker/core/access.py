@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from ..protocol import constants as c
 from ..protocol.errors import ChannelException
@@ -96,7 +96,7 @@ FULL = Grant()
 
 
 #: Bumped by every change of any AccessControl: channels' cached "may do anything" goes stale.
-_GENERATION = [0]
+_GENERATION: Final = [0]
 
 
 @lru_cache(maxsize=4096)

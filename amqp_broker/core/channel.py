@@ -122,11 +122,11 @@ class Channel:
             if peer_handler is not None and peer_handler(self, method, payload):
                 return
         try:
-            if method.__class__ is Publish:
+            if type(method) is Publish:   # type(): a pointer compare when compiled
                 self._check_publish(method)
                 self.assembler.start(method)
                 return
-            handler = HANDLERS.get(method.__class__)
+            handler = HANDLERS.get(type(method))
             if handler is None:
                 cid, mid = method_ids(method)
                 raise ConnectionException(

@@ -38,7 +38,7 @@ _INDEX = struct.Struct(">I")
 _FIXED_SIZE = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
 _ARG_TYPES: dict[int, tuple[str, ...]] = {}  # method index -> argument types, filled on first use
 #: class+method prefix (4 bytes) -> a hand-written decoder of a hot extension method
-_FAST: dict[bytes, Callable[[bytes], FastCommand | None]] = {}
+_FAST: Final[dict[bytes, Callable[[bytes], FastCommand | None]]] = {}
 
 
 class FastCommand(Protocol):
