@@ -240,9 +240,14 @@ class Connection:
             data = self._protocol_header(data)
             if not data:
                 return
+        # the channel of the last content frame: a publish's header and body frames come together
+        # (a method frame may open or close a channel: the next content frame looks it up anew)
+        content_id = -1
+        content_ch: Channel | None = None
         try:
             for ftype, channel, payload in self.splitter.feed(data):
                 if ftype == _METHOD:
+                    content_id = -1
                     if channel:
                         ch = self.channels.get(channel)
                         if ch is None:
@@ -252,7 +257,7 @@ class Connection:
                     else:
                         self._connection_method(payload)
                 elif ftype == _BODY or ftype == _HEADER or ftype == FRAME_BODY_VIEW:
-                    ch = self.channels.get(channel)
+                    ch = content_ch if channel == content_id else self.channels.get(channel)
                     if ch is None:
                         if self.state is State.CLOSING:
                             if ftype == FRAME_BODY_VIEW:
@@ -262,6 +267,8 @@ class Connection:
                             c.CHANNEL_ERROR if channel else c.UNEXPECTED_FRAME,
                             f"{'CHANNEL_ERROR' if channel else 'UNEXPECTED_FRAME'} - content frame "
                             f"on {'unopened ' if channel else ''}channel {channel}")
+                    content_id = channel
+                    content_ch = ch
                     if ftype == _BODY:
                         ch.on_body(payload)
                     elif ftype == _HEADER:

@@ -438,6 +438,10 @@ class VirtualHost:
             if q is None:
                 proxied = True
                 continue
+            if isinstance(q, Queue):   # classic: a native call when compiled; its own counts
+                if q.publish(msg) is _REJECTED:
+                    ok = False
+                continue
             result = q.publish(msg)
             if result is not ROUTED:  # a refusing queue dropped its hold on the stored copy
                 if result is _REJECTED:

@@ -214,6 +214,19 @@ def test_content_on_unopened_channel_is_504(client) -> None:
     expect_close(client, c.CHANNEL_ERROR)
 
 
+def test_content_after_its_channel_closed_in_the_same_read_is_504(client) -> None:
+    """One read: a whole publish on channel 1, Channel.Close of channel 1, then a content
+    header on channel 1. The broker answers the Close with Close-Ok and forgets the channel, so
+    the header is content on an unopened channel (the frame loop remembers the channel of the
+    last content frame; a method frame in between must make it look the channel up again)."""
+    client.send_raw(client.encode_publish(1, "", "nowhere", b"abc")
+                    + frame.marshal(cmd.Channel.Close(200, "bye", 0, 0), 1)
+                    + frame.marshal(header.ContentHeader(0, 3, cmd.Basic.Properties()), 1))
+    client.expect(cmd.Channel.CloseOk, 1)
+    close = expect_close(client, c.CHANNEL_ERROR)
+    assert "unopened channel 1" in close.reply_text
+
+
 def test_unknown_method_is_540(client) -> None:
     payload = struct.pack(">HH", 60, 99)
     client.send_raw(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
