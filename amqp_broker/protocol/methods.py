@@ -26,7 +26,6 @@ __all__ = ["FastCommand", "Publish", "decode_method", "encode_method", "PUBLISH_
            "register_fast_decoder"]
 
 PUBLISH_INDEX: Final = 0x003C0028
-_PUBLISH_PREFIX: Final = b"\x00\x3c\x00\x28"
 # RabbitMQ accepts any UTF-8 queue or exchange name of up to 255 bytes (it never applied the
 # spec's character grammar, which pamqp's validators enforce): without this a reply carrying
 # such a name (Queue.DeclareOk for a queue named "é") or a declaration propagated to a cluster
@@ -157,7 +156,7 @@ def _decode_publish(payload: bytes) -> Publish:
     if len(payload) != bits_at + 1:
         raise _syntax_error("basic.publish has trailing bytes", PUBLISH_INDEX)
     try:
-        exchange = payload[7:rpos].decode()
+        exchange = payload[7:rpos].decode() if elen else ""   # "": the default exchange
         routing_key = payload[rpos + 1:bits_at].decode()
     except UnicodeDecodeError:
         raise _syntax_error("basic.publish name is not UTF-8", PUBLISH_INDEX) from None
@@ -172,9 +171,11 @@ def decode_method(payload: bytes) -> Publish | base.Frame | FastCommand:
     ``ConnectionException`` 540 NOT_IMPLEMENTED (unknown class/method) or 502 SYNTAX_ERROR (malformed
     arguments, or a payload under 4 bytes). Source: AMQP 0-9-1 §2.3.5.2 and §4.2.4.
     """
-    prefix = payload[:4]
-    if prefix == _PUBLISH_PREFIX:
+    # Basic.Publish (60.40) read byte by byte: native compares when compiled, no slice
+    if (len(payload) >= 4 and payload[1] == 60 and payload[3] == 40 and payload[0] == 0
+            and payload[2] == 0):
         return _decode_publish(payload)
+    prefix = payload[:4]
     fast = _FAST.get(prefix)
     if fast is not None:
         method = fast(payload)
