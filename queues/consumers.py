@@ -35,12 +35,15 @@ class ConsumerSet:
     False for an unknown consumer. Iteration yields consumers in registration order.
     """
 
-    __slots__ = ("_all", "_levels", "_prios", "_sac", "active", "version")
+    __slots__ = ("_all", "_levels", "_prios", "_top", "_sac", "active", "version")
 
     def __init__(self, single_active: bool = False) -> None:
         self._all: dict[int, tuple[Any, int]] = {}  # id -> (consumer, priority); insertion order
         self._levels: dict[int, deque[Any]] = {}
         self._prios: list[int] = []  # priorities present, ascending; served from the end
+        #: the highest priority's level (empty when nobody is registered): ``pick`` reads it
+        #: without a dict lookup, and with one priority (the usual case) that is all it reads
+        self._top: deque[Any] = deque()
         self._sac = single_active
         #: The single active consumer (SAC queues only), ``None`` when there is none.
         self.active: Any = None
@@ -71,6 +74,7 @@ class ConsumerSet:
         if level is None:
             level = self._levels[priority] = deque()
             insort(self._prios, priority)
+            self._top = self._levels[self._prios[-1]]
         level.append(consumer)
         if self._sac and self.active is None:
             self.active = consumer
@@ -93,6 +97,7 @@ class ConsumerSet:
         if not level:
             del self._levels[priority]
             self._prios.remove(priority)
+            self._top = self._levels[self._prios[-1]] if self._prios else deque()
         if self._sac and self.active is consumer:
             self.active = self._next_active()
         return True
@@ -116,8 +121,9 @@ class ConsumerSet:
             return active if active is not None and active.can_deliver() else None
         prios = self._prios
         levels = self._levels
-        for i in range(len(prios) - 1, -1, -1):
-            level = levels[prios[i]]
+        top = len(prios) - 1
+        for i in range(top, -1, -1):
+            level = self._top if i == top else levels[prios[i]]
             first = level[0]
             if first.can_deliver():
                 if len(level) > 1:
@@ -137,5 +143,6 @@ class ConsumerSet:
         self._all.clear()
         self._levels.clear()
         self._prios.clear()
+        self._top = deque()
         self.active = None
         return out
