@@ -13,7 +13,9 @@ same priority, and single active consumer (SAC).
   active ("RabbitMQ: Consumers (single active consumer)"; rabbitmq-server
   ``rabbit_queue_consumers:get_consumer/1``).
 
-Consumers are tracked by identity (``id``), so they need not be hashable.
+Consumers are tracked by identity (``id``), so they need not be hashable. Any object with the
+``queues.protocols.Consumer`` attributes will do; one that subclasses ``DirectConsumer`` is called
+natively by compiled code (no method lookup, no argument parsing: issue 28's small-message path).
 
 Must not know: messages, entries, channels, credit accounting (``can_deliver`` is the consumer's).
 """
@@ -25,7 +27,51 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ConsumerSet"]
+__all__ = ["ConsumerSet", "DirectConsumer", "can_deliver", "consumer_no_ack", "deliver_to"]
+
+
+class DirectConsumer:
+    """A base class for ``queues.protocols.Consumer`` implementations that compiled code calls
+    directly: a subclass overrides ``can_deliver`` and ``deliver`` and sets ``no_ack``; the
+    queue's hot path (``can_deliver``, ``consumer_no_ack``, ``deliver_to`` below) then reads and
+    calls them through the class's native vtable instead of a Python attribute lookup and call.
+    Behaviour is exactly the protocol's; the base adds nothing else."""
+
+    __slots__ = ("no_ack",)
+
+    def __init__(self, no_ack: bool) -> None:
+        #: Basic.Consume no-ack: the queue forgets an entry once delivered to this consumer.
+        self.no_ack = no_ack
+
+    def can_deliver(self) -> bool:
+        """True when the consumer has credit now (the protocol's); subclasses override it."""
+        raise NotImplementedError
+
+    def deliver(self, queue: Any, entry: Any) -> None:
+        """Send Basic.Deliver for ``entry`` of ``queue`` (the protocol's); subclasses override."""
+        raise NotImplementedError
+
+
+def can_deliver(consumer: Any) -> bool:
+    """``consumer.can_deliver()``, a native call for a ``DirectConsumer``."""
+    if isinstance(consumer, DirectConsumer):
+        return consumer.can_deliver()
+    return bool(consumer.can_deliver())
+
+
+def consumer_no_ack(consumer: Any) -> bool:
+    """``consumer.no_ack``, a native read for a ``DirectConsumer``."""
+    if isinstance(consumer, DirectConsumer):
+        return consumer.no_ack
+    return bool(consumer.no_ack)
+
+
+def deliver_to(consumer: Any, queue: Any, entry: Any) -> None:
+    """``consumer.deliver(queue, entry)``, a native call for a ``DirectConsumer``."""
+    if isinstance(consumer, DirectConsumer):
+        consumer.deliver(queue, entry)
+    else:
+        consumer.deliver(queue, entry)
 
 
 class ConsumerSet:
@@ -118,20 +164,20 @@ class ConsumerSet:
         """
         if self._sac:
             active = self.active
-            return active if active is not None and active.can_deliver() else None
+            return active if active is not None and can_deliver(active) else None
         prios = self._prios
         levels = self._levels
         top = len(prios) - 1
         for i in range(top, -1, -1):
             level = self._top if i == top else levels[prios[i]]
             first = level[0]
-            if first.can_deliver():
+            if can_deliver(first):
                 if len(level) > 1:
                     level.rotate(-1)
                 return first
             for j in range(1, len(level)):
                 c = level[j]
-                if c.can_deliver():
+                if can_deliver(c):
                     del level[j]
                     level.append(c)
                     return c

@@ -34,7 +34,7 @@ from queues.arguments import (
     QueueSettings,
     message_ttl_or_none,
 )
-from queues.consumers import ConsumerSet
+from queues.consumers import ConsumerSet, consumer_no_ack, deliver_to
 from queues.dead_letter import REASON_EXPIRED, REASON_MAXLEN, REASON_REJECTED
 from queues.dedup import DedupWindow, dedup_key
 from queues.discards import Discards
@@ -290,13 +290,13 @@ class Queue(QueueView):
 
     def _deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
         entry.delivery_count += 1
-        if not consumer.no_ack:
+        if not consumer_no_ack(consumer):
             self._unacked[entry.seq] = entry
             if self._journal is not None and entry.message.store_id is not None:
                 self._journal.delivered(entry)
         elif self._journal is not None and entry.message.store_id is not None:
             self._journal.settled((entry,))
-        consumer.deliver(self, entry)
+        deliver_to(consumer, self, entry)
 
     def dispatch(self) -> int:
         """Deliver ready messages to consumers that can take them; returns how many were delivered.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from queues.consumers import DirectConsumer
+
 from ..protocol.delivery import DeliverEncoder, encode_deliver_parts, encode_routing
 from .stats import ACKED, CONSUME_AUTO, CONSUME_MANUAL, REDELIVERED, queue_cell, typed_slot
 
@@ -25,23 +27,23 @@ __all__ = ["ChannelConsumer", "LARGE_BODY"]
 LARGE_BODY: Final = 8192
 
 
-class ChannelConsumer:
+class ChannelConsumer(DirectConsumer):
     """One consumer on one channel.
 
     ``tag``: consumer tag; ``no_ack``: deliveries need no ack; ``prefetch``: per-consumer prefetch
     count (0: unlimited); ``unacked``: deliveries not yet settled; ``priority``: x-priority argument.
     """
 
-    __slots__ = ("tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "channel", "queue",
+    __slots__ = ("tag", "exclusive", "priority", "prefetch", "unacked", "channel", "queue",
                  "_encoder", "arguments", "_slot", "_redelivered_slot", "acked_slot", "n_delivered",
                  "n_acked", "folded", "counts")
 
     def __init__(self, channel: Channel, queue: QueueType, tag: str, *, no_ack: bool, exclusive: bool,
                  prefetch: int, priority: int = 0, arguments: dict | None = None) -> None:
+        super().__init__(no_ack)
         self.channel = channel
         self.queue = queue
         self.tag = tag
-        self.no_ack = no_ack
         self.exclusive = exclusive
         self.prefetch = prefetch
         self.priority = priority

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from queues.consumers import ConsumerSet
+from queues.consumers import (
+    ConsumerSet,
+    DirectConsumer,
+    can_deliver,
+    consumer_no_ack,
+    deliver_to,
+)
 from queues.tests.fakes import FakeConsumer
 
 
@@ -141,3 +147,23 @@ def test_clear():
     cs.add(b)
     assert cs.clear() == [a, b]
     assert cs.active is None and len(cs) == 0
+
+
+def test_direct_consumer_base_is_abstract():
+    """DirectConsumer (the core's ChannelConsumer's base: compiled code calls it natively; the
+    core's delivery tests run through it) adds no behaviour of its own: its subclass must give
+    can_deliver and deliver. An interpreted class cannot subclass it once compiled, so the
+    queue tests' fakes are plain protocol objects, served through the same helpers."""
+    base = DirectConsumer(no_ack=False)
+    assert consumer_no_ack(base) is False
+    with pytest.raises(NotImplementedError):
+        can_deliver(base)
+    with pytest.raises(NotImplementedError):
+        deliver_to(base, None, None)
+
+
+def test_protocol_consumer_through_the_helpers():
+    plain = FakeConsumer("plain", no_ack=True, prefetch=1)
+    assert can_deliver(plain) and consumer_no_ack(plain)
+    deliver_to(plain, None, "entry")
+    assert plain.delivered == ["entry"]
