@@ -7,7 +7,8 @@ sockets (``interop_tests/rawamqp.py``) after a valid handshake, while a pika
 client publishes with confirms and consumes on another connection.  Each
 fuzzed connection must end in a Connection.Close with a connection-error
 reply code (AMQP 0-9-1 §2.3.7 / "Constants" in amqp0-9-1.xml: 501-506, 530,
-540, 320) or, for RabbitMQ only, a dropped socket; every confirmed message
+540, 320) or, for RabbitMQ only, a dropped socket or 541 (its channel crashing
+on a malformed header); every confirmed message
 must be consumed exactly once and the pika client must see no error.
 Every loop and wait is bounded in time.
 """
@@ -282,7 +283,13 @@ def test_fuzz_frames_with_concurrent_client(broker):
                 f"no answer within {CLOSE_TIMEOUT} s to {data!r} (seen {conn.seen})"
             )
             if kind == "close":
-                assert code in CONNECTION_ERROR_CODES, (
+                # RabbitMQ 3.10 may also answer 541 INTERNAL_ERROR: its channel process crashes
+                # decoding a malformed content header (a field table entry that runs past the
+                # table), and whether it decodes it at all depends on timing (the concurrent
+                # consumer); seen once in 200 examples in session 18's CI rehearsal. Ours must
+                # never: a 541 from our broker is a bug of ours.
+                allowed = CONNECTION_ERROR_CODES | {541} if rabbit else CONNECTION_ERROR_CODES
+                assert code in allowed, (
                     f"unexpected reply code {code} {text!r} for {data!r}"
                 )
             else:  # eof
