@@ -58,9 +58,7 @@ def encode_content(channel: int, header_payload: bytes, body: bytes, frame_max: 
         return b"".join((_pack_head(c.FRAME_HEADER, channel, len(header_payload)), header_payload,
                          _END, _pack_head(c.FRAME_BODY, channel, n), body, _END))
     parts = [_pack_head(c.FRAME_HEADER, channel, len(header_payload)), header_payload, _END]
-    for i in range(0, n, step):
-        chunk = body[i:i + step]
-        parts += (_pack_head(c.FRAME_BODY, channel, len(chunk)), chunk, _END)
+    _add_body_frames(parts, channel, body, frame_max)
     return b"".join(parts)
 
 
