@@ -1,10 +1,12 @@
 """Body views (issue 28): the full body frames of a large body are handed over as views of the chunk
-they were read in and joined once by the assembler; the body that comes out is the one sent, across
-any cut of the stream into reads, and every other frame is as before."""
+they were read in and copied once, into the body's buffer, by the assembler; the body that comes out
+is the one sent, across any cut of the stream into reads, every other frame is as before, and
+neither the reads nor more than about twice what arrived are held while a body is assembled."""
 
 from __future__ import annotations
 
 import os
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +15,7 @@ from pamqp import body as pbody
 from pamqp import commands, frame, header
 
 from amqp_broker.protocol import constants as c
-from amqp_broker.protocol.assembler import ContentAssembler
+from amqp_broker.protocol.assembler import FIRST_BUFFER, ContentAssembler
 from amqp_broker.protocol.errors import ConnectionException
 from amqp_broker.protocol.framing import FRAME_BODY_VIEW, FrameSplitter
 
@@ -88,3 +90,56 @@ def test_a_view_overrunning_the_declared_size_is_505() -> None:
     with pytest.raises(ConnectionException) as err:
         asm.body_view(memoryview(bytes(STEP)))
     assert err.value.reply_code == c.UNEXPECTED_FRAME
+
+
+def test_a_body_does_not_hold_the_reads_it_came_in() -> None:
+    """Each view's bytes are copied into the body as it comes: the chunk it was a view of is free
+    at once (a bytearray with a live view of it cannot be resized), and the body is intact."""
+    body = os.urandom(5 * STEP + 7)
+    asm: ContentAssembler[str] = ContentAssembler()
+    asm.start("publish")
+    asm.header(header.ContentHeader(0, len(body), commands.Basic.Properties()).marshal())
+    done = None
+    for i in range(0, len(body), STEP):
+        chunk = bytearray(b"xx" + body[i:i + STEP] + b"yy")   # a read with the frame inside
+        done = asm.body_view(memoryview(chunk)[2:-2])
+        chunk.clear()   # BufferError if the assembler still held a view of it
+    assert done == ("publish", done[1], body)
+    assert type(done[2]) is bytes
+
+
+def test_a_body_larger_than_its_first_buffer_grows_and_comes_out_whole() -> None:
+    frame_payload = 131072 - c.FRAME_OVERHEAD
+    body = os.urandom(2 * FIRST_BUFFER + 3 * frame_payload + 11)   # grows twice: 4 -> 8 -> all
+    asm: ContentAssembler[str] = ContentAssembler()
+    for _ in range(2):   # and the assembler is reusable after such a body
+        asm.start("publish")
+        asm.header(header.ContentHeader(0, len(body), commands.Basic.Properties()).marshal())
+        results = [asm.body(body[i:i + frame_payload])
+                   for i in range(0, len(body), frame_payload)]
+        assert results[:-1] == [None] * (len(results) - 1)
+        assert results[-1] is not None and results[-1][2] == body
+        assert not asm.expecting_content
+
+
+def test_a_large_declared_body_holds_about_what_arrived_not_its_size() -> None:
+    """A client declaring a 512 MiB body and sending 1 MiB of it does not make the broker
+    allocate 512 MiB: memory held stays within FIRST_BUFFER, then about twice what arrived."""
+    asm: ContentAssembler[str] = ContentAssembler()
+    asm.start("publish")
+    asm.header(header.ContentHeader(0, 512 * 1024 * 1024, commands.Basic.Properties()).marshal())
+    frame = bytes(STEP)
+    tracemalloc.start()
+    try:
+        for _ in range(1024 * 1024 // STEP):
+            assert asm.body(frame) is None
+        held_first, _peak = tracemalloc.get_traced_memory()
+        for _ in range(6 * 1024 * 1024 // STEP):   # 7 MiB in all: one doubling, to 8 MiB
+            assert asm.body(frame) is None
+        held_then, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held_first <= FIRST_BUFFER + 65536
+    assert held_then <= 2 * FIRST_BUFFER + 65536
+    asm.reset()
+    assert not asm.expecting_content
