@@ -8,11 +8,12 @@ assembler's ``max_size`` (RabbitMQ's ``max_message_size``) is a 406 PRECONDITION
 exception with RabbitMQ's text, raised as soon as the content header declares it (RabbitMQ 3.10
 checks once the body has arrived: the client sees the same Channel.Close). Modelled on RabbitMQ's
 ``rabbit_command_assembler`` (a pure ``process(frame, state)``) and ``rabbit_channel:check_msg_size``.
-A body of several frames is written into one buffer (``io.BytesIO``) as its frames arrive, so a
-frame's bytes, and the read they came in, are let go at once; the finished buffer is the body
-(``getvalue`` hands over the buffer, not a copy). Holding every frame until one join kept two
-copies of a large body at its last frame: 2.06x a 64 MiB body in RSS above idle, against
-issue 28's aim of 2x at most (benchmarks/RESULTS.md).
+A body's frames are held as they came (bytes, or views of the reads) and joined once; past
+``FIRST_BUFFER`` bytes the body goes into one buffer (``io.BytesIO``) instead, the frames so far
+and every later one written into it as it arrives and then let go, and the finished buffer is
+the body (``getvalue`` hands over the buffer, not a copy). Holding every frame of a large body
+until one join kept two copies of it at its last frame: 2.06x a 64 MiB body in RSS above idle,
+against issue 28's aim of 2x at most (benchmarks/RESULTS.md).
 Must not know: routing, queues.
 """
 
@@ -30,11 +31,11 @@ __all__ = ["ContentAssembler", "MAX_MESSAGE_SIZE", "NO_LIMIT", "too_large"]
 MAX_MESSAGE_SIZE: Final = 536870912
 #: ``max_size`` of an assembler without a limit (cluster peer links carry batches of messages).
 NO_LIMIT: Final = 1 << 62
-#: Bytes: the first size of a several-frame body's buffer (the whole body when smaller); doubled
-#: as frames arrive, up to the body's declared size, so memory held is at most about twice what
-#: has arrived (a client declaring a large body and sending little does not make us allocate it).
-#: 4 MiB: glibc serves a block this large with its own mapping (``server.malloc_tuning``), which
-#: grows by ``mremap``, without a copy.
+#: Bytes of a body held as its frames came (and joined once); a larger body goes into a buffer
+#: of twice what has arrived, doubled as more arrives, up to its declared size: memory held is
+#: never more than twice what arrived (a client declaring a large body and sending little of it
+#: does not make us allocate it). 4 MiB: glibc serves a block this large with its own mapping
+#: (``server.malloc_tuning``), which grows by ``mremap``, without a copy.
 FIRST_BUFFER: Final = 4 * 1024 * 1024
 
 
@@ -64,15 +65,16 @@ class ContentAssembler(Generic[M]):
     dropped). Source: AMQP 0-9-1 §4.2.6, §2.3.5.2; RabbitMQ ``max_message_size``.
     """
 
-    __slots__ = ("_publish", "_header", "_size", "_buf", "_cap", "_got", "max_size")
+    __slots__ = ("_publish", "_header", "_size", "_parts", "_buf", "_cap", "_got", "max_size")
 
     def __init__(self, max_size: int = NO_LIMIT) -> None:
         self.max_size = max_size
         self._publish: M | None = None
         self._header: bytes | None = None
         self._size = 0
-        #: A several-frame body so far (module docstring), ``_cap`` bytes long; None between
-        #: bodies and while a body's first frame is all there is.
+        #: A body's frames so far, up to ``FIRST_BUFFER`` bytes: bytes, or views of read chunks.
+        self._parts: list[bytes | memoryview] = []
+        #: A body past ``FIRST_BUFFER`` bytes (module docstring), ``_cap`` bytes long; else None.
         self._buf: io.BytesIO | None = None
         self._cap = 0
         self._got = 0
@@ -113,7 +115,7 @@ class ContentAssembler(Generic[M]):
             raise too_large(size, self.max_size)
         self._header = payload
         self._size = size
-        self._got = 0  # (``_buf`` is None: ``body`` and ``reset`` leave it so)
+        self._got = 0  # (no ``_parts``, ``_buf`` None: ``body`` and ``reset`` leave them so)
         return None
 
     def body(self, payload: bytes) -> tuple[M, bytes, bytes] | None:
@@ -125,7 +127,7 @@ class ContentAssembler(Generic[M]):
         got = self._got + len(payload)
         if got > self._size:
             raise self._overrun(got)
-        if got == self._size and self._buf is None:   # the whole body in one frame
+        if got == self._size and not self._parts and self._buf is None:   # one frame
             self._publish = None
             self._header = None
             return publish, header, payload
@@ -134,8 +136,9 @@ class ContentAssembler(Generic[M]):
 
     def body_view(self, view: memoryview) -> tuple[M, bytes, bytes] | None:
         """``body`` for a body frame's payload as a view of the chunk it was read in
-        (``FrameSplitter`` body views): its bytes are copied into the body at once, so the body is
-        copied once in all and the chunk is not held (the same errors as ``body``)."""
+        (``FrameSplitter`` body views): kept until the body's one join, or, past ``FIRST_BUFFER``,
+        copied into its buffer at once and let go, so the body is copied once in all (the same
+        errors as ``body``)."""
         publish = self._publish
         header = self._header
         if publish is None or header is None:
@@ -143,7 +146,7 @@ class ContentAssembler(Generic[M]):
         got = self._got + len(view)
         if got > self._size:
             raise self._overrun(got)
-        if got == self._size and self._buf is None:
+        if got == self._size and not self._parts and self._buf is None:
             self._publish = None
             self._header = None
             return publish, header, bytes(view)
@@ -151,20 +154,34 @@ class ContentAssembler(Generic[M]):
         return None if body is None else (publish, header, body)
 
     def _write(self, payload: bytes | memoryview, got: int) -> bytes | None:
-        """Write a frame's ``payload`` into the body's buffer (``got``: bytes of body with it);
-        the body once complete (the buffer itself, ended: ``_publish`` cleared), else None."""
+        """Add a frame's ``payload`` to the body (``got``: bytes of body with it, at most its
+        size); the body once complete (the assembler then ready for the next), else None."""
         buf = self._buf
         if buf is None:
+            if got <= FIRST_BUFFER:
+                parts = self._parts
+                parts.append(payload)
+                if got < self._size:
+                    self._got = got
+                    return None
+                body = b"".join(parts)
+                self._parts = []
+                self._publish = None
+                self._header = None
+                return body
             buf = self._buf = io.BytesIO()
             self._cap = 0
         if got > self._cap:
-            # grow to FIRST_BUFFER, then double, never past the declared size: writing the last
-            # byte first makes BytesIO allocate exactly that (and zero the gap), and a body that
-            # fills it exactly is handed over by getvalue without a copy
-            cap = min(self._size, max(FIRST_BUFFER, 2 * self._cap, got))
+            # twice what arrived, never past the declared size: writing the last byte first makes
+            # BytesIO allocate exactly that (and zero the gap), and a body that fills it exactly
+            # is handed over by getvalue without a copy
+            cap = min(self._size, max(2 * self._cap, 2 * got))
             buf.seek(cap - 1)
             buf.write(b"\0")
-            buf.seek(self._got)
+            buf.seek(0 if self._parts else self._got)
+            for part in self._parts:   # the frames held so far, once, when the buffer is made
+                buf.write(part)
+            self._parts = []
             self._cap = cap
         buf.write(payload)
         if got < self._size:
@@ -194,5 +211,6 @@ class ContentAssembler(Generic[M]):
         """Drop any partial message (channel closed)."""
         self._publish = None
         self._header = None
+        self._parts = []
         self._buf = None
         self._got = 0
