@@ -31,11 +31,11 @@ __all__ = ["ContentAssembler", "MAX_MESSAGE_SIZE", "NO_LIMIT", "too_large"]
 MAX_MESSAGE_SIZE: Final = 536870912
 #: ``max_size`` of an assembler without a limit (cluster peer links carry batches of messages).
 NO_LIMIT: Final = 1 << 62
-#: Bytes of a body held as its frames came (and joined once); a larger body goes into a buffer
-#: of twice what has arrived, doubled as more arrives, up to its declared size: memory held is
-#: never more than twice what arrived (a client declaring a large body and sending little of it
-#: does not make us allocate it). 4 MiB: glibc serves a block this large with its own mapping
-#: (``server.malloc_tuning``), which grows by ``mremap``, without a copy.
+#: Bytes of a body held as its frames came (and joined once); a larger body goes into one buffer
+#: of what has arrived, grown as more arrives (BytesIO's own growth, by an eighth: memory held is
+#: never much more than what arrived, and a client declaring a large body and sending little of
+#: it does not make us allocate it). 4 MiB: glibc serves a block this large with its own mapping
+#: (``server.malloc_tuning``), which grows and shrinks by ``mremap``, without a copy.
 FIRST_BUFFER: Final = 4 * 1024 * 1024
 
 
@@ -65,7 +65,7 @@ class ContentAssembler(Generic[M]):
     dropped). Source: AMQP 0-9-1 §4.2.6, §2.3.5.2; RabbitMQ ``max_message_size``.
     """
 
-    __slots__ = ("_publish", "_header", "_size", "_parts", "_buf", "_cap", "_got", "max_size")
+    __slots__ = ("_publish", "_header", "_size", "_parts", "_buf", "_got", "max_size")
 
     def __init__(self, max_size: int = NO_LIMIT) -> None:
         self.max_size = max_size
@@ -74,9 +74,8 @@ class ContentAssembler(Generic[M]):
         self._size = 0
         #: A body's frames so far, up to ``FIRST_BUFFER`` bytes: bytes, or views of read chunks.
         self._parts: list[bytes | memoryview] = []
-        #: A body past ``FIRST_BUFFER`` bytes (module docstring), ``_cap`` bytes long; else None.
+        #: A body past ``FIRST_BUFFER`` bytes (module docstring); else None.
         self._buf: io.BytesIO | None = None
-        self._cap = 0
         self._got = 0
 
     @property
@@ -169,20 +168,16 @@ class ContentAssembler(Generic[M]):
                 self._publish = None
                 self._header = None
                 return body
+            # past FIRST_BUFFER: the buffer is made the size of what arrived (writing its last
+            # byte first makes BytesIO allocate exactly that, zeroing the gap), the frames held
+            # so far are written into it once and let go, and later frames are appended
             buf = self._buf = io.BytesIO()
-            self._cap = 0
-        if got > self._cap:
-            # twice what arrived, never past the declared size: writing the last byte first makes
-            # BytesIO allocate exactly that (and zero the gap), and a body that fills it exactly
-            # is handed over by getvalue without a copy
-            cap = min(self._size, max(2 * self._cap, 2 * got))
-            buf.seek(cap - 1)
+            buf.seek(got - 1)
             buf.write(b"\0")
-            buf.seek(0 if self._parts else self._got)
-            for part in self._parts:   # the frames held so far, once, when the buffer is made
+            buf.seek(0)
+            for part in self._parts:
                 buf.write(part)
             self._parts = []
-            self._cap = cap
         buf.write(payload)
         if got < self._size:
             self._got = got
