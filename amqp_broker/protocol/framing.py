@@ -8,8 +8,8 @@ frame type is a 501 FRAME_ERROR connection exception. Must not know: what a meth
 keeps only an incomplete tail between calls (as views of the chunks it came in, joined once). With
 ``body_views`` (the broker's connections) a full-size body frame (frame_max - 8 payload bytes: a
 body of several frames) is not copied out of its chunks: it comes as ``FRAME_BODY_VIEW`` (one per
-read it spans) and its payload, memoryviews, waits in ``views``; the assembler copies each into
-the body's buffer as it comes (one copy in all, the read not held).
+read it spans) and its payload, memoryviews, waits in ``views``; the assembler joins a body's views
+once (past 4 MiB it copies each into the body's buffer as it comes, and the read is let go).
 """
 
 from __future__ import annotations
