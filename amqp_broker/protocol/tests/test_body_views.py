@@ -146,5 +146,31 @@ def test_a_large_declared_body_holds_about_what_arrived_not_its_size() -> None:
             assert held <= 2 * arrived + 65536, (mib, held)
     finally:
         tracemalloc.stop()
-    asm.reset()
+    asm.reset()   # the channel closed mid-body
     assert not asm.expecting_content
+    # the next message does not land in the dropped body's buffer
+    body = os.urandom(2 * STEP + 5)
+    asm.start("next")
+    asm.header(header.ContentHeader(0, len(body), commands.Basic.Properties()).marshal())
+    assert asm.body(body[:STEP]) is None
+    assert asm.body(body[STEP:2 * STEP]) is None
+    done = asm.body(body[2 * STEP:])
+    assert done is not None and done[0] == "next" and done[2] == body
+
+
+def test_a_large_body_overrunning_its_declared_size_is_505() -> None:
+    """Past FIRST_BUFFER (the body in its buffer) a frame running past the declared size is still
+    505 UNEXPECTED_FRAME (§4.2.6), and nothing of it is written."""
+    frame_payload = 131072 - c.FRAME_OVERHEAD
+    size = FIRST_BUFFER + 2 * frame_payload + 10   # the last frames sent go into the buffer
+    asm: ContentAssembler[str] = ContentAssembler()
+    asm.start("publish")
+    asm.header(header.ContentHeader(0, size, commands.Basic.Properties()).marshal())
+    sent = 0
+    while sent + frame_payload <= size:
+        assert asm.body(bytes(frame_payload)) is None
+        sent += frame_payload
+    assert sent > FIRST_BUFFER
+    with pytest.raises(ConnectionException) as err:
+        asm.body_view(memoryview(bytes(frame_payload)))
+    assert err.value.reply_code == c.UNEXPECTED_FRAME
